@@ -1,0 +1,57 @@
+// Status / StatusOr: the one error convention of ctrun's core (see style-anchors.md, rule 3).
+// Core code returns these; only main.cc and constructors of third-party objects catch exceptions.
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace ctrun {
+
+class Status {
+ public:
+  Status() = default;  // OK
+  static Status Ok() { return Status(); }
+  static Status Error(std::string message) { return Status(std::move(message)); }
+  // "what: strerror(err)"; errno captured by the caller before any other call.
+  static Status Errno(const std::string& what, int err) {
+    return Status(what + ": " + std::strerror(err));
+  }
+
+  bool ok() const { return !message_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  const std::string& message() const {
+    static const std::string kEmpty;
+    return message_ ? *message_ : kEmpty;
+  }
+
+ private:
+  explicit Status(std::string m) : message_(std::move(m)) {}
+  std::optional<std::string> message_;
+};
+
+template <typename T>
+class StatusOr {
+ public:
+  StatusOr(T value) : v_(std::move(value)) {}              // NOLINT: implicit by design
+  StatusOr(Status status) : v_(std::move(status)) {}       // NOLINT: must not be OK
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  explicit operator bool() const { return ok(); }
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  const std::string& message() const { return std::get<Status>(v_).message(); }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace ctrun

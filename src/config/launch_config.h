@@ -1,0 +1,67 @@
+// LaunchConfig: the validated, immutable description of one ctrun run. Produced by src/cli from
+// argv + environment (PET_* fallbacks); consumed by the agent. Plain data: parsing never spawns,
+// spawning never parses. Field comments give the torchrun flag each one mirrors.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctrun {
+
+// How --nproc_per_node was given; "gpu"/"auto"/"cpu" are resolved at run time (gpu probe).
+struct NprocSpec {
+  enum class Kind { kCount, kCpu, kGpu, kAuto };
+  Kind kind = Kind::kCount;
+  int count = 1;  // valid when kind == kCount
+};
+
+struct LaunchConfig {
+  // --- rendezvous / nodes -------------------------------------------------------------------
+  int min_nodes = 1;                       // --nnodes N or MIN:MAX
+  int max_nodes = 1;
+  NprocSpec nproc;                         // --nproc_per_node
+  int nproc_per_node = 1;                  // resolved count (after the gpu/cpu probe)
+  std::string rdzv_backend = "static";     // --rdzv_backend (static|c10d|etcd|etcd-v2)
+  std::string rdzv_endpoint;               // --rdzv_endpoint host[:port]
+  std::string run_id = "none";             // --rdzv_id
+  std::map<std::string, std::string> rdzv_conf;  // --rdzv_conf k=v,k=v
+  bool standalone = false;                 // --standalone
+  int node_rank = 0;                       // --node_rank
+  std::string master_addr = "127.0.0.1";   // --master_addr
+  std::optional<int> master_port;          // --master_port (29500 when static and unset)
+  std::string local_addr;                  // --local_addr
+
+  // --- worker group --------------------------------------------------------------------------
+  int max_restarts = 0;                    // --max_restarts
+  double monitor_interval = 0.1;           // --monitor_interval (accepted; ctrun is event-driven)
+  std::string start_method = "spawn";      // --start_method (accepted; ctrun always fork/execs)
+  std::string role = "default";            // --role
+  double shutdown_timeout = 30.0;          // --shutdown-timeout / TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+  std::vector<int> signals_to_handle;      // --signals-to-handle (terminating signals, forwarded)
+  std::vector<int> forward_only_signals;   // --forward-signals (ctrun: forwarded, job continues)
+  bool virtual_local_rank = false;         // --virtual-local-rank
+  std::string numa_binding;                // --numa-binding (parsed; not yet supported)
+
+  // --- entrypoint ----------------------------------------------------------------------------
+  bool module = false;                     // -m/--module
+  bool no_python = false;                  // --no_python
+  bool run_path = false;                   // --run_path (refused: needs a Python agent)
+  std::string entrypoint;                  // training_script
+  std::vector<std::string> args;           // training_script_args (REMAINDER)
+
+  // --- logs (issue: worker output) -----------------------------------------------------------
+  std::optional<std::string> log_dir;      // --log_dir
+  std::string redirects = "0";             // -r/--redirects (Std spec)
+  std::string tee = "0";                   // -t/--tee (Std spec)
+  std::string local_ranks_filter;          // --local-ranks-filter
+  std::string log_prefix;                  // --log-prefix (ctrun): template or "none"; "" = default
+  std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
+  std::string log_level = "info";          // --log-level (ctrun's own diagnostics)
+
+  // --- store (issue: agent store) ------------------------------------------------------------
+  bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)
+};
+
+}  // namespace ctrun

@@ -1,0 +1,67 @@
+// Test helpers shared by process and e2e tests: deadline polling (never sleep-and-hope), temp dirs,
+// running a command and capturing its output, process liveness checks.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ctrun::testing {
+
+// Polls pred() every ~2 ms until it returns true or `timeout` passes. Returns the last result.
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// A fresh directory under $TMPDIR (or /tmp), removed recursively by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int exit_code = -1;   // shell code: exit status, or 128+signal
+  std::string out;      // stdout
+  std::string err;      // stderr
+  double seconds = 0;
+};
+
+// Runs argv with `extra_env` ("K=V") added to the current environment; captures stdout/stderr.
+// Kills the process group and fails the result (exit_code -1) after `timeout`.
+RunResult Run(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {},
+              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// A child started in the background (own process group) with stdout/stderr to files.
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                    const std::string& out_path, const std::string& err_path);
+  ~BackgroundProcess();  // SIGKILLs the group if still running
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit up to timeout; returns shell code or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+bool ProcessAlive(pid_t pid);  // exists and is not a zombie
+std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
+std::vector<std::string> SplitLines(const std::string& s);
+// Pids (one per line) from a file written by the fake worker; empty if missing.
+std::vector<pid_t> ReadPids(const std::string& path);
+
+}  // namespace ctrun::testing
