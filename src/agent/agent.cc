@@ -1,0 +1,277 @@
+#include "agent/agent.h"
+
+#include <algorithm>
+#include <csignal>
+
+namespace ctrun {
+
+Agent::Agent(const LaunchConfig& config, std::vector<std::string> base_env, std::string python_exec,
+             Spawner& spawner, TimerQueue& timers, AgentHooks& hooks)
+    : config_(config),
+      base_env_(std::move(base_env)),
+      python_exec_(std::move(python_exec)),
+      spawner_(spawner),
+      timers_(timers),
+      hooks_(hooks) {}
+
+void Agent::Start() {
+  restart_count_ = 0;
+  StartAttempt();
+}
+
+void Agent::StartAttempt() {
+  failures_.clear();
+  workers_.clear();
+  killed_ = false;
+  const int n = config_.nproc_per_node;
+  AttemptInfo info;
+  info.restart_count = restart_count_;
+  if (Status s = hooks_.PrepareAttempt(restart_count_, &info); !s.ok()) {
+    end_message_ = s.message();
+    Finish(1);
+    return;
+  }
+  state_ = AgentState::kRunning;
+  hooks_.Log(0, "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
+                    std::to_string(restart_count_) + ", max_restarts=" + std::to_string(config_.max_restarts) +
+                    ", MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ")");
+  for (int i = 0; i < n; ++i) {
+    Worker w;
+    // Single node: group 0 of 1; ranks are contiguous and equal to local ranks.
+    w.rank.local_rank = i;
+    w.rank.global_rank = config_.node_rank * n + i;
+    w.rank.role_rank = w.rank.global_rank;
+    w.rank.group_rank = config_.node_rank;
+    w.rank.group_world_size = config_.max_nodes;
+    w.rank.world_size = config_.max_nodes * n;
+    w.rank.role_world_size = w.rank.world_size;
+    w.rank.local_world_size = n;
+    w.error_file = static_cast<size_t>(i) < info.error_files.size() ? info.error_files[i] : "";
+
+    SpawnSpec spec;
+    spec.argv = BuildWorkerArgv(config_, python_exec_, w.rank, info);
+    spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info);
+    hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
+    SpawnedProcess proc;
+    SpawnError err;
+    if (!spawner_.Spawn(spec, &proc, &err)) {
+      // No restart loop on a missing or non-executable entrypoint: the next try would fail alike.
+      end_message_ = err.message;
+      start_error_code_ = err.shell_code;
+      hooks_.Log(2, err.message);
+      BeginStopping(StopReason::kStartError, SIGKILL);
+      return;
+    }
+    w.pid = proc.pid;
+    workers_.push_back(w);
+    hooks_.OnWorkerStarted(i, w.rank, proc);
+  }
+}
+
+Agent::Worker* Agent::FindWorker(pid_t pid) {
+  for (auto& w : workers_)
+    if (w.pid == pid) return &w;
+  return nullptr;
+}
+
+std::vector<pid_t> Agent::live_worker_pids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : workers_)
+    if (!w.exited) out.push_back(w.pid);
+  return out;
+}
+
+void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
+  FailureRecord f;
+  f.local_rank = w.rank.local_rank;
+  f.rank = w.rank;
+  f.pid = w.pid;
+  f.status = w.status;
+  f.time = std::chrono::system_clock::now();
+  f.error_file = w.error_file;
+  f.stopped_by_ctrun = stopped_by_ctrun;
+  failures_.push_back(std::move(f));
+}
+
+void Agent::OnChildExit(pid_t pid, ExitStatus status) {
+  Worker* w = FindWorker(pid);
+  if (w && !w->exited) {
+    w->exited = true;
+    w->status = status;
+    hooks_.OnWorkerExited(w->rank.local_rank, pid);
+    if (state_ == AgentState::kRunning) {
+      if (!status.success()) {
+        hooks_.Log(2, "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
+                          std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
+                          status.ToString() + "; stopping the other workers");
+        RecordFailure(*w, /*stopped_by_ctrun=*/false);
+        BeginStopping(StopReason::kFailure, SIGTERM);
+        return;
+      }
+      if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; })) {
+        // All leaders succeeded. Anything they left behind in their groups is swept, not waited on.
+        BeginStopping(StopReason::kSuccess, SIGTERM);
+        return;
+      }
+    } else if (state_ == AgentState::kStopping && !status.success()) {
+      // A failure that is a consequence of our own teardown, unless it raced ours: a worker that
+      // failed on its own before the signal reached it still reads as stopped; the root cause is
+      // the first failure recorded while running.
+      RecordFailure(*w, /*stopped_by_ctrun=*/true);
+    }
+  }
+  if (state_ == AgentState::kStopping) CheckStopped();
+}
+
+void Agent::OnSignal(int sig) {
+  if (state_ == AgentState::kDone || state_ == AgentState::kIdle) return;
+  const bool forward_only = std::find(config_.forward_only_signals.begin(), config_.forward_only_signals.end(),
+                                      sig) != config_.forward_only_signals.end();
+  if (forward_only) {
+    hooks_.Log(0, "forwarding " + SignalName(sig) + " to the workers");
+    for (const auto& w : workers_)
+      if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+    return;
+  }
+  if (state_ == AgentState::kStopping && stop_reason_ == StopReason::kSignal) {
+    // Second terminating signal: the user insists. Skip the rest of the grace period.
+    hooks_.Log(1, "received " + SignalName(sig) + " again: killing the workers now");
+    OnGraceExpired();
+    return;
+  }
+  hooks_.Log(1, "received " + SignalName(sig) + ": forwarding it to the workers, then SIGKILL after " +
+                    std::to_string(config_.shutdown_timeout) + " s");
+  if (state_ == AgentState::kStopping) {
+    // Already tearing down after a failure: this turns the restart into an exit, and the signal
+    // still reaches the workers that are left.
+    stop_reason_ = StopReason::kSignal;
+    stop_signal_ = sig;
+    for (const auto& w : workers_)
+      if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+    return;
+  }
+  BeginStopping(StopReason::kSignal, sig);
+}
+
+void Agent::BeginStopping(StopReason reason, int sig) {
+  state_ = AgentState::kStopping;
+  stop_reason_ = reason;
+  stop_signal_ = sig;
+  killed_ = sig == SIGKILL;
+  RefreshGroups();
+  for (const auto& w : workers_)
+    if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+  CancelTimers();
+  if (killed_) {
+    final_timer_ = timers_.AddTimerAfter(kFinalWait, [this] {
+      final_timer_.reset();
+      OnFinalWaitExpired();
+    });
+  } else {
+    grace_timer_ = timers_.AddTimerAfter(Seconds(config_.shutdown_timeout), [this] {
+      grace_timer_.reset();
+      OnGraceExpired();
+    });
+  }
+  CheckStopped();
+}
+
+void Agent::OnGraceExpired() {
+  if (state_ != AgentState::kStopping) return;
+  CancelTimers();
+  RefreshGroups();
+  int n = 0;
+  for (const auto& w : workers_) {
+    if (w.group_gone) continue;
+    spawner_.SignalGroup(w.pid, SIGKILL);
+    ++n;
+  }
+  if (n > 0 && !killed_)
+    hooks_.Log(1, "grace period over: sent SIGKILL to " + std::to_string(n) + " worker process group(s)");
+  killed_ = true;
+  final_timer_ = timers_.AddTimerAfter(kFinalWait, [this] {
+    final_timer_.reset();
+    OnFinalWaitExpired();
+  });
+  CheckStopped();
+}
+
+void Agent::OnFinalWaitExpired() {
+  if (state_ != AgentState::kStopping) return;
+  for (auto& w : workers_) {
+    if (!w.exited) unkillable_.push_back(w.pid);
+    if (!w.group_gone) {
+      hooks_.Log(2, "worker process group " + std::to_string(w.pid) +
+                        " survived SIGKILL (a process stuck in the kernel, D state?); giving up on it");
+      w.group_gone = true;
+      w.exited = true;
+    }
+  }
+  FinishAttempt();
+}
+
+void Agent::RefreshGroups() {
+  for (auto& w : workers_) {
+    if (w.group_gone) continue;
+    if (w.exited && !spawner_.GroupAlive(w.pid)) {
+      w.group_gone = true;
+      hooks_.OnGroupGone(w.pid);
+    }
+  }
+}
+
+void Agent::CheckStopped() {
+  RefreshGroups();
+  for (const auto& w : workers_)
+    if (!w.exited || !w.group_gone) return;
+  FinishAttempt();
+}
+
+void Agent::CancelTimers() {
+  if (grace_timer_) timers_.CancelTimer(*grace_timer_);
+  if (final_timer_) timers_.CancelTimer(*final_timer_);
+  grace_timer_.reset();
+  final_timer_.reset();
+}
+
+void Agent::FinishAttempt() {
+  CancelTimers();
+  switch (stop_reason_) {
+    case StopReason::kSuccess:
+      Finish(0);
+      return;
+    case StopReason::kSignal:
+      Finish(128 + stop_signal_);
+      return;
+    case StopReason::kStartError:
+      Finish(start_error_code_);
+      return;
+    case StopReason::kFailure:
+      if (restart_count_ < config_.max_restarts) {
+        ++restart_count_;
+        hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
+                          std::to_string(config_.max_restarts) + ")");
+        StartAttempt();
+        return;
+      }
+      if (config_.max_restarts > 0) hooks_.Log(2, "no restarts left (max_restarts=" + std::to_string(config_.max_restarts) + ")");
+      {
+        int code = 1;
+        for (const auto& f : failures_)
+          if (!f.stopped_by_ctrun) {
+            code = f.status.ShellCode();
+            break;
+          }
+        Finish(code == 0 ? 1 : code);
+      }
+      return;
+  }
+}
+
+void Agent::Finish(int code) {
+  CancelTimers();
+  exit_code_ = code;
+  state_ = AgentState::kDone;
+}
+
+}  // namespace ctrun

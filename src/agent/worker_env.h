@@ -1,0 +1,55 @@
+// WorkerEnv: the single place that knows torchrun's worker environment variables and command
+// line (torchrun-contract.md sections 1-2). Pure functions of (config, ranks, attempt): no I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/launch_config.h"
+
+namespace ctrun {
+
+// Ranks of one worker, from the rendezvous (standalone: one node, group_rank 0).
+struct RankInfo {
+  int local_rank = 0;
+  int global_rank = 0;
+  int role_rank = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int world_size = 1;
+  int role_world_size = 1;
+  int local_world_size = 1;
+};
+
+// Per-attempt facts shared by every worker of the attempt.
+struct AttemptInfo {
+  int restart_count = 0;
+  std::string master_addr;
+  int master_port = 0;
+  bool use_agent_store = false;
+  std::vector<std::string> error_files;  // per local rank; "" = none
+  std::vector<std::string> extra_env;    // "K=V" added for every worker (e.g. heartbeat path)
+};
+
+// Builds the worker's complete environment: `base_env` ("K=V", the agent's own environment) with
+// torchrun's variables set on top. OMP_NUM_THREADS=1 is added when absent and nproc > 1
+// (torchrun's rule); see OmpNotice().
+std::vector<std::string> BuildWorkerEnv(const LaunchConfig& config, const std::vector<std::string>& base_env,
+                                        const RankInfo& rank, const AttemptInfo& attempt);
+
+// The one-line notice printed when OMP_NUM_THREADS is defaulted; "" when it is not.
+std::string OmpNotice(const LaunchConfig& config, const std::vector<std::string>& base_env);
+
+// Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
+// `${local_rank}` (torchrun), `${rank}`, `${world_size}`, `${master_addr}`, `${master_port}`
+// (ctrun extensions) in args are replaced per worker.
+std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& python_exec,
+                                         const RankInfo& rank, const AttemptInfo& attempt);
+
+// Whether the entrypoint runs under Python (-m, or a path ending in .py without --no_python).
+bool UsesPython(const LaunchConfig& config);
+
+// Looks up K in a "K=V" list.
+const std::string* FindEnv(const std::vector<std::string>& env, const std::string& key);
+
+}  // namespace ctrun

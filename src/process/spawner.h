@@ -1,0 +1,56 @@
+// Spawner: starts worker processes from a SpawnSpec and signals their process groups. The agent
+// sees only this interface; spawner_posix.cc forks for real, tests/fakes/fake_spawner.h records.
+//
+// Contract:
+//  - Spawn returns only once the child has either exec'd successfully or is known dead: an exec
+//    failure comes back as a SpawnError (with errno and the shell's 126/127 code) and the failed
+//    child has already been reaped. No live child is ever left without an owner.
+//  - The caller (the agent's reaper) is the only code that reaps successfully spawned children.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "process/spawn_spec.h"
+
+namespace ctrun {
+
+struct SpawnedProcess {
+  pid_t pid = -1;          // also the process group id when spec.new_process_group
+  UniqueFd pidfd;          // may be invalid on kernels without pidfd_open
+  UniqueFd stdout_pipe;    // read end, when stdout_target is kPipe (non-blocking, CLOEXEC)
+  UniqueFd stderr_pipe;    // read end, when stderr_target is kPipe
+};
+
+struct SpawnError {
+  int err = 0;             // errno of the failing step
+  int shell_code = 127;    // 127: not found; 126: found but not executable; 1: other set-up error
+  std::string message;     // "cannot execute ./train: No such file or directory"
+};
+
+class Spawner {
+ public:
+  virtual ~Spawner() = default;
+  // On failure returns false and fills *error; on success fills *out.
+  virtual bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) = 0;
+  // killpg(pgid, sig). Returns false when the group no longer exists (ESRCH).
+  virtual bool SignalGroup(pid_t pgid, int sig) = 0;
+  // Whether any process is left in the group (killpg(pgid, 0)).
+  virtual bool GroupAlive(pid_t pgid) = 0;
+};
+
+class PosixSpawner final : public Spawner {
+ public:
+  bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override;
+  bool SignalGroup(pid_t pgid, int sig) override;
+  bool GroupAlive(pid_t pgid) override;
+};
+
+// Resolves argv0 the way execvp would (PATH from `env`, else the agent's PATH); returns argv0
+// unchanged when it contains '/', or when nothing executable is found.
+std::string ResolveExecutable(const std::string& argv0, const std::vector<std::string>& env);
+
+}  // namespace ctrun

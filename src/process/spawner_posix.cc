@@ -1,0 +1,233 @@
+// fork/exec for workers. Everything is prepared in the parent (argv/envp arrays, opened files,
+// pipes); the child runs only async-signal-safe calls, like a signal handler (folly
+// prepareChild). Signals stay blocked across fork so no handler can run in the child before the
+// original mask is restored.
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "process/spawner.h"
+#include "sys/pidfd.h"
+#include "sys/posix_util.h"
+#include "sys/signals.h"
+
+namespace ctrun {
+namespace {
+
+// What the child reports through the CLOEXEC error pipe before _exit: the failing step and errno.
+struct ChildError {
+  int stage;
+  int err;
+};
+enum Stage { kStageSetpgid = 1, kStageDup, kStageChdir, kStageExec, kStagePdeathsig };
+
+const char* StageName(int s) {
+  switch (s) {
+    case kStageSetpgid: return "setpgid";
+    case kStageDup: return "redirect stdio";
+    case kStageChdir: return "chdir";
+    case kStagePdeathsig: return "prctl(PR_SET_PDEATHSIG)";
+    default: return "exec";
+  }
+}
+
+[[noreturn]] void ChildFail(int pipe_fd, int stage) {
+  ChildError e{stage, errno};
+  (void)!::write(pipe_fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+// Marks every fd >= 3 close-on-exec; async-signal-safe.
+void CloexecFrom3() {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+#endif
+  long max = ::sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 65536) max = 65536;
+  for (int fd = 3; fd < max; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+UniqueFd OpenTarget(const StdioTarget& t) {
+  if (t.kind == StdioTarget::Kind::kDevNull)
+    return UniqueFd(RetryOnEintr([] { return ::open("/dev/null", O_RDWR | O_CLOEXEC); }));
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (t.append ? O_APPEND : O_TRUNC);
+  return UniqueFd(RetryOnEintr([&] { return ::open(t.path.c_str(), flags, 0644); }));
+}
+
+// Parent-side plumbing for one of fd 1/2: the fd the child dup2s onto it, and our read end.
+struct StdioPlumbing {
+  UniqueFd child_end;  // -1: inherit
+  UniqueFd parent_end;
+};
+
+bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
+  switch (t.kind) {
+    case StdioTarget::Kind::kInherit:
+      return true;
+    case StdioTarget::Kind::kPipe: {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) {
+        *what = "pipe2";
+        return false;
+      }
+      p->parent_end.reset(fds[0]);
+      p->child_end.reset(fds[1]);
+      SetNonBlocking(fds[0], true);
+      // A bigger pipe lets a chatty worker run ahead of the relay between loop iterations.
+      ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
+      return true;
+    }
+    case StdioTarget::Kind::kFile:
+    case StdioTarget::Kind::kDevNull:
+      p->child_end = OpenTarget(t);
+      if (!p->child_end) {
+        *what = "open " + (t.path.empty() ? std::string("/dev/null") : t.path);
+        return false;
+      }
+      return true;
+  }
+  return true;
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::string ResolveExecutable(const std::string& argv0, const std::vector<std::string>& env) {
+  if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
+  std::string path;
+  bool found = false;
+  for (const auto& kv : env) {
+    if (kv.rfind("PATH=", 0) == 0) {
+      path = kv.substr(5);
+      found = true;
+    }
+  }
+  if (!found) {
+    const char* p = ::getenv("PATH");
+    path = p ? p : "/usr/local/bin:/usr/bin:/bin";
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + argv0;
+    if (IsExecutableFile(cand)) return cand;
+    start = end + 1;
+  }
+  return argv0;
+}
+
+bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
+  auto fail = [&](const std::string& what, int err) {
+    error->err = err;
+    error->shell_code = 1;
+    error->message = "cannot start " + (spec.argv.empty() ? std::string("worker") : spec.argv[0]) +
+                     ": " + what + ": " + std::strerror(err);
+    return false;
+  };
+  if (spec.argv.empty()) return fail("empty argv", EINVAL);
+
+  // --- everything the child needs, built before fork -------------------------------------------
+  std::string exe = ResolveExecutable(spec.argv[0], spec.env);
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  StdioPlumbing out_p, err_p;
+  std::string what;
+  if (!PrepareStdio(spec.stdout_target, &out_p, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stderr_target, &err_p, &what)) return fail(what, errno);
+  UniqueFd stdin_fd;
+  if (spec.stdin_devnull) {
+    stdin_fd = OpenTarget(StdioTarget::DevNull());
+    if (!stdin_fd) return fail("open /dev/null", errno);
+  }
+  int errpipe[2];
+  if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
+  UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
+
+  const sigset_t& orig_mask = OriginalSignalMask();
+  const pid_t parent = ::getpid();
+  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get(), in_fd = stdin_fd.get();
+  const int ew = err_write.get();
+
+  pid_t pid = ::fork();
+  if (pid < 0) return fail("fork", errno);
+  if (pid == 0) {
+    // ---- child: async-signal-safe calls only ----
+    if (spec.new_process_group && ::setpgid(0, 0) != 0) ChildFail(ew, kStageSetpgid);
+    if (spec.parent_death_signal != 0) {
+      if (::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) ChildFail(ew, kStagePdeathsig);
+      // The parent may have died between fork and prctl; then no signal will ever come.
+      if (::getppid() != parent) ::_exit(128 + spec.parent_death_signal);
+    }
+    if (in_fd >= 0 && ::dup2(in_fd, 0) < 0) ChildFail(ew, kStageDup);
+    if (out_fd >= 0 && ::dup2(out_fd, 1) < 0) ChildFail(ew, kStageDup);
+    if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ChildFail(ew, kStageDup);
+    // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
+    CloexecFrom3();
+    for (int fd : spec.keep_fds) ::fcntl(fd, F_SETFD, 0);
+    if (cwd && ::chdir(cwd) != 0) ChildFail(ew, kStageChdir);
+    // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
+    for (int s = 1; s < NSIG; ++s) {
+      if (s == SIGKILL || s == SIGSTOP) continue;
+      struct sigaction sa;
+      if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
+    }
+    ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
+    ::execve(exe.c_str(), argv.data(), envp.data());
+    ChildFail(ew, kStageExec);
+  }
+
+  // ---- parent ----
+  if (spec.new_process_group) ::setpgid(pid, pid);  // also from here: closes the race with killpg
+  err_write.reset();
+  out_p.child_end.reset();
+  err_p.child_end.reset();
+  UniqueFd pidfd = PidfdOpen(pid);
+
+  ChildError ce{};
+  ssize_t n = RetryOnEintr([&] { return ::read(err_read.get(), &ce, sizeof ce); });
+  if (n == static_cast<ssize_t>(sizeof ce)) {
+    int st;
+    RetryOnEintr([&] { return ::waitpid(pid, &st, 0); });
+    error->err = ce.err;
+    if (ce.stage == kStageExec) {
+      error->shell_code = (ce.err == ENOENT) ? 127 : 126;
+      error->message = "cannot execute " + spec.argv[0] + ": " + std::strerror(ce.err);
+    } else {
+      error->shell_code = 1;
+      error->message = "cannot start " + spec.argv[0] + ": " + StageName(ce.stage) + ": " + std::strerror(ce.err);
+    }
+    return false;
+  }
+  out->pid = pid;
+  out->pidfd = std::move(pidfd);
+  out->stdout_pipe = std::move(out_p.parent_end);
+  out->stderr_pipe = std::move(err_p.parent_end);
+  return true;
+}
+
+bool PosixSpawner::SignalGroup(pid_t pgid, int sig) { return ::killpg(pgid, sig) == 0; }
+
+bool PosixSpawner::GroupAlive(pid_t pgid) { return ::killpg(pgid, 0) == 0 || errno == EPERM; }
+
+}  // namespace ctrun

@@ -1,0 +1,91 @@
+#include "process/watchdog.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "sys/posix_util.h"
+
+namespace ctrun {
+namespace {
+
+struct Msg {
+  char op;
+  int32_t pgid;
+} __attribute__((packed));
+
+constexpr int kMaxGroups = 4096;
+
+[[noreturn]] void WatchdogMain(int rfd) {
+  // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
+  for (int fd = 0; fd < 3; ++fd) {
+    int nul = ::open("/dev/null", O_RDWR);
+    if (nul >= 0 && nul != fd) {
+      ::dup2(nul, fd);
+      ::close(nul);
+    }
+  }
+  if (rfd > 3) ::dup2(rfd, 3), rfd = 3;
+  ::syscall(SYS_close_range, 4u, ~0u, 0u);
+  ::setpgid(0, 0);  // out of ctrun's group: terminal ^C and killpg(ctrun) do not reach it
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::prctl(PR_SET_NAME, "ctrun-watchdog");
+
+  static pid_t groups[kMaxGroups];
+  int n = 0;
+  bool clean = false;
+  Msg m;
+  for (;;) {
+    ssize_t r = RetryOnEintr([&] { return ::read(rfd, &m, sizeof m); });
+    if (r != static_cast<ssize_t>(sizeof m)) break;  // EOF (or torn message): agent is gone
+    if (m.op == 'A' && n < kMaxGroups) {
+      groups[n++] = m.pgid;
+    } else if (m.op == 'R') {
+      for (int i = 0; i < n; ++i)
+        if (groups[i] == m.pgid) groups[i] = groups[--n];
+    } else if (m.op == 'Q') {
+      clean = true;
+    }
+  }
+  if (!clean)
+    for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+StatusOr<Watchdog> Watchdog::Start() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2", errno);
+  UniqueFd r(fds[0]), w(fds[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::Errno("fork watchdog", errno);
+  if (pid == 0) {
+    w.reset();
+    WatchdogMain(r.release());
+  }
+  return Watchdog(std::move(w), pid);
+}
+
+Watchdog::~Watchdog() {
+  if (write_) Send('Q', 0);
+}
+
+void Watchdog::Send(char op, pid_t pgid) {
+  if (!write_) return;
+  Msg m{op, static_cast<int32_t>(pgid)};
+  WriteAll(write_.get(), &m, sizeof m);  // 5 bytes < PIPE_BUF: atomic
+}
+
+void Watchdog::AddGroup(pid_t pgid) { Send('A', pgid); }
+void Watchdog::RemoveGroup(pid_t pgid) { Send('R', pgid); }
+
+}  // namespace ctrun

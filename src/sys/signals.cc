@@ -1,0 +1,60 @@
+#include "sys/signals.h"
+
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "sys/posix_util.h"
+
+namespace ctrun {
+namespace {
+sigset_t g_original_mask;
+bool g_mask_saved = false;
+}  // namespace
+
+Status BlockAgentSignals(const std::vector<int>& signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int s : signals) sigaddset(&set, s);
+  sigset_t old;
+  if (sigprocmask(SIG_BLOCK, &set, &old) != 0) return Status::Errno("sigprocmask", errno);
+  if (!g_mask_saved) {
+    g_original_mask = old;
+    g_mask_saved = true;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  return Status::Ok();
+}
+
+const sigset_t& OriginalSignalMask() {
+  if (!g_mask_saved) {
+    sigemptyset(&g_original_mask);
+    g_mask_saved = true;
+  }
+  return g_original_mask;
+}
+
+StatusOr<SignalFd> SignalFd::Create(const std::vector<int>& signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals) sigaddset(&set, s);
+  int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) return Status::Errno("signalfd", errno);
+  return SignalFd(UniqueFd(fd));
+}
+
+std::vector<int> SignalFd::ReadPending() {
+  std::vector<int> out;
+  signalfd_siginfo info[16];
+  for (;;) {
+    ssize_t n = RetryOnEintr([&] { return ::read(fd_.get(), info, sizeof info); });
+    if (n <= 0) break;
+    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(signalfd_siginfo); ++i)
+      out.push_back(static_cast<int>(info[i].ssi_signo));
+  }
+  return out;
+}
+
+}  // namespace ctrun

@@ -1,0 +1,249 @@
+// Agent state machine, driven with a fake spawner and a fake clock: no fork, no sleep.
+#include "agent/agent.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/fake_spawner.h"
+#include "fakes/fake_timer_queue.h"
+
+namespace ctrun {
+namespace {
+
+using testing::FakeSpawner;
+using testing::FakeTimerQueue;
+
+class RecordingHooks : public AgentHooks {
+ public:
+  Status PrepareAttempt(int attempt, AttemptInfo* info) override {
+    attempts.push_back(attempt);
+    info->master_addr = "127.0.0.1";
+    info->master_port = 29500 + attempt;
+    info->use_agent_store = true;
+    if (fail_prepare) return Status::Error("prepare failed");
+    return Status::Ok();
+  }
+  void OnWorkerExited(int local_rank, pid_t) override { exited.push_back(local_rank); }
+  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
+  std::vector<int> attempts;
+  std::vector<int> exited;
+  std::vector<std::string> logs;
+  bool fail_prepare = false;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentTest() {
+    config.nproc_per_node = 4;
+    config.entrypoint = "./train";
+    config.shutdown_timeout = 30;
+  }
+  Agent& MakeAgent() {
+    agent = std::make_unique<Agent>(config, std::vector<std::string>{"PATH=/bin", "HOME=/root"}, "python3",
+                                    spawner, timers, hooks);
+    return *agent;
+  }
+  // The worker with `pid` exits; its group empties.
+  void Exit(pid_t pid, ExitStatus st) {
+    spawner.alive_groups.erase(pid);
+    agent->OnChildExit(pid, st);
+  }
+  pid_t Pid(size_t spawn_index) const { return 1000 + static_cast<pid_t>(spawn_index); }
+
+  LaunchConfig config;
+  FakeSpawner spawner;
+  FakeTimerQueue timers;
+  RecordingHooks hooks;
+  std::unique_ptr<Agent> agent;
+};
+
+TEST_F(AgentTest, StartsOneWorkerPerLocalRankWithTorchrunEnv) {
+  MakeAgent().Start();
+  ASSERT_EQ(spawner.specs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const auto& env = spawner.specs[i].env;
+    EXPECT_EQ(*FindEnv(env, "RANK"), "RANK=" + std::to_string(i));
+    EXPECT_EQ(*FindEnv(env, "LOCAL_RANK"), "LOCAL_RANK=" + std::to_string(i));
+    EXPECT_EQ(*FindEnv(env, "WORLD_SIZE"), "WORLD_SIZE=4");
+    EXPECT_EQ(*FindEnv(env, "MASTER_PORT"), "MASTER_PORT=29500");
+    EXPECT_EQ(*FindEnv(env, "TORCHELASTIC_RESTART_COUNT"), "TORCHELASTIC_RESTART_COUNT=0");
+    EXPECT_EQ(spawner.specs[i].argv, std::vector<std::string>{"./train"});
+  }
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
+TEST_F(AgentTest, AllSucceedFinishesWithZero) {
+  MakeAgent().Start();
+  for (int i = 0; i < 4; ++i) Exit(Pid(i), ExitStatus::Exited(0));
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 0);
+  EXPECT_TRUE(agent->failures().empty());
+}
+
+TEST_F(AgentTest, LeftoverGrandchildrenAfterSuccessAreSweptThenDone) {
+  MakeAgent().Start();
+  for (int i = 0; i < 3; ++i) Exit(Pid(i), ExitStatus::Exited(0));
+  agent->OnChildExit(Pid(3), ExitStatus::Exited(0));  // leader gone, group still has a member
+  EXPECT_FALSE(agent->done());
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 1);
+  spawner.alive_groups.erase(Pid(3));
+  agent->OnChildExit(99999, ExitStatus::Signaled(SIGTERM));  // the reparented grandchild, reaped
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 0);
+}
+
+TEST_F(AgentTest, FailureStopsSurvivorsAndExitsWithRootCauseCode) {
+  MakeAgent().Start();
+  Exit(Pid(2), ExitStatus::Exited(3));
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);  // the three survivors' groups
+  for (int i : {0, 1, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 3);
+  ASSERT_EQ(agent->failures().size(), 4u);
+  EXPECT_EQ(agent->failures()[0].rank.global_rank, 2);
+  EXPECT_FALSE(agent->failures()[0].stopped_by_ctrun);
+  EXPECT_TRUE(agent->failures()[1].stopped_by_ctrun);
+}
+
+TEST_F(AgentTest, SignalDeathOfRootCauseGives128PlusSignal) {
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Signaled(SIGSEGV));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  EXPECT_EQ(agent->exit_code(), 128 + SIGSEGV);
+}
+
+TEST_F(AgentTest, RestartsUntilMaxRestartsWithIncrementedCount) {
+  config.max_restarts = 2;
+  MakeAgent().Start();
+  for (int attempt = 0; attempt <= 2; ++attempt) {
+    size_t base = static_cast<size_t>(attempt) * 4;
+    ASSERT_EQ(spawner.specs.size(), base + 4);
+    EXPECT_EQ(*FindEnv(spawner.specs[base].env, "TORCHELASTIC_RESTART_COUNT"),
+              "TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
+    EXPECT_EQ(*FindEnv(spawner.specs[base].env, "TORCHELASTIC_MAX_RESTARTS"), "TORCHELASTIC_MAX_RESTARTS=2");
+    Exit(Pid(base + 1), ExitStatus::Exited(1));
+    for (size_t i : {0, 2, 3}) Exit(Pid(base + i), ExitStatus::Signaled(SIGTERM));
+  }
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 1);
+  EXPECT_EQ(agent->restart_count(), 2);
+  EXPECT_EQ(hooks.attempts, (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(AgentTest, RestartSucceedsAfterOneFailure) {
+  config.max_restarts = 3;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_EQ(spawner.specs.size(), 8u);
+  for (int i = 4; i < 8; ++i) Exit(Pid(i), ExitStatus::Exited(0));
+  EXPECT_EQ(agent->exit_code(), 0);
+  EXPECT_EQ(agent->restart_count(), 1);
+}
+
+TEST_F(AgentTest, SurvivorIgnoringSigtermIsKilledAfterGrace) {
+  config.shutdown_timeout = 2;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  EXPECT_FALSE(agent->done());
+  timers.Advance(std::chrono::milliseconds(1999));
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 0);
+  timers.Advance(std::chrono::milliseconds(1));
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 1);
+  agent->OnChildExit(Pid(3), ExitStatus::Signaled(SIGKILL));
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 1);
+}
+
+TEST_F(AgentTest, UnkillableWorkerIsReportedNotWaitedOnForever) {
+  config.shutdown_timeout = 1;
+  MakeAgent().Start();
+  spawner.unkillable.insert(Pid(3));
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  timers.Advance(std::chrono::seconds(1));
+  EXPECT_FALSE(agent->done());
+  timers.Advance(Agent::kFinalWait);
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->unkillable(), std::vector<pid_t>{Pid(3)});
+}
+
+TEST_F(AgentTest, SigtermToAgentIsForwardedAndExitCodeIs128PlusSignal) {
+  config.max_restarts = 5;
+  MakeAgent().Start();
+  agent->OnSignal(SIGTERM);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 4);
+  for (int i = 0; i < 4; ++i) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGTERM);
+  EXPECT_EQ(spawner.specs.size(), 4u);  // no restart after a signal
+}
+
+TEST_F(AgentTest, SigintIsForwardedAsSigint) {
+  MakeAgent().Start();
+  agent->OnSignal(SIGINT);
+  EXPECT_EQ(spawner.CountSignals(SIGINT), 4);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+}
+
+TEST_F(AgentTest, SecondSignalSkipsTheGracePeriod) {
+  MakeAgent().Start();
+  agent->OnSignal(SIGINT);
+  agent->OnSignal(SIGINT);
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 4);
+}
+
+TEST_F(AgentTest, SignalDuringFailureTeardownPreventsRestart) {
+  config.max_restarts = 3;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  agent->OnSignal(SIGTERM);
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGTERM);
+  EXPECT_EQ(spawner.specs.size(), 4u);
+}
+
+TEST_F(AgentTest, Usr1IsForwardedWithoutEndingTheJob) {
+  config.forward_only_signals = {SIGUSR1, SIGUSR2};
+  MakeAgent().Start();
+  agent->OnSignal(SIGUSR1);
+  EXPECT_EQ(spawner.CountSignals(SIGUSR1), 4);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
+TEST_F(AgentTest, ExecFailureEndsWithoutRestartLoop) {
+  config.max_restarts = 10;
+  MakeAgent();
+  spawner.FailNextSpawn(ENOENT);
+  agent->Start();
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 127);
+  EXPECT_NE(agent->end_message().find("cannot execute ./train"), std::string::npos);
+  EXPECT_TRUE(spawner.specs.empty());
+}
+
+TEST_F(AgentTest, PrepareFailureEndsTheRun) {
+  hooks.fail_prepare = true;
+  MakeAgent().Start();
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 1);
+  EXPECT_EQ(agent->end_message(), "prepare failed");
+}
+
+TEST_F(AgentTest, UnknownChildrenAreIgnored) {
+  MakeAgent().Start();
+  agent->OnChildExit(424242, ExitStatus::Exited(9));
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
+TEST_F(AgentTest, EarlySuccessfulWorkerWaitsForTheRest) {
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(0));
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(spawner.signals.size(), 0u);
+}
+
+}  // namespace
+}  // namespace ctrun

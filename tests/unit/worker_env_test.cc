@@ -1,0 +1,113 @@
+#include "agent/worker_env.h"
+
+#include <gtest/gtest.h>
+
+namespace ctrun {
+namespace {
+
+std::string Get(const std::vector<std::string>& env, const std::string& k) {
+  const std::string* kv = FindEnv(env, k);
+  return kv ? kv->substr(k.size() + 1) : "<unset>";
+}
+
+struct EnvFixture : ::testing::Test {
+  EnvFixture() {
+    config.nproc_per_node = 4;
+    config.max_restarts = 3;
+    config.run_id = "job42";
+    config.role = "trainer";
+    config.entrypoint = "train.py";
+    rank = {2, 6, 6, 1, 2, 8, 8, 4};
+    attempt.restart_count = 1;
+    attempt.master_addr = "10.1.2.3";
+    attempt.master_port = 29511;
+    attempt.use_agent_store = true;
+    attempt.error_files = {"/e/0", "/e/1", "/e/2", "/e/3"};
+  }
+  LaunchConfig config;
+  RankInfo rank;
+  AttemptInfo attempt;
+};
+
+TEST_F(EnvFixture, SetsEveryTorchrunVariable) {
+  auto env = BuildWorkerEnv(config, {"HOME=/root", "TEST_SENTINEL_PARENT=x"}, rank, attempt);
+  EXPECT_EQ(Get(env, "LOCAL_RANK"), "2");
+  EXPECT_EQ(Get(env, "RANK"), "6");
+  EXPECT_EQ(Get(env, "GROUP_RANK"), "1");
+  EXPECT_EQ(Get(env, "ROLE_RANK"), "6");
+  EXPECT_EQ(Get(env, "ROLE_NAME"), "trainer");
+  EXPECT_EQ(Get(env, "LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(Get(env, "WORLD_SIZE"), "8");
+  EXPECT_EQ(Get(env, "GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(Get(env, "ROLE_WORLD_SIZE"), "8");
+  EXPECT_EQ(Get(env, "MASTER_ADDR"), "10.1.2.3");
+  EXPECT_EQ(Get(env, "MASTER_PORT"), "29511");
+  EXPECT_EQ(Get(env, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(Get(env, "TORCHELASTIC_MAX_RESTARTS"), "3");
+  EXPECT_EQ(Get(env, "TORCHELASTIC_RUN_ID"), "job42");
+  EXPECT_EQ(Get(env, "TORCHELASTIC_USE_AGENT_STORE"), "True");
+  EXPECT_EQ(Get(env, "TORCHELASTIC_ERROR_FILE"), "/e/2");
+  EXPECT_EQ(Get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_EQ(Get(env, "NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_EQ(Get(env, "OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(Get(env, "TEST_SENTINEL_PARENT"), "x");
+  EXPECT_EQ(Get(env, "HOME"), "/root");
+}
+
+TEST_F(EnvFixture, InheritedValuesAreKeptOrOverridden) {
+  auto env = BuildWorkerEnv(config, {"OMP_NUM_THREADS=7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "RANK=99"}, rank, attempt);
+  EXPECT_EQ(Get(env, "OMP_NUM_THREADS"), "7");
+  EXPECT_EQ(Get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  EXPECT_EQ(Get(env, "RANK"), "6");
+  size_t ranks = 0;
+  for (const auto& kv : env) ranks += kv.rfind("RANK=", 0) == 0;
+  EXPECT_EQ(ranks, 1u);
+}
+
+TEST_F(EnvFixture, OmpRuleOnlyForMultipleWorkers) {
+  config.nproc_per_node = 1;
+  auto env = BuildWorkerEnv(config, {}, rank, attempt);
+  EXPECT_EQ(Get(env, "OMP_NUM_THREADS"), "<unset>");
+  EXPECT_EQ(OmpNotice(config, {}), "");
+  config.nproc_per_node = 2;
+  EXPECT_NE(OmpNotice(config, {}), "");
+  EXPECT_EQ(OmpNotice(config, {"OMP_NUM_THREADS=4"}), "");
+}
+
+TEST_F(EnvFixture, VirtualLocalRankNarrowsDevices) {
+  config.virtual_local_rank = true;
+  auto env = BuildWorkerEnv(config, {"CUDA_VISIBLE_DEVICES=4,5,6,7"}, rank, attempt);
+  EXPECT_EQ(Get(env, "LOCAL_RANK"), "0");
+  EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "6");
+  env = BuildWorkerEnv(config, {}, rank, attempt);
+  EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "2");
+}
+
+TEST_F(EnvFixture, PythonArgvForScriptsAndModules) {
+  config.args = {"--lr", "0.1"};
+  EXPECT_EQ(BuildWorkerArgv(config, "/usr/bin/python3", rank, attempt),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}));
+  config.module = true;
+  config.entrypoint = "pkg.train";
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
+            (std::vector<std::string>{"py", "-u", "-m", "pkg.train", "--lr", "0.1"}));
+}
+
+TEST_F(EnvFixture, ExecutablesRunDirectly) {
+  config.entrypoint = "./train";
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), std::vector<std::string>{"./train"});
+  config.entrypoint = "script.py";
+  config.no_python = true;
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), std::vector<std::string>{"script.py"});
+}
+
+TEST_F(EnvFixture, PlaceholdersAreReplacedPerWorker) {
+  config.entrypoint = "./bin";
+  config.args = {"--local_rank=${local_rank}", "--rank", "${rank}", "${world_size}", "${master_addr}:${master_port}",
+                 "${unknown}"};
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
+            (std::vector<std::string>{"./bin", "--local_rank=2", "--rank", "6", "8", "10.1.2.3:29511", "${unknown}"}));
+}
+
+}  // namespace
+}  // namespace ctrun
