@@ -1,0 +1,142 @@
+#include "logs/console_writer.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "sys/posix_util.h"
+
+namespace ctrun::logs {
+
+ConsoleWriter::ConsoleWriter(EventLoop* loop, int fd, size_t high_water)
+    : loop_(loop), fd_(fd), high_water_(high_water), loop_thread_(std::this_thread::get_id()) {
+  tty_ = ::isatty(fd) == 1;
+  struct stat st {};
+  if (loop_ != nullptr && ::fstat(fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    // A new open file description: O_NONBLOCK on it does not touch the shell's terminal.
+    std::string path = "/proc/self/fd/" + std::to_string(fd);
+    nb_fd_.reset(RetryOnEintr(
+        [&] { return ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY); }));
+  }
+}
+
+ConsoleWriter::~ConsoleWriter() {
+  if (armed_ && loop_ != nullptr) loop_->RemoveFd(nb_fd_.get());
+}
+
+void ConsoleWriter::WriteSomeLocked() {
+  if (broken_) {
+    buf_.clear();
+    head_ = 0;
+    return;
+  }
+  while (head_ < buf_.size()) {
+    ssize_t n = RetryOnEintr([&] { return ::write(out_fd(), buf_.data() + head_, buf_.size() - head_); });
+    if (n > 0) {
+      head_ += static_cast<size_t>(n);
+      if (nb_fd_.valid()) continue;  // non-blocking: go on until EAGAIN
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    broken_ = true;  // EPIPE, EIO, ENOSPC...: discard from now on rather than block workers
+    buf_.clear();
+    head_ = 0;
+    return;
+  }
+  if (head_ == buf_.size()) {
+    buf_.clear();
+    head_ = 0;
+  } else if (head_ > (1u << 20) && head_ * 2 > buf_.size()) {
+    buf_.erase(0, head_);
+    head_ = 0;
+  }
+}
+
+void ConsoleWriter::UpdateEpollLocked() {
+  if (loop_ == nullptr || !nb_fd_.valid()) return;
+  bool want = buffered() > 0;
+  if (want == armed_) return;
+  if (want) {
+    armed_ = loop_->AddFd(nb_fd_.get(), EPOLLOUT, [this](uint32_t) { OnWritable(); }).ok();
+  } else {
+    loop_->RemoveFd(nb_fd_.get());
+    armed_ = false;
+  }
+}
+
+void ConsoleWriter::Commit(std::unique_lock<std::mutex>& lock) {
+  (void)lock;
+  WriteSomeLocked();
+  if (over_high_water()) was_high_ = true;
+  UpdateEpollLocked();
+}
+
+void ConsoleWriter::OnWritable() {
+  std::function<void()> notify;
+  {
+    auto lock = Lock();
+    WriteSomeLocked();
+    UpdateEpollLocked();
+    if (was_high_ && buffered() <= high_water_ / 2) {
+      was_high_ = false;
+      notify = on_drained_;
+    }
+  }
+  if (notify) notify();
+}
+
+bool ConsoleWriter::Drain(TimePoint deadline) {
+  std::function<void()> notify;
+  bool empty;
+  {
+    auto lock = Lock();
+    for (;;) {
+      WriteSomeLocked();
+      if (buffered() == 0) break;
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{out_fd(), POLLOUT, 0};
+      RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left.count())); });
+    }
+    empty = buffered() == 0;
+    if (std::this_thread::get_id() == loop_thread_) UpdateEpollLocked();
+    if (was_high_ && buffered() <= high_water_ / 2) {
+      was_high_ = false;
+      notify = on_drained_;
+    }
+  }
+  if (notify && std::this_thread::get_id() == loop_thread_) notify();
+  return empty;
+}
+
+void ConsoleWriter::WriteDiagnostic(std::string_view line) {
+  auto lock = Lock();
+  if (broken_) return;
+  bool was_empty = buffered() == 0;
+  if (tty_ && line_dirty_) {
+    buf_ += "\r\x1b[K";  // erase a progress bar left by a '\r' unit
+    line_dirty_ = false;
+  }
+  buf_.append(line);
+  if (line.empty() || line.back() != '\n') buf_.push_back('\n');
+  if (!was_empty) return;  // queued behind worker lines; EPOLLOUT is armed already
+  WriteSomeLocked();
+  if (buffered() == 0) return;
+  if (std::this_thread::get_id() == loop_thread_) {
+    UpdateEpollLocked();
+    return;
+  }
+  // Another thread: wait (bounded) for the console rather than touch the loop.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (buffered() > 0 && !broken_ && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out_fd(), POLLOUT, 0};
+    RetryOnEintr([&] { return ::poll(&p, 1, 100); });
+    WriteSomeLocked();
+  }
+}
+
+}  // namespace ctrun::logs

@@ -1,0 +1,132 @@
+#include "logs/log_dir.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "base/unique_fd.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::logs {
+namespace fs = std::filesystem;
+
+namespace {
+
+StatusOr<std::string> MakeTempDir(const std::string& tmpl) {
+  std::string buf = tmpl;
+  if (::mkdtemp(buf.data()) == nullptr) return Status::Errno("mkdtemp " + tmpl, errno);
+  return buf;
+}
+
+Status MakeDirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return Status::Error("mkdir -p " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const std::string& run_id) {
+  if (base && *base == kDevNull) return LogDir(kDevNull);
+  std::string root;
+  if (base && !base->empty()) {
+    root = *base;
+    if (Status s = MakeDirs(root); !s.ok()) return s;
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpdir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+    auto made = MakeTempDir(tmpdir + "/torchelastic_XXXXXX");
+    if (!made.ok()) return made.status();
+    root = std::move(*made);
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(root, ec);
+  if (!ec) root = abs.lexically_normal().string();
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  std::string id = run_id.empty() ? "none" : run_id;
+  for (char& c : id) {
+    if (c == '/') c = '_';  // a run id is a name, never a path
+  }
+  auto run_dir = MakeTempDir(root + "/" + id + "_XXXXXX");
+  if (!run_dir.ok()) return run_dir.status();
+  return LogDir(std::move(*run_dir));
+}
+
+StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {
+  AttemptPaths p;
+  p.attempt = attempt;
+  if (!files_enabled()) {
+    p.dir = kDevNull;
+    p.ranks.assign(static_cast<size_t>(nproc), RankPaths{kDevNull, kDevNull, kDevNull, kDevNull});
+    return p;
+  }
+  p.dir = run_dir_ + "/attempt_" + std::to_string(attempt);
+  std::error_code ec;
+  fs::remove_all(p.dir, ec);
+  if (ec) return Status::Error("rm -rf " + p.dir + ": " + ec.message());
+  for (int r = 0; r < nproc; ++r) {
+    RankPaths rp;
+    rp.dir = p.dir + "/" + std::to_string(r);
+    if (Status s = MakeDirs(rp.dir); !s.ok()) return s;
+    rp.stdout_log = rp.dir + "/stdout.log";
+    rp.stderr_log = rp.dir + "/stderr.log";
+    rp.error_file = rp.dir + "/error.json";
+    p.ranks.push_back(std::move(rp));
+  }
+  if (nproc == 0 && !MakeDirs(p.dir).ok()) return Status::Error("mkdir " + p.dir);
+  return p;
+}
+
+std::string LastLines(std::string_view text, int max_lines) {
+  if (max_lines <= 0) return {};
+  size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;  // a final newline does not start a new line
+  size_t pos = end;
+  int lines = 0;
+  while (pos > 0) {
+    size_t nl = text.rfind('\n', pos - 1);
+    ++lines;
+    if (nl == std::string_view::npos) {
+      pos = 0;
+      break;
+    }
+    if (lines == max_lines) {
+      pos = nl + 1;
+      break;
+    }
+    pos = nl;
+  }
+  return std::string(text.substr(pos));
+}
+
+std::string ReadFileTail(const std::string& path, size_t max_bytes, int max_lines) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!fd) return {};
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return {};
+  off_t size = st.st_size;
+  off_t start = size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
+  std::string buf(static_cast<size_t>(size - start), '\0');
+  size_t got = 0;
+  while (got < buf.size()) {
+    ssize_t n = RetryOnEintr(
+        [&] { return ::pread(fd.get(), buf.data() + got, buf.size() - got, start + static_cast<off_t>(got)); });
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  buf.resize(got);
+  std::string_view view(buf);
+  if (start > 0) {  // drop the first, probably cut, line
+    size_t nl = view.find('\n');
+    if (nl != std::string_view::npos && nl + 1 < view.size()) view.remove_prefix(nl + 1);
+  }
+  return LastLines(view, max_lines);
+}
+
+}  // namespace ctrun::logs

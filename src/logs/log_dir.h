@@ -1,0 +1,61 @@
+// LogDir: torchrun's per-run log directory layout (DefaultLogsSpecs.reify):
+//
+//   <base>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+//
+// - <base> is --log_dir; when absent, a fresh mkdtemp "$TMPDIR/torchelastic_XXXXXX" (torchrun's
+//   default), so TORCHELASTIC_ERROR_FILE can always be set. Nothing is cleaned up at exit: the
+//   error files and logs are the post-mortem.
+// - <run_id>_<random> is made once per agent (mkdtemp), attempt_<n> is removed and recreated on
+//   each (re)start, and every per-rank directory exists even without redirects.
+// - base == "/dev/null" turns files off: every path (error.json included) is "/dev/null" and no
+//   directory is made, as in torchrun.
+// Not thread-safe; one LogDir per agent. Paths are absolute when the base is.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace ctrun::logs {
+
+inline constexpr const char* kDevNull = "/dev/null";
+
+struct RankPaths {
+  std::string dir;         // <attempt>/<local_rank>, or /dev/null
+  std::string stdout_log;  // <dir>/stdout.log
+  std::string stderr_log;  // <dir>/stderr.log
+  std::string error_file;  // <dir>/error.json: the value of TORCHELASTIC_ERROR_FILE
+};
+
+struct AttemptPaths {
+  int attempt = 0;
+  std::string dir;  // <run_dir>/attempt_<n>, or /dev/null
+  std::vector<RankPaths> ranks;  // index = local rank
+  bool files_enabled() const { return dir != kDevNull; }
+};
+
+class LogDir {
+ public:
+  // Creates <base> if missing (mkdir -p) and the <run_id>_XXXXXX run directory inside it.
+  static StatusOr<LogDir> Create(const std::optional<std::string>& base, const std::string& run_id);
+
+  // rm -rf attempt_<attempt>, then makes it and its nproc per-rank directories.
+  StatusOr<AttemptPaths> PrepareAttempt(int attempt, int nproc) const;
+
+  const std::string& run_dir() const { return run_dir_; }
+  bool files_enabled() const { return run_dir_ != kDevNull; }
+
+ private:
+  explicit LogDir(std::string run_dir) : run_dir_(std::move(run_dir)) {}
+  std::string run_dir_;
+};
+
+// The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the
+// failure summary of a worker whose stderr went straight to a file.
+std::string ReadFileTail(const std::string& path, size_t max_bytes = 8192, int max_lines = 20);
+// The last max_lines lines of text (a trailing partial line counts as a line).
+std::string LastLines(std::string_view text, int max_lines);
+
+}  // namespace ctrun::logs

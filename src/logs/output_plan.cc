@@ -1,0 +1,125 @@
+#include "logs/output_plan.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+
+#include "logs/std_spec.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::logs {
+namespace {
+
+struct Parsed {
+  StdSpec redirects;  // tee already OR-ed in
+  StdSpec tee;
+  RankFilter local_filter;
+  RankFilter rank_filter;
+  PrefixFormat prefix = PrefixFormat::Default();
+};
+
+StatusOr<Parsed> ParseFlags(const LaunchConfig& c, const char* env_template) {
+  Parsed p;
+  auto r = StdSpec::Parse(c.redirects, "--redirects");
+  if (!r.ok()) return r.status();
+  auto t = StdSpec::Parse(c.tee, "--tee");
+  if (!t.ok()) return t.status();
+  auto lf = RankFilter::Parse(c.local_ranks_filter, "--local-ranks-filter");
+  if (!lf.ok()) return lf.status();
+  auto rf = RankFilter::Parse(c.ranks_filter, "--ranks-filter");
+  if (!rf.ok()) return rf.status();
+  auto pf = PrefixFormat::Choose(c.log_prefix, env_template, t->AnySet());
+  if (!pf.ok()) return Status::Error("--log-prefix / TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: " + pf.message());
+  p.tee = *t;
+  p.redirects = r->Or(*t);
+  p.local_filter = *lf;
+  p.rank_filter = *rf;
+  p.prefix = *pf;
+  return p;
+}
+
+}  // namespace
+
+Status ValidateLogFlags(const LaunchConfig& config, const char* env_template) {
+  return ParseFlags(config, env_template).status();
+}
+
+StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const PlanInputs& in) {
+  auto parsed = ParseFlags(c, in.env_template);
+  if (!parsed.ok()) return parsed.status();
+  const Parsed& p = *parsed;
+  if (in.paths == nullptr || static_cast<int>(in.paths->ranks.size()) < in.nproc) {
+    return Status::Error("PlanOutput: attempt paths missing for " + std::to_string(in.nproc) + " ranks");
+  }
+  if (!in.global_ranks.empty() && static_cast<int>(in.global_ranks.size()) != in.nproc) {
+    return Status::Error("PlanOutput: global_ranks has the wrong size");
+  }
+  const bool files = in.paths->files_enabled();
+  const bool inherit_ok = c.log_prefix == "inherit" || (in.nproc == 1 && c.log_prefix.empty());
+
+  std::vector<WorkerOutputPlan> plans;
+  for (int lr = 0; lr < in.nproc; ++lr) {
+    WorkerOutputPlan w;
+    w.local_rank = lr;
+    w.global_rank = in.global_ranks.empty() ? in.node_rank * in.nproc + lr : in.global_ranks[static_cast<size_t>(lr)];
+    const RankPaths& rp = in.paths->ranks[static_cast<size_t>(lr)];
+    w.error_file = rp.error_file;
+    RankLabel label{c.role, w.global_rank, lr, in.world_size, in.node_rank, in.host, in.multi_node};
+    w.prefix = p.prefix.Render(label);
+    const bool shown = p.local_filter.Allows(lr) && p.rank_filter.Allows(w.global_rank);
+
+    for (int k = 0; k < 2; ++k) {
+      const bool is_out = k == 0;
+      StreamPlan& sp = is_out ? w.out : w.err;
+      const std::string& path = is_out ? rp.stdout_log : rp.stderr_log;
+      Std red = p.redirects.ForRank(lr);
+      Std tee = p.tee.ForRank(lr);
+      const bool redirected = is_out ? HasStdout(red) : HasStderr(red);
+      const bool teed = is_out ? HasStdout(tee) : HasStderr(tee);
+      if (teed && shown) {
+        sp.target = StdioTarget::Pipe();
+        sp.console = true;
+        if (files) sp.tee_file = sp.log_file = path;
+      } else if (redirected) {
+        if (files) {
+          sp.target = StdioTarget::File(path);
+          sp.log_file = path;
+        } else {
+          sp.target = StdioTarget::DevNull();
+        }
+      } else if (!shown) {
+        sp.target = StdioTarget::DevNull();
+      } else if (inherit_ok) {
+        sp.target = StdioTarget::Inherit();
+      } else {
+        sp.target = StdioTarget::Pipe();
+        sp.console = true;
+      }
+      if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
+    }
+    plans.push_back(std::move(w));
+  }
+  return plans;
+}
+
+StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
+  if (!fd) return Status::Errno("open " + path, errno);
+  return fd;
+}
+
+StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream) {
+  const StreamPlan& sp = stream == Stream::kStdout ? plan.out : plan.err;
+  Sinks s;
+  s.console = sp.console;
+  s.prefix = plan.prefix;
+  s.color_key = plan.global_rank;
+  if (!sp.tee_file.empty()) {
+    auto fd = OpenLogFile(sp.tee_file);
+    if (!fd.ok()) return fd.status();
+    s.file = std::move(*fd);
+  }
+  return s;
+}
+
+}  // namespace ctrun::logs

@@ -1,0 +1,291 @@
+#include "logs/output_relay.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "logs/log_dir.h"
+#include "logs/logging.h"
+#include "logs/prefix.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::logs {
+
+struct OutputRelay::StreamState {
+  int local_rank;
+  Stream stream;
+  UniqueFd fd;
+  UniqueFd file;
+  ConsoleWriter* writer = nullptr;  // null: no console sink
+  std::string prefix;               // coloured when the console is
+  LineSplitter splitter;
+  bool registered = false;          // in the EventLoop (false while paused)
+  StreamState(size_t max_line) : splitter(max_line) {}
+};
+
+namespace {
+
+bool SameFile(int a, int b) {
+  if (a == b) return true;
+  struct stat sa {}, sb {};
+  if (::fstat(a, &sa) != 0 || ::fstat(b, &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && sa.st_rdev == sb.st_rdev;
+}
+
+bool ColorWanted(ConsoleOptions::Color c, bool tty) {
+  if (c == ConsoleOptions::Color::kAlways) return true;
+  if (c == ConsoleOptions::Color::kNever || !tty) return false;
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  if (no_color != nullptr && *no_color != '\0') return false;
+  return term == nullptr || std::strcmp(term, "dumb") != 0;
+}
+
+// Appends one unit as a console line. `dirty`: a TTY progress bar is showing (cursor at col 0).
+inline void Render(std::string& b, bool& dirty, bool tty, const std::string& prefix, const LineUnit& u) {
+  if (u.end == LineEnd::kReturn && u.text.empty()) return;
+  if (dirty) {
+    b += "\x1b[K";
+    dirty = false;
+  }
+  b += prefix;
+  b += u.text;
+  switch (u.end) {
+    case LineEnd::kNewline:
+    case LineEnd::kEof:
+      b.push_back('\n');
+      break;
+    case LineEnd::kCut:
+      b += "\\\n";
+      break;
+    case LineEnd::kReturn:
+      if (tty) {
+        b.push_back('\r');
+        dirty = true;
+      } else {
+        b.push_back('\n');
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+OutputRelay::OutputRelay(EventLoop& loop, ConsoleOptions options)
+    : loop_(loop), opt_(options), scratch_(options.read_size < 4096 ? 4096 : options.read_size) {
+  out_ = std::make_unique<ConsoleWriter>(&loop_, opt_.stdout_fd, opt_.high_water);
+  if (!SameFile(opt_.stdout_fd, opt_.stderr_fd)) {
+    err_ = std::make_unique<ConsoleWriter>(&loop_, opt_.stderr_fd, opt_.high_water);
+  }
+  color_ = ColorWanted(opt_.color, out_->is_tty());
+  out_->SetOnDrained([this] { ResumeFor(out_.get()); });
+  if (err_) err_->SetOnDrained([this] { ResumeFor(err_.get()); });
+  if (opt_.route_diagnostics) RouteDiagnostics(&stderr_console());
+}
+
+OutputRelay::~OutputRelay() {
+  if (opt_.route_diagnostics) UnrouteDiagnostics(&stderr_console());
+  for (auto& [key, s] : streams_) {
+    if (s->registered) loop_.RemoveFd(s->fd.get());
+  }
+}
+
+OutputRelay::StreamState* OutputRelay::Find(int local_rank, Stream stream) {
+  auto it = streams_.find({local_rank, static_cast<int>(stream)});
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, Sinks sinks) {
+  if (!read_end) return Status::Error("AddStream: invalid fd");
+  if (StreamState* old = Find(local_rank, stream)) {
+    if (old->registered) loop_.RemoveFd(old->fd.get());
+    old->registered = false;
+    Close(*old, /*notify=*/false);
+  }
+  if (!SetNonBlocking(read_end.get(), true)) return Status::Errno("fcntl O_NONBLOCK", errno);
+  if (opt_.pipe_size > 0) (void)::fcntl(read_end.get(), F_SETPIPE_SZ, static_cast<int>(opt_.pipe_size));
+  auto s = std::make_unique<StreamState>(opt_.max_line);
+  s->local_rank = local_rank;
+  s->stream = stream;
+  s->fd = std::move(read_end);
+  s->file = std::move(sinks.file);
+  if (sinks.console) {
+    s->writer = stream == Stream::kStdout ? out_.get() : &stderr_console();
+    s->prefix = color_ && s->writer->is_tty() ? ColorizePrefix(sinks.prefix, sinks.color_key) : sinks.prefix;
+  }
+  if (stream == Stream::kStderr) tails_[local_rank].clear();
+  StreamState* raw = s.get();
+  streams_[{local_rank, static_cast<int>(stream)}] = std::move(s);
+  if (raw->writer == nullptr || !raw->writer->over_high_water()) {
+    Status st = loop_.AddFd(raw->fd.get(), EPOLLIN, [this, raw](uint32_t) { OnReadable(*raw); });
+    if (!st.ok()) {
+      streams_.erase({local_rank, static_cast<int>(stream)});
+      return st;
+    }
+    raw->registered = true;
+  }
+  return Status::Ok();
+}
+
+void OutputRelay::Process(StreamState& s, std::string_view data) {
+  if (s.file && !WriteAll(s.file.get(), data.data(), data.size())) {
+    int err = errno;
+    LogWarning("log file of local rank " + std::to_string(s.local_rank) + ": write: " + std::strerror(err) +
+               "; no more output goes to it");
+    s.file.reset();
+  }
+  if (s.stream == Stream::kStderr) {
+    std::string& tail = tails_[s.local_rank];
+    size_t cap = opt_.stderr_tail_bytes;
+    std::string_view last = data.size() > cap ? data.substr(data.size() - cap) : data;
+    tail.append(last);
+    if (tail.size() > 2 * cap) tail.erase(0, tail.size() - cap);
+  }
+  if (s.writer == nullptr) return;
+  ConsoleWriter& w = *s.writer;
+  auto lock = w.Lock();
+  std::string& b = w.buffer();
+  bool& dirty = w.line_dirty();
+  const bool tty = w.is_tty();
+  if (!tty) {
+    s.splitter.Feed(data, [&](const LineUnit& u) { Render(b, dirty, false, s.prefix, u); });
+  } else {
+    // Coalesce: a '\r' update followed by any later unit of the same read is never visible.
+    std::string held;
+    bool has_held = false;
+    s.splitter.Feed(data, [&](const LineUnit& u) {
+      has_held = false;
+      if (u.end == LineEnd::kReturn) {
+        held.assign(u.text);
+        has_held = !held.empty();
+        return;
+      }
+      Render(b, dirty, true, s.prefix, u);
+    });
+    if (has_held) Render(b, dirty, true, s.prefix, LineUnit{held, LineEnd::kReturn, false});
+  }
+  w.Commit(lock);
+}
+
+bool OutputRelay::ReadOnce(StreamState& s) {
+  ssize_t n = RetryOnEintr([&] { return ::read(s.fd.get(), scratch_.data(), scratch_.size()); });
+  if (n > 0) {
+    Process(s, std::string_view(scratch_.data(), static_cast<size_t>(n)));
+    if (s.writer != nullptr && s.writer->over_high_water()) PauseFor(s.writer);
+    return true;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+  Close(s, /*notify=*/true);  // EOF, or an error that ends the stream all the same
+  return false;
+}
+
+void OutputRelay::OnReadable(StreamState& s) { ReadOnce(s); }
+
+void OutputRelay::Close(StreamState& s, bool notify) {
+  if (s.writer != nullptr) {
+    ConsoleWriter& w = *s.writer;
+    auto lock = w.Lock();
+    std::string& b = w.buffer();
+    bool& dirty = w.line_dirty();
+    bool tty = w.is_tty();
+    s.splitter.Finish([&](const LineUnit& u) { Render(b, dirty, tty, s.prefix, u); });
+    w.Commit(lock);
+  }
+  if (s.registered) loop_.RemoveFd(s.fd.get());
+  int rank = s.local_rank;
+  streams_.erase({rank, static_cast<int>(s.stream)});  // destroys s
+  if (notify && on_drained_ && WorkerDrained(rank)) on_drained_(rank);
+}
+
+void OutputRelay::PauseFor(ConsoleWriter* w) {
+  for (auto& [key, s] : streams_) {
+    if (s->writer == w && s->registered) {
+      loop_.RemoveFd(s->fd.get());
+      s->registered = false;
+    }
+  }
+}
+
+void OutputRelay::ResumeFor(ConsoleWriter* w) {
+  for (auto& [key, s] : streams_) {
+    if (s->writer == w && !s->registered) {
+      StreamState* raw = s.get();
+      s->registered = loop_.AddFd(s->fd.get(), EPOLLIN, [this, raw](uint32_t) { OnReadable(*raw); }).ok();
+    }
+  }
+}
+
+bool OutputRelay::WorkerDrained(int local_rank) const {
+  auto it = streams_.lower_bound({local_rank, 0});
+  return it == streams_.end() || it->first.first != local_rank;
+}
+
+void OutputRelay::DropWorker(int local_rank) {
+  for (int k = 0; k < 2; ++k) {
+    StreamState* s = Find(local_rank, static_cast<Stream>(k));
+    if (s == nullptr) continue;
+    // What is in the pipe now is all that will be read; bounded so a busy writer cannot hold us.
+    bool open = true;
+    for (int i = 0; i < 64 && open; ++i) {
+      ssize_t n = RetryOnEintr([&] { return ::read(s->fd.get(), scratch_.data(), scratch_.size()); });
+      if (n <= 0) break;
+      Process(*s, std::string_view(scratch_.data(), static_cast<size_t>(n)));
+    }
+    Close(*s, /*notify=*/false);
+  }
+}
+
+void OutputRelay::FlushAll(TimePoint deadline) {
+  auto now = [] { return TimePoint(std::chrono::steady_clock::now()); };
+  std::vector<pollfd> fds;
+  std::vector<std::pair<int, int>> keys;
+  while (!streams_.empty()) {
+    for (ConsoleWriter* w : {out_.get(), err_.get()}) {
+      if (w != nullptr && w->over_high_water()) w->Drain(deadline);
+    }
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now()).count();
+    if (left <= 0) break;
+    fds.clear();
+    keys.clear();
+    for (auto& [key, s] : streams_) {
+      fds.push_back(pollfd{s->fd.get(), POLLIN, 0});
+      keys.push_back(key);
+    }
+    int n = RetryOnEintr([&] { return ::poll(fds.data(), fds.size(), static_cast<int>(left)); });
+    if (n < 0) break;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = streams_.find(keys[i]);
+      if (it != streams_.end()) ReadOnce(*it->second);
+    }
+  }
+  while (!streams_.empty()) DropWorker(streams_.begin()->first.first);
+  out_->Drain(deadline);
+  if (err_) err_->Drain(deadline);
+}
+
+bool OutputRelay::Idle() const {
+  return streams_.empty() && out_->buffered() == 0 && (!err_ || err_->buffered() == 0);
+}
+
+std::string OutputRelay::StderrTail(int local_rank, const std::string& fallback_file) const {
+  auto it = tails_.find(local_rank);
+  if (it == tails_.end() || it->second.empty()) {
+    return fallback_file.empty() ? std::string() : ReadFileTail(fallback_file, opt_.stderr_tail_bytes,
+                                                                 opt_.stderr_tail_lines);
+  }
+  std::string_view t = it->second;
+  if (t.size() > opt_.stderr_tail_bytes) {
+    t = t.substr(t.size() - opt_.stderr_tail_bytes);
+    size_t nl = t.find('\n');
+    if (nl != std::string_view::npos && nl + 1 < t.size()) t.remove_prefix(nl + 1);
+  }
+  return LastLines(t, opt_.stderr_tail_lines);
+}
+
+}  // namespace ctrun::logs

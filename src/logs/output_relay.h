@@ -1,0 +1,116 @@
+// OutputRelay: copies workers' piped stdout/stderr to ctrun's console (prefixed, whole lines)
+// and/or to per-rank log files (raw bytes), on the agent's EventLoop. No threads, no tailing.
+//
+// Contract:
+//  - Each stream is read non-blocking, at most read_size bytes per readiness event (fair across
+//    ranks), cut into units by a LineSplitter, and every console unit is written as one whole
+//    prefixed line through a ConsoleWriter: lines of different ranks are never split or merged.
+//    Per-stream order is kept; order across ranks is arrival order.
+//  - A partial last line is emitted at EOF (worker exit, crash, SIGKILL): nothing is lost.
+//  - '\r' progress updates are their own units. On a TTY: an update is drawn as
+//    "prefix text\r", the next line from anyone first erases it ("\x1b[K"), and a burst of
+//    updates from one read is coalesced to the last one; empty updates are dropped. Elsewhere a
+//    bare '\r' becomes '\n' (each update one prefixed line; line tools see one rank per line).
+//  - Lines over max_line are cut (a trailing '\\' marks the cut); memory per stream is bounded.
+//  - Back-pressure: when a console buffer is over its high water mark, the streams feeding it are
+//    removed from the loop (their workers block in write(2)) until it drains. Memory stays under
+//    high_water + read_size * (1 + prefix/line) per console.
+//  - The file sink receives exactly the bytes the worker wrote (like torchrun's files).
+//  - The last stderr_tail_bytes of every relayed stderr stream are kept for the failure
+//    summary (StderrTail), and survive the stream's EOF until the rank's next AddStream.
+//  - Not thread-safe (loop thread only); callbacks run on the loop thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "logs/console_writer.h"
+#include "logs/line_splitter.h"
+#include "sys/event_loop.h"
+
+namespace ctrun::logs {
+
+enum class Stream { kStdout = 0, kStderr = 1 };
+
+struct ConsoleOptions {
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+  enum class Color { kAuto, kAlways, kNever };
+  Color color = Color::kAuto;  // kAuto: on a TTY, unless NO_COLOR is set or TERM=dumb
+  size_t high_water = 1 << 20;      // per console buffer
+  size_t read_size = 256 << 10;     // max bytes per read(2)
+  size_t max_line = 64 << 10;       // longer lines are cut
+  size_t pipe_size = 256 << 10;     // F_SETPIPE_SZ on each read end (0: leave as is)
+  size_t stderr_tail_bytes = 8192;
+  int stderr_tail_lines = 20;
+  bool route_diagnostics = false;   // send ctrun's spdlog output through the stderr writer
+};
+
+struct Sinks {
+  bool console = false;
+  std::string prefix;  // plain text (PrefixFormat::Render); coloured here when the console is
+  int color_key = 0;   // the global rank: picks the colour
+  UniqueFd file;       // raw copy (tee); opened by the agent (O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC)
+};
+
+class OutputRelay {
+ public:
+  OutputRelay(EventLoop& loop, ConsoleOptions options = {});
+  ~OutputRelay();  // unregisters everything; does not drain (call FlushAll first)
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+
+  // Takes the read end of a worker's pipe. A still-open stream of the same rank and kind is
+  // dropped first (DropWorker semantics). Adding stderr resets that rank's StderrTail.
+  Status AddStream(int local_rank, Stream stream, UniqueFd read_end, Sinks sinks);
+
+  // Called once per rank when the last of its added streams reaches EOF.
+  void SetOnWorkerDrained(std::function<void(int local_rank)> fn) { on_drained_ = std::move(fn); }
+  bool WorkerDrained(int local_rank) const;  // true when the rank has no open stream
+
+  // Reads what is available now from the rank's streams, flushes partial lines and closes them
+  // (for pipes held open by orphaned grandchildren). Does not call the drained callback.
+  void DropWorker(int local_rank);
+  // Shutdown: reads all streams to EOF, then drains the consoles, until the deadline at most;
+  // streams still open at the deadline are dropped. Runs its own poll(), not the EventLoop.
+  void FlushAll(TimePoint deadline);
+  // No open stream and nothing buffered for the console.
+  bool Idle() const;
+
+  // Last lines of the rank's relayed stderr; if none was relayed and fallback_file is given
+  // (stderr went straight to a file), the file's tail.
+  std::string StderrTail(int local_rank, const std::string& fallback_file = "") const;
+
+  ConsoleWriter& stdout_console() { return *out_; }
+  ConsoleWriter& stderr_console() { return err_ ? *err_ : *out_; }
+  bool console_is_tty() const { return out_->is_tty(); }
+
+ private:
+  struct StreamState;
+  void OnReadable(StreamState& s);
+  void Process(StreamState& s, std::string_view data);
+  void Close(StreamState& s, bool notify);
+  void PauseFor(ConsoleWriter* w);
+  void ResumeFor(ConsoleWriter* w);
+  bool ReadOnce(StreamState& s);  // false at EOF/error (stream closed)
+  StreamState* Find(int local_rank, Stream stream);
+
+  EventLoop& loop_;
+  ConsoleOptions opt_;
+  std::unique_ptr<ConsoleWriter> out_;
+  std::unique_ptr<ConsoleWriter> err_;  // null when fd 2 is the same file as fd 1
+  bool color_ = false;
+  std::map<std::pair<int, int>, std::unique_ptr<StreamState>> streams_;  // (rank, stream), open
+  std::map<int, std::string> tails_;  // local rank -> last stderr bytes
+  std::vector<char> scratch_;
+  std::function<void(int)> on_drained_;
+};
+
+}  // namespace ctrun::logs
