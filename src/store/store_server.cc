@@ -1,0 +1,560 @@
+#include "store/store_server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "sys/posix_util.h"
+
+namespace ctrun::store {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr int kMaxReadsPerEvent = 16;  // 1 MiB per wake-up, then let other connections run
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+
+std::string PeerName(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// std::stoll semantics (what torch's ADD handler uses): leading blanks and a sign are accepted,
+// trailing bytes ignored; no digits or out of range is an error.
+bool ParseCounter(const std::string& s, int64_t* v) {
+  errno = 0;
+  char* end = nullptr;
+  long long r = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || errno == ERANGE) return false;
+  *v = r;
+  return true;
+}
+
+bool TokenEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+struct StoreServer::Conn {
+  ConnId id = 0;
+  UniqueFd fd;
+  std::string peer;
+  RequestParser parser;
+  bool authed = false;
+  std::string in;           // unparsed input; bounded by one request plus one read burst
+  std::string out;          // pending output from out_off on
+  size_t out_off = 0;
+  bool dirty = false;       // listed in dirty_
+  bool paused = false;      // not read while out is over max_pending_output
+  uint32_t interest = EPOLLIN;
+  bool parked = false;      // in WAIT
+  std::vector<std::string> awaited;  // keys still missing while parked
+
+  size_t pending() const { return out.size() - out_off; }
+};
+
+StoreServer::StoreServer(EventLoop& loop, const ServerOptions& opts) : loop_(loop), opts_(opts) {
+  limits_.max_key_bytes = opts.max_key_bytes;
+  limits_.max_value_bytes = opts.max_value_bytes;
+  limits_.max_request_bytes = opts.max_value_bytes + opts.max_key_bytes + (16u << 20);
+}
+
+StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(EventLoop& loop,
+                                                           const ServerOptions& opts) {
+  std::unique_ptr<StoreServer> s(new StoreServer(loop, opts));
+  if (Status st = s->Listen(); !st.ok()) return st;
+  return s;
+}
+
+StoreServer::~StoreServer() {
+  if (accept_retry_timer_) loop_.CancelTimer(accept_retry_timer_);
+  for (auto& [id, c] : conns_) loop_.RemoveFd(c->fd.get());
+  if (listen_fd_) loop_.RemoveFd(listen_fd_.get());
+}
+
+Status StoreServer::Listen() {
+  std::string host = opts_.bind_host.empty() ? "0.0.0.0" : opts_.bind_host;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(opts_.port);
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return Status::Error("store: cannot resolve bind address '" + host + "': " + gai_strerror(rc));
+  }
+  Status last = Status::Error("store: no address to bind for '" + host + "'");
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      last = Status::Errno("store: socket", errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6) {
+      int zero = 0;  // "::" serves IPv4 too
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    }
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      last = Status::Errno("store: bind " + host + ":" + port, errno);
+      continue;
+    }
+    if (::listen(fd.get(), opts_.backlog) != 0) {
+      last = Status::Errno("store: listen", errno);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+    port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    listen_fd_ = std::move(fd);
+    last = Status::Ok();
+    break;
+  }
+  ::freeaddrinfo(res);
+  if (!last.ok()) return last;
+  return loop_.AddFd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { OnAccept(); });
+}
+
+void StoreServer::OnAccept() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int raw = ::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                        SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (raw < 0) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      // Out of fds or memory: the listener stays readable, so stop watching it for a moment
+      // instead of spinning, and let existing connections finish.
+      spdlog::warn("store: accept failed: {}; pausing accepts for {} ms", std::strerror(err),
+                   kAcceptRetry.count());
+      loop_.ModifyFd(listen_fd_.get(), 0);
+      accept_retry_timer_ = loop_.AddTimerAfter(kAcceptRetry, [this] {
+        accept_retry_timer_ = 0;
+        loop_.ModifyFd(listen_fd_.get(), EPOLLIN);
+      });
+      break;
+    }
+    UniqueFd fd(raw);
+    std::string peer = PeerName(ss);
+    if (conns_.size() >= opts_.max_connections) {
+      spdlog::warn("store: refused connection from {}: limit of {} connections reached", peer,
+                   opts_.max_connections);
+      continue;  // fd closes here
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->id = next_id_++;
+    c->peer = std::move(peer);
+    c->parser = RequestParser(limits_);
+    c->authed = opts_.token.empty();
+    ConnId id = c->id;
+    if (Status st = loop_.AddFd(fd.get(), EPOLLIN, [this, id](uint32_t ev) { OnConnEvent(id, ev); });
+        !st.ok()) {
+      spdlog::warn("store: cannot watch connection from {}: {}", c->peer, st.message());
+      continue;
+    }
+    c->fd = std::move(fd);
+    conns_.emplace(id, std::move(c));
+  }
+  UpdateCounts();
+}
+
+void StoreServer::OnConnEvent(ConnId id, uint32_t events) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  // A paused connection is not read, so a hang-up would otherwise be reported forever.
+  if ((events & EPOLLERR) || ((events & EPOLLHUP) && c.paused)) {
+    Close(id, nullptr);
+  } else {
+    bool alive = true;
+    if (events & EPOLLOUT) {
+      if (!Flush(c)) {
+        Close(id, nullptr);
+        alive = false;
+      } else if (c.paused && c.pending() <= opts_.max_pending_output) {
+        c.paused = false;
+        if (!ProcessInput(c)) {
+          Flush(c);
+          Close(id, nullptr);
+          alive = false;
+        }
+      }
+    }
+    if (alive && (events & (EPOLLIN | EPOLLHUP)) && !c.paused) ReadFrom(c);
+  }
+  FlushDirty();
+  if (auto again = conns_.find(id); again != conns_.end()) UpdateInterest(*again->second);
+  UpdateCounts();
+}
+
+void StoreServer::ReadFrom(Conn& c) {
+  char buf[kReadChunk];
+  bool eof = false;
+  for (int i = 0; i < kMaxReadsPerEvent; ++i) {
+    ssize_t n = RetryOnEintr([&] { return ::recv(c.fd.get(), buf, sizeof buf, 0); });
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < sizeof buf) break;
+      continue;
+    }
+    if (n == 0) eof = true;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK) eof = true;  // reset: same as a close
+    break;
+  }
+  ConnId id = c.id;
+  // Requests that arrived before an EOF still run (a client may SET and close at once).
+  if (!ProcessInput(c)) {
+    Flush(c);
+    Close(id, nullptr);
+    return;
+  }
+  if (eof) {
+    Flush(c);
+    Close(id, nullptr);
+  }
+}
+
+bool StoreServer::ProcessInput(Conn& c) {
+  size_t off = 0;
+  bool ok = true;
+  while (!c.paused && c.in.size() - off >= c.parser.min_bytes()) {
+    Request req;
+    size_t used = 0;
+    auto r = c.parser.Parse(std::string_view(c.in).substr(off), &req, &used);
+    if (r == RequestParser::Result::kNeedMore) break;
+    if (r == RequestParser::Result::kError) {
+      spdlog::warn("store: closing connection from {}: {}", c.peer, c.parser.error());
+      ok = false;
+      break;
+    }
+    off += used;
+    if (!Execute(c, req)) {
+      ok = false;
+      break;
+    }
+    if (c.pending() > opts_.max_pending_output) {
+      // The peer is not reading its replies: write what fits, then stop reading it.
+      if (!Flush(c)) {
+        ok = false;
+        break;
+      }
+      if (c.pending() > opts_.max_pending_output) c.paused = true;
+    }
+  }
+  if (!ok) {
+    c.in.clear();
+    return false;
+  }
+  c.in.erase(0, off);
+  return true;
+}
+
+bool StoreServer::Execute(Conn& c, Request& req) {
+  std::string reply;
+  if (!c.authed && req.op != Op::kAuth) {
+    spdlog::warn("store: refused connection from {}: no AUTH token presented", c.peer);
+    return false;
+  }
+  switch (req.op) {
+    case Op::kAuth:
+      if (!opts_.token.empty() && !TokenEquals(req.values[0], opts_.token)) {
+        spdlog::warn("store: refused connection from {}: wrong AUTH token", c.peer);
+        return false;
+      }
+      c.authed = true;
+      AppendU8(&reply, kAuthOk);
+      break;
+    case Op::kValidate:
+      break;  // the parser already checked the magic
+    case Op::kSet:
+      DoSet(req.keys[0], std::move(req.values[0]));
+      break;
+    case Op::kCompareSet: {
+      const std::string& key = req.keys[0];
+      std::string& expected = req.values[0];
+      std::string& desired = req.values[1];
+      auto it = kv_.find(key);
+      if (it == kv_.end()) {
+        if (expected.empty()) {
+          AppendBytes(&reply, desired);
+          DoSet(key, std::move(desired));
+        } else {
+          AppendBytes(&reply, expected);  // torch "lies" here; clients rely on it
+        }
+      } else {
+        if (it->second == expected) it->second = std::move(desired);
+        AppendBytes(&reply, it->second);
+      }
+      break;
+    }
+    case Op::kGet: {
+      auto it = kv_.find(req.keys[0]);
+      if (it == kv_.end()) {
+        spdlog::debug("store: GET of missing key '{}' from {}: closing, as torch does",
+                      req.keys[0], c.peer);
+        return false;
+      }
+      AppendU64(&reply, it->second.size());
+      Send(c, reply);
+      Send(c, it->second);  // no copy of the value into `reply`
+      return true;
+    }
+    case Op::kAdd: {
+      int64_t value = req.delta;
+      if (auto it = kv_.find(req.keys[0]); it != kv_.end()) {
+        int64_t old = 0;
+        if (!ParseCounter(it->second, &old)) {
+          spdlog::warn("store: ADD on non-numeric key '{}' from {}: closing, as torch does",
+                       req.keys[0], c.peer);
+          return false;
+        }
+        value = static_cast<int64_t>(static_cast<uint64_t>(old) + static_cast<uint64_t>(value));
+      }
+      AppendI64(&reply, value);
+      DoSet(req.keys[0], std::to_string(value));
+      break;
+    }
+    case Op::kCheck: {
+      bool all = std::all_of(req.keys.begin(), req.keys.end(),
+                             [&](const std::string& k) { return Exists(k); });
+      AppendU8(&reply, all ? kCheckReady : kCheckNotReady);
+      break;
+    }
+    case Op::kWait:
+      if (std::all_of(req.keys.begin(), req.keys.end(),
+                      [&](const std::string& k) { return Exists(k); })) {
+        AppendU8(&reply, kStopWaiting);
+      } else {
+        Park(c, req.keys);
+      }
+      break;
+    case Op::kNumKeys:
+      AppendI64(&reply, static_cast<int64_t>(kv_.size()));
+      break;
+    case Op::kWatchKey:
+      AppendU8(&reply, kKeyCallbackRegistered);
+      break;
+    case Op::kDeleteKey:
+      AppendI64(&reply, static_cast<int64_t>(kv_.erase(req.keys[0])));
+      break;
+    case Op::kAppend: {
+      auto it = kv_.find(req.keys[0]);
+      if (it == kv_.end()) {
+        DoSet(req.keys[0], std::move(req.values[0]));
+      } else {
+        it->second += req.values[0];
+        WakeWaiters(req.keys[0], false);
+      }
+      break;
+    }
+    case Op::kMultiGet:
+      for (const auto& k : req.keys) {
+        if (!kv_.count(k)) {
+          spdlog::debug("store: MULTI_GET of missing key '{}' from {}: closing", k, c.peer);
+          return false;
+        }
+      }
+      for (const auto& k : req.keys) AppendBytes(&reply, kv_[k]);
+      break;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < req.keys.size(); ++i) DoSet(req.keys[i], std::move(req.values[i]));
+      break;
+    case Op::kCancelWait:
+      Unpark(c);
+      AppendU8(&reply, kWaitCanceled);
+      break;
+    case Op::kPing:
+      AppendU32(&reply, req.u32);
+      break;
+    case Op::kQueuePush:
+      queues_[req.keys[0]].push_back(std::move(req.values[0]));
+      WakeWaiters(req.keys[0], true);
+      break;
+    case Op::kQueuePop: {
+      auto it = queues_.find(req.keys[0]);
+      size_t n = it == queues_.end() ? 0 : it->second.size();
+      AppendI64(&reply, static_cast<int64_t>(n));
+      if (n > 0) {
+        AppendBytes(&reply, it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) queues_.erase(it);
+      }
+      break;
+    }
+    case Op::kQueueLen: {
+      auto it = queues_.find(req.keys[0]);
+      AppendI64(&reply, static_cast<int64_t>(it == queues_.end() ? 0 : it->second.size()));
+      break;
+    }
+  }
+  if (!reply.empty()) Send(c, reply);
+  return true;
+}
+
+void StoreServer::Send(Conn& c, std::string_view bytes) {
+  c.out.append(bytes);
+  if (!c.dirty) {
+    c.dirty = true;
+    dirty_.push_back(c.id);
+  }
+}
+
+void StoreServer::FlushDirty() {
+  while (!dirty_.empty()) {
+    std::vector<ConnId> ids;
+    ids.swap(dirty_);
+    for (ConnId id : ids) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      Conn& c = *it->second;
+      c.dirty = false;
+      if (!Flush(c)) {
+        Close(id, nullptr);
+        continue;
+      }
+      UpdateInterest(c);
+    }
+  }
+}
+
+bool StoreServer::Flush(Conn& c) {
+  while (c.pending() > 0) {
+    ssize_t n = RetryOnEintr([&] {
+      return ::send(c.fd.get(), c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
+    });
+    if (n > 0) {
+      c.out_off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    return false;
+  }
+  if (c.pending() == 0) {
+    c.out.clear();
+    c.out_off = 0;
+    if (c.out.capacity() > (1u << 20)) c.out.shrink_to_fit();
+  } else if (c.out_off > (1u << 20) && c.out_off > c.out.size() / 2) {
+    c.out.erase(0, c.out_off);
+    c.out_off = 0;
+  }
+  return true;
+}
+
+void StoreServer::UpdateInterest(Conn& c) {
+  uint32_t want = (c.paused ? 0u : uint32_t{EPOLLIN}) | (c.pending() ? uint32_t{EPOLLOUT} : 0u);
+  if (want == c.interest) return;
+  if (loop_.ModifyFd(c.fd.get(), want).ok()) c.interest = want;
+}
+
+void StoreServer::Close(ConnId id, const char* why) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  if (why) spdlog::debug("store: closing connection from {}: {}", c.peer, why);
+  Unpark(c);  // before the fd is closed, so a later wake-up cannot reach a reused fd
+  loop_.RemoveFd(c.fd.get());
+  conns_.erase(it);
+}
+
+bool StoreServer::Exists(const std::string& key) const {
+  if (kv_.count(key)) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+void StoreServer::DoSet(const std::string& key, std::string value) {
+  kv_[key] = std::move(value);
+  WakeWaiters(key, false);
+}
+
+void StoreServer::Park(Conn& c, const std::vector<std::string>& keys) {
+  Unpark(c);  // a client has at most one WAIT in flight; a new one replaces the old
+  for (const auto& k : keys) {
+    if (Exists(k) || std::find(c.awaited.begin(), c.awaited.end(), k) != c.awaited.end()) continue;
+    c.awaited.push_back(k);
+    waiters_[k].push_back(c.id);
+  }
+  c.parked = true;
+  ++parked_;
+}
+
+void StoreServer::Unpark(Conn& c) {
+  if (!c.parked) return;
+  for (const auto& k : c.awaited) {
+    auto it = waiters_.find(k);
+    if (it == waiters_.end()) continue;
+    auto& ids = it->second;
+    ids.erase(std::remove(ids.begin(), ids.end(), c.id), ids.end());
+    if (ids.empty()) waiters_.erase(it);
+  }
+  c.awaited.clear();
+  c.parked = false;
+  --parked_;
+}
+
+void StoreServer::WakeWaiters(const std::string& key, bool only_one) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  std::vector<ConnId> ids = std::move(it->second);
+  waiters_.erase(it);
+  size_t i = 0;
+  bool woke = false;
+  for (; i < ids.size() && !woke; ++i) {
+    auto ct = conns_.find(ids[i]);
+    if (ct == conns_.end()) continue;
+    Conn& w = *ct->second;
+    w.awaited.erase(std::remove(w.awaited.begin(), w.awaited.end(), key), w.awaited.end());
+    if (w.awaited.empty()) {
+      w.parked = false;
+      --parked_;
+      char stop = static_cast<char>(kStopWaiting);
+      Send(w, std::string_view(&stop, 1));
+      woke = only_one;
+    }
+  }
+  // QUEUE_PUSH wakes a single waiter (one item, one popper); the rest keep waiting.
+  if (i < ids.size()) waiters_[key].assign(ids.begin() + static_cast<std::ptrdiff_t>(i), ids.end());
+}
+
+void StoreServer::Clear() {
+  kv_.clear();
+  queues_.clear();
+  UpdateCounts();
+}
+
+void StoreServer::UpdateCounts() {
+  num_keys_.store(kv_.size(), std::memory_order_relaxed);
+  num_connections_.store(conns_.size(), std::memory_order_relaxed);
+  num_waiting_.store(parked_, std::memory_order_relaxed);
+}
+
+}  // namespace ctrun::store

@@ -1,0 +1,119 @@
+// StoreServer: ctrun's c10d-compatible TCPStore server, event-driven on an EventLoop.
+//
+// It answers torch <= 2.0 clients (no handshake) and torch >= 2.1 clients (VALIDATE first) on the
+// same port, choosing the dialect per connection from its first bytes (store/protocol.h), with one
+// key space shared by all of them. Clients add their own key prefixes (torch 1.13 prefixes "/").
+//
+// Contract:
+//  - Everything runs on the loop's thread: Start, Clear, the destructor and the handlers. The only
+//    members safe to call from another thread are port(), num_keys() and num_connections()
+//    (relaxed atomics, for tests and metrics).
+//  - Behaviour follows torch's own servers: GET / MULTI_GET on a missing key closes that
+//    connection; WAIT parks the connection until every key exists (SET, ADD, APPEND, MULTI_SET,
+//    COMPARE_SET and QUEUE_PUSH wake it); CANCEL_WAIT unparks it with WAIT_CANCELED; WATCH_KEY
+//    (legacy) is acknowledged with KEY_CALLBACK_REGISTERED but no update is ever sent;
+//    GETNUMKEYS counts every key in the map (as torch does, "init/" included, queues excluded).
+//  - Hardening: a declared length over ServerOptions limits closes the connection before any
+//    allocation; per-connection input is bounded by one request, output by max_pending_output
+//    (the connection stops being read until its peer drains it); max_connections caps accepted
+//    sockets (extra ones are accepted and closed at once, and logged).
+//  - Optional token: when non-empty, a connection's first message must be ctrun's AUTH carrying
+//    the same token (docs/store.md); anything else is refused, logged and closed.
+//  - Races: a client that disconnects while parked is unregistered from every waited key before
+//    its fd is closed, so a later SET never writes to a reused fd; wake-ups to other connections
+//    are buffered and flushed after the current request, never closing a connection mid-dispatch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "store/protocol.h"
+#include "sys/event_loop.h"
+
+namespace ctrun::store {
+
+struct ServerOptions {
+  std::string bind_host = "127.0.0.1";  // "" or "0.0.0.0": every IPv4 address; "::" every address
+  int port = 0;                         // 0: pick a free port (see StoreServer::port())
+  int backlog = 4096;
+  size_t max_connections = 8192;
+  size_t max_value_bytes = 256u << 20;
+  size_t max_key_bytes = 1u << 20;
+  size_t max_pending_output = 64u << 20;  // per connection; reading pauses above it
+  std::string token;                      // empty: no AUTH required
+};
+
+class StoreServer {
+ public:
+  static StatusOr<std::unique_ptr<StoreServer>> Start(EventLoop& loop, const ServerOptions& opts);
+  ~StoreServer();  // closes the listener and every connection; must run on the loop thread
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const { return port_; }  // actual bound port
+  // Drops every key and queue (between restart attempts). Parked waits stay parked: they wait
+  // for keys that did not exist, and still do not.
+  void Clear();
+  size_t num_keys() const { return num_keys_.load(std::memory_order_relaxed); }
+  size_t num_connections() const { return num_connections_.load(std::memory_order_relaxed); }
+  // Connections currently parked in WAIT (tests).
+  size_t num_waiting() const { return num_waiting_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Conn;
+  using ConnId = uint64_t;
+
+  StoreServer(EventLoop& loop, const ServerOptions& opts);
+  Status Listen();
+  void OnAccept();
+  void OnConnEvent(ConnId id, uint32_t events);
+  void ReadFrom(Conn& c);
+  // Decodes and executes every complete request in c's input; false: close c.
+  bool ProcessInput(Conn& c);
+  bool Execute(Conn& c, Request& req);
+  void Send(Conn& c, std::string_view bytes);
+  void FlushDirty();
+  // Writes what the socket takes; false on a write error.
+  bool Flush(Conn& c);
+  void UpdateInterest(Conn& c);
+  void Close(ConnId id, const char* why);
+
+  // The key space.
+  void DoSet(const std::string& key, std::string value);
+  void WakeWaiters(const std::string& key, bool only_one);
+  bool Exists(const std::string& key) const;
+  void Park(Conn& c, const std::vector<std::string>& keys);
+  void Unpark(Conn& c);
+  void UpdateCounts();
+
+  EventLoop& loop_;
+  ServerOptions opts_;
+  Limits limits_;
+  UniqueFd listen_fd_;
+  int port_ = 0;
+  TimerQueue::TimerId accept_retry_timer_ = 0;
+
+  std::unordered_map<ConnId, std::unique_ptr<Conn>> conns_;
+  ConnId next_id_ = 1;
+  std::vector<ConnId> dirty_;  // connections with output queued by another connection's request
+
+  std::unordered_map<std::string, std::string> kv_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
+  // key -> connections parked on it (in arrival order)
+  std::unordered_map<std::string, std::vector<ConnId>> waiters_;
+
+  std::atomic<size_t> num_keys_{0};
+  std::atomic<size_t> num_connections_{0};
+  std::atomic<size_t> num_waiting_{0};
+  size_t parked_ = 0;
+};
+
+}  // namespace ctrun::store
