@@ -1,0 +1,41 @@
+// ctrun/error_file.h — report a worker's fatal error to the launcher, as torchelastic does.
+//
+// Contract: record_error() writes, ATOMICALLY (temp file in the same directory, fsync, rename,
+// fsync of the directory), the JSON that torch's ErrorHandler writes and ProcessFailure reads:
+//   {"message": {"message": "<message>",
+//                "extraInfo": {"py_callstack": "<callstack>", "timestamp": "<epoch seconds>"}}}
+// to $TORCHELASTIC_ERROR_FILE (or to an explicit path). The timestamp is an integer written as a
+// string, as the Python reader requires. A reader never sees a partial file. Without
+// TORCHELASTIC_ERROR_FILE (or with it empty) record_error() does nothing and returns false.
+// record_error() never throws; it returns whether the file was written.
+//
+// install_terminate_handler() makes an uncaught C++ exception (or std::terminate) record
+// "<demangled type>: <what()>" with a native backtrace as the callstack, then chain to the
+// previous handler (abort, so the launcher sees SIGABRT). run_recorded(fn) is the equivalent of
+// Python's @record: it runs fn, and on an exception records it and returns 1.
+#pragma once
+
+#include <ctime>
+#include <exception>
+#include <functional>
+#include <string>
+
+namespace ctrun::worker {
+
+// The JSON document, for tests and for callers that want to write it elsewhere.
+std::string error_file_json(const std::string& message, const std::string& callstack,
+                            std::time_t timestamp);
+
+bool record_error(const std::string& message, const std::string& callstack = {});
+bool record_error_to(const std::string& path, const std::string& message,
+                     const std::string& callstack = {});
+// Records "<type>: <what>" for an exception pointer (nullptr: "unknown error").
+bool record_exception(std::exception_ptr e);
+
+// A native backtrace (one frame per line), best effort.
+std::string native_backtrace(int skip_frames = 1);
+
+void install_terminate_handler();
+int run_recorded(const std::function<int()>& fn);
+
+}  // namespace ctrun::worker

@@ -1,0 +1,100 @@
+// ctrun/snapshot_store.h — crash-safe, versioned snapshots of opaque bytes in one directory.
+//
+// Contract
+//  - save(step, bytes) writes "<dir>/snapshot-<step, 20 digits>.ctsnap" atomically: the data goes
+//    to a temp file in the same directory (".tmp-snapshot-<step>-<pid>-<n>"), is fsync'ed, renamed
+//    over the final name, and the directory is fsync'ed. A reader never sees a partial final file;
+//    a crash (even SIGKILL or power loss after the fsync) leaves either the old set or the new set.
+//  - Each file is a 64-byte header (magic "CTSNAP01", version, flags, step, stored length, raw
+//    length, CRC32C of the stored bytes, CRC32C of the header) followed by the stored bytes (raw,
+//    or one zstd frame when compression is on). docs/worker-library.md has the byte layout.
+//  - After a successful save only the newest `keep_last` valid snapshots are kept (by step);
+//    older ones, and temp files left by dead writers of this directory, are removed.
+//  - load_latest() returns the snapshot with the highest step that passes every check (header
+//    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
+//    (listed in LoadResult::skipped, never deleted by a load) and the next older one is tried.
+//    load_latest(max_step) only considers steps <= max_step (used by ranks agreeing on a step).
+//  - save_async(step, bytes) takes ownership of the buffer and returns at once when no save is in
+//    flight; with one in flight it first waits for it (double buffering: at most one buffer being
+//    written while the caller fills the next). wait() blocks until the in-flight save is durable
+//    and rethrows its error, if any. The destructor waits too (errors are then swallowed).
+//  - Errors: save/save_async/wait throw SnapshotError (I/O failures, with errno text). Loads do
+//    not throw for bad files, only for an unreadable directory.
+//  - One writer per directory (give each rank its own directory). Not safe to share one
+//    SnapshotStore between threads except as documented (save_async runs the write on one
+//    background thread owned by the store).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ctrun::worker {
+
+class SnapshotError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SnapshotOptions {
+  std::string dir;              // created (with parents) if missing
+  int keep_last = 3;            // >= 1
+  int zstd_level = 0;           // 0: store raw; 1..19: zstd (throws if built without zstd)
+  int zstd_workers = 0;         // zstd multithreading (0: single-threaded)
+  bool fsync = true;            // false only for benchmarks/tests on throwaway dirs
+};
+
+struct Snapshot {
+  uint64_t step = 0;
+  std::vector<std::byte> data;  // uncompressed payload
+  std::string path;
+};
+
+struct LoadResult {
+  std::optional<Snapshot> snapshot;       // newest valid one, if any
+  std::vector<std::string> skipped;       // "path: reason" for each rejected newer file
+};
+
+// Why a file is rejected, or empty when it is valid. Exposed for tests and tools.
+std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out = nullptr,
+                                 uint64_t* step_out = nullptr);
+bool snapshot_compression_available();
+
+class SnapshotStore {
+ public:
+  explicit SnapshotStore(SnapshotOptions options);
+  ~SnapshotStore();
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  const SnapshotOptions& options() const { return options_; }
+
+  // Synchronous save; returns the final path. Waits for an in-flight async save first.
+  std::string save(uint64_t step, const void* data, size_t size);
+  std::string save(uint64_t step, const std::vector<std::byte>& data) {
+    return save(step, data.data(), data.size());
+  }
+  void save_async(uint64_t step, std::vector<std::byte> data);
+  void wait();
+  bool busy() const;
+
+  // Steps of the final-named files present, ascending (not verified).
+  std::vector<uint64_t> list_steps() const;
+  LoadResult load_latest(std::optional<uint64_t> max_step = std::nullopt) const;
+  std::optional<Snapshot> load(uint64_t step) const;
+  std::string path_for(uint64_t step) const;
+
+ private:
+  struct Async;
+  void write_now(uint64_t step, const void* data, size_t size);
+  void prune();
+
+  SnapshotOptions options_;
+  std::unique_ptr<Async> async_;
+};
+
+}  // namespace ctrun::worker

@@ -1,0 +1,60 @@
+// ctrun/torch_snapshot.h — one-file training snapshots (model, optimizer, LR scheduler, RNG,
+// epoch/step) through a SnapshotStore, and a resume on which all ranks agree.
+//
+// Contract
+//  - serialize_training_state() writes one torch::serialize archive holding: "model" (parameters
+//    and buffers), "optimizer" (Optimizer::save: state and param groups incl. learning rates),
+//    "scheduler_step_count" (for any torch::optim::LRScheduler), "rng_cpu" (the default CPU
+//    generator state), "progress" (epoch, step, samples_seen) and an optional user archive
+//    "extra". deserialize_training_state() restores all of them in place and returns the progress.
+//  - save_training_snapshot(store, state, progress, async): serializes on the calling thread (the
+//    only part that must see a consistent model), then hands the bytes to the store, in the
+//    background when async (see SnapshotStore::save_async for the at-most-one-in-flight rule).
+//    The snapshot's step is progress.step.
+//  - resume_training_snapshot(store, state, pg): every rank proposes the newest step it can load;
+//    the ranks all-reduce MIN, each checks it holds a valid snapshot at that exact step, and they
+//    repeat with lower bounds until all hold the same step (or none: fresh start, nullopt). Ranks
+//    with newer snapshots (a crash between ranks' saves) thus fall back to the common one. All
+//    ranks must call it collectively. With pg == nullptr it just loads the newest valid one.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "ctrun/snapshot_store.h"
+
+namespace ctrun::worker {
+
+struct TrainProgress {
+  int64_t epoch = 0;         // epoch to run next (or being run)
+  int64_t step = 0;          // global optimizer steps done
+  int64_t samples_seen = 0;  // by this rank, all attempts together
+};
+
+struct TrainState {
+  torch::nn::Module* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;          // optional
+  torch::optim::LRScheduler* scheduler = nullptr;        // optional
+  std::function<void(torch::serialize::OutputArchive&)> save_extra;  // optional
+  std::function<void(torch::serialize::InputArchive&)> load_extra;   // optional
+};
+
+std::vector<std::byte> serialize_training_state(const TrainState& state, const TrainProgress& progress);
+TrainProgress deserialize_training_state(const TrainState& state, const std::vector<std::byte>& bytes);
+
+void save_training_snapshot(SnapshotStore& store, const TrainState& state, const TrainProgress& progress,
+                            bool async);
+std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, const TrainState& state,
+                                                      c10d::ProcessGroup* pg);
+
+}  // namespace ctrun::worker

@@ -1,0 +1,107 @@
+#include "atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "base/unique_fd.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::worker {
+namespace {
+
+std::string ErrnoText(const std::string& what, const std::string& path, int err) {
+  return what + " " + path + ": " + std::strerror(err);
+}
+
+bool WriteFully(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    // Large writes are split by the kernel anyway; cap each call so progress is visible.
+    size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
+    ssize_t w = RetryOnEintr([&] { return ::write(fd, p, chunk); });
+    if (w < 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string fsync_dir(const std::string& dir) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
+  if (!fd) return ErrnoText("open", dir, errno);
+  if (::fsync(fd.get()) != 0) return ErrnoText("fsync", dir, errno);
+  return {};
+}
+
+std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
+                              bool durable) {
+  static std::atomic<unsigned> counter{0};
+  const std::string dir = dir_of(path);
+  const std::string tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + std::to_string(::getpid()) +
+                          "-" + std::to_string(counter.fetch_add(1));
+  UniqueFd fd(RetryOnEintr([&] {
+    return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }));
+  if (!fd) return ErrnoText("create", tmp, errno);
+  auto fail = [&](const std::string& what) {
+    int err = errno;
+    fd.reset();
+    ::unlink(tmp.c_str());
+    return ErrnoText(what, tmp, err);
+  };
+  for (const ConstBuf& b : parts) {
+    if (b.size > 0 && !WriteFully(fd.get(), b.data, b.size)) return fail("write");
+  }
+  if (durable && ::fsync(fd.get()) != 0) return fail("fsync");
+  // close() can report a deferred write error (NFS); check it before publishing the file.
+  if (::close(fd.release()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoText("close", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoText("rename to " + path + " from", tmp, err);
+  }
+  if (durable) return fsync_dir(dir);
+  return {};
+}
+
+std::string read_whole_file(const std::string& path, std::vector<std::byte>* out) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!fd) return ErrnoText("open", path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoText("stat", path, errno);
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out->size()) {
+    ssize_t r = RetryOnEintr([&] { return ::read(fd.get(), out->data() + got, out->size() - got); });
+    if (r < 0) return ErrnoText("read", path, errno);
+    if (r == 0) break;  // shrank while reading
+    got += static_cast<size_t>(r);
+  }
+  out->resize(got);
+  return {};
+}
+
+}  // namespace ctrun::worker

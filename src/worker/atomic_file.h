@@ -1,0 +1,35 @@
+// atomic_file.h — durable whole-file replacement, shared by the error file and the snapshot store
+// (private to ctrun_worker).
+//
+// Contract: write_file_atomic(path, parts) writes the concatenation of `parts` to a new temp file
+// "<dir>/.tmp-<name>-<pid>-<n>" (O_EXCL|O_CLOEXEC, mode 0644), fsyncs it, renames it over `path`,
+// and fsyncs the directory, so `path` holds either its old content or all of the new one, also
+// across a crash. With durable=false the two fsyncs are skipped (rename is still atomic for other
+// processes). On failure the temp file is removed and the error text ("write <tmp>: No space
+// left on device") is returned; success returns an empty string. All fds are RAII and CLOEXEC.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace ctrun::worker {
+
+struct ConstBuf {
+  const void* data;
+  size_t size;
+};
+
+inline constexpr const char* kTempPrefix = ".tmp-";
+
+std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
+                              bool durable = true);
+// Whole file into *out; returns an error text, or empty on success.
+std::string read_whole_file(const std::string& path, std::vector<std::byte>* out);
+// fsync of a directory; error text or empty.
+std::string fsync_dir(const std::string& dir);
+std::string dir_of(const std::string& path);
+std::string base_of(const std::string& path);
+
+}  // namespace ctrun::worker

@@ -1,0 +1,112 @@
+#include "ctrun/heartbeat.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "base/unique_fd.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::worker {
+namespace {
+
+enum class Mode { kOff, kFd, kFile };
+
+struct State {
+  std::mutex mu;
+  bool initialized = false;
+  Mode mode = Mode::kOff;
+  int fd = -1;          // kFd: the inherited fd (not owned: the launcher gave it to us)
+  UniqueFd file;        // kFile: our own fd, CLOEXEC
+  uint64_t counter = 0;
+};
+
+State& GetState() {
+  static State* s = new State();  // leaked on purpose: usable from atexit/terminate paths
+  return *s;
+}
+
+void Init(State& s) {
+  s.initialized = true;
+  if (const char* fd_env = std::getenv("CTRUN_HEARTBEAT_FD"); fd_env && *fd_env) {
+    int fd = -1;
+    auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
+    if (ec == std::errc() && *p == '\0' && fd >= 0 && ::fcntl(fd, F_GETFD) != -1) {
+      // Keep it away from our own children (dataloaders, compilers) and never block training.
+      ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      s.fd = fd;
+      s.mode = Mode::kFd;
+      return;
+    }
+  }
+  if (const char* path = std::getenv("CTRUN_HEARTBEAT_FILE"); path && *path) {
+    s.file = UniqueFd(RetryOnEintr([&] { return ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); }));
+    if (s.file) s.mode = Mode::kFile;
+  }
+}
+
+uint64_t NowUnixNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+bool heartbeat_enabled() {
+  State& s = GetState();
+  std::lock_guard lock(s.mu);
+  if (!s.initialized) Init(s);
+  return s.mode != Mode::kOff;
+}
+
+uint64_t heartbeat() {
+  State& s = GetState();
+  std::lock_guard lock(s.mu);
+  if (!s.initialized) Init(s);
+  if (s.mode == Mode::kOff) return 0;
+  const uint64_t n = ++s.counter;
+  char buf[64];
+  if (s.mode == Mode::kFd) {
+    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", static_cast<unsigned long long>(n),
+                            static_cast<unsigned long long>(NowUnixNs()));
+    // A closed reader must not SIGPIPE the worker: block SIGPIPE around the write and consume
+    // the one this write raised (the standard trick for pipes, where MSG_NOSIGNAL does not apply).
+    sigset_t pipe_set;
+    sigset_t old_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+    ssize_t w = RetryOnEintr([&] { return ::write(s.fd, buf, static_cast<size_t>(len)); });
+    int err = errno;
+    if (w < 0 && err == EPIPE) {
+      struct timespec zero {};
+      RetryOnEintr([&] { return ::sigtimedwait(&pipe_set, nullptr, &zero); });
+    }
+    pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+    if (w < 0 && err != EAGAIN) s.mode = Mode::kOff;  // EPIPE/EBADF: agent gone; stop quietly
+    return w < 0 ? 0 : n;
+  }
+  int len = std::snprintf(buf, sizeof buf, "%020llu %020llu\n", static_cast<unsigned long long>(n),
+                          static_cast<unsigned long long>(NowUnixNs()));
+  ssize_t w = RetryOnEintr([&] { return ::pwrite(s.file.get(), buf, static_cast<size_t>(len), 0); });
+  if (w != len) {
+    s.mode = Mode::kOff;
+    s.file.reset();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace ctrun::worker

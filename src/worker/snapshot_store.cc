@@ -1,0 +1,375 @@
+#include "ctrun/snapshot_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "atomic_file.h"
+#include "base/unique_fd.h"
+#include "crc32c.h"
+#include "sys/posix_util.h"
+
+#if CTRUN_WORKER_HAVE_ZSTD
+#include <zstd.h>
+#endif
+
+namespace ctrun::worker {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'T', 'S', 'N', 'A', 'P', '0', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kFlagZstd = 1;
+constexpr size_t kHeaderSize = 64;
+constexpr size_t kHeaderCrcOffset = 56;
+constexpr const char* kFilePrefix = "snapshot-";
+constexpr const char* kFileSuffix = ".ctsnap";
+
+// Little-endian field access (the header is defined little-endian; x86_64/aarch64 are LE).
+template <typename T>
+void Put(unsigned char* h, size_t off, T v) {
+  std::memcpy(h + off, &v, sizeof v);
+}
+template <typename T>
+T Get(const unsigned char* h, size_t off) {
+  T v;
+  std::memcpy(&v, h + off, sizeof v);
+  return v;
+}
+
+struct Header {
+  uint32_t flags = 0;
+  uint64_t step = 0;
+  uint64_t stored_len = 0;
+  uint64_t raw_len = 0;
+  uint64_t created_ns = 0;
+  uint32_t payload_crc = 0;
+};
+
+void EncodeHeader(const Header& hd, unsigned char* h) {
+  std::memset(h, 0, kHeaderSize);
+  std::memcpy(h, kMagic, 8);
+  Put<uint32_t>(h, 8, kVersion);
+  Put<uint32_t>(h, 12, hd.flags);
+  Put<uint64_t>(h, 16, hd.step);
+  Put<uint64_t>(h, 24, hd.stored_len);
+  Put<uint64_t>(h, 32, hd.raw_len);
+  Put<uint64_t>(h, 40, hd.created_ns);
+  Put<uint32_t>(h, 48, hd.payload_crc);
+  Put<uint32_t>(h, kHeaderCrcOffset, crc32c(h, kHeaderCrcOffset));
+}
+
+// Error text, or empty when the header is well formed.
+std::string DecodeHeader(const unsigned char* h, Header* hd) {
+  if (std::memcmp(h, kMagic, 8) != 0) return "bad magic";
+  if (Get<uint32_t>(h, kHeaderCrcOffset) != crc32c(h, kHeaderCrcOffset)) return "header checksum mismatch";
+  uint32_t version = Get<uint32_t>(h, 8);
+  if (version != kVersion) return "unsupported version " + std::to_string(version);
+  hd->flags = Get<uint32_t>(h, 12);
+  if ((hd->flags & ~kFlagZstd) != 0) return "unknown flags";
+  hd->step = Get<uint64_t>(h, 16);
+  hd->stored_len = Get<uint64_t>(h, 24);
+  hd->raw_len = Get<uint64_t>(h, 32);
+  hd->created_ns = Get<uint64_t>(h, 40);
+  hd->payload_crc = Get<uint32_t>(h, 48);
+  return {};
+}
+
+bool ReadExactly(int fd, void* buf, size_t n, off_t off) {
+  auto* p = static_cast<unsigned char*>(buf);
+  while (n > 0) {
+    ssize_t r = RetryOnEintr([&] { return ::pread(fd, p, n, off); });
+    if (r <= 0) return false;
+    p += r;
+    off += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+std::optional<uint64_t> StepFromName(const std::string& name) {
+  const size_t pl = std::strlen(kFilePrefix);
+  const size_t sl = std::strlen(kFileSuffix);
+  if (name.size() != pl + 20 + sl || name.compare(0, pl, kFilePrefix) != 0 ||
+      name.compare(pl + 20, sl, kFileSuffix) != 0) {
+    return std::nullopt;
+  }
+  uint64_t step = 0;
+  const char* b = name.data() + pl;
+  auto [p, ec] = std::from_chars(b, b + 20, step);
+  if (ec != std::errc() || p != b + 20) return std::nullopt;
+  return step;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  struct CloseDir {
+    void operator()(DIR* d) const { ::closedir(d); }
+  };
+  std::unique_ptr<DIR, CloseDir> d(::opendir(dir.c_str()));
+  if (!d) {
+    if (errno == ENOENT) return names;
+    throw SnapshotError("opendir " + dir + ": " + std::strerror(errno));
+  }
+  while (dirent* e = ::readdir(d.get())) names.emplace_back(e->d_name);
+  return names;
+}
+
+uint64_t NowUnixNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+bool snapshot_compression_available() { return CTRUN_WORKER_HAVE_ZSTD != 0; }
+
+std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
+                                 uint64_t* step_out) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!fd) return std::string("open: ") + std::strerror(errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return std::string("stat: ") + std::strerror(errno);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderSize) return "truncated header (" + std::to_string(size) + " bytes)";
+  unsigned char h[kHeaderSize];
+  if (!ReadExactly(fd.get(), h, kHeaderSize, 0)) return "short read of header";
+  Header hd;
+  if (std::string e = DecodeHeader(h, &hd); !e.empty()) return e;
+  if (size != kHeaderSize + hd.stored_len) {
+    return "length mismatch: file has " + std::to_string(size - kHeaderSize) + " payload bytes, header says " +
+           std::to_string(hd.stored_len);
+  }
+  std::vector<std::byte> stored(hd.stored_len);
+  if (!ReadExactly(fd.get(), stored.data(), stored.size(), kHeaderSize)) return "short read of payload";
+  if (crc32c(stored.data(), stored.size()) != hd.payload_crc) return "payload checksum mismatch";
+  std::vector<std::byte> raw;
+  if (hd.flags & kFlagZstd) {
+#if CTRUN_WORKER_HAVE_ZSTD
+    raw.resize(hd.raw_len);
+    size_t r = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
+    if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);
+    if (r != hd.raw_len) return "decompressed length mismatch";
+#else
+    return "zstd-compressed snapshot, but ctrun_worker was built without zstd";
+#endif
+  } else {
+    if (hd.raw_len != hd.stored_len) return "raw length mismatch";
+    raw = std::move(stored);
+  }
+  if (step_out) *step_out = hd.step;
+  if (data_out) *data_out = std::move(raw);
+  return {};
+}
+
+// The background writer: one thread, one job slot. The caller hands over a buffer; the thread
+// compresses, checksums, writes and fsyncs it, then records success or the exception.
+struct SnapshotStore::Async {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool has_job = false;
+  bool stop = false;
+  uint64_t step = 0;
+  std::vector<std::byte> data;
+  std::exception_ptr error;
+  std::thread thread;
+};
+
+SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(options)) {
+  if (options_.dir.empty()) throw SnapshotError("SnapshotOptions::dir is empty");
+  if (options_.keep_last < 1) throw SnapshotError("SnapshotOptions::keep_last must be >= 1");
+#if !CTRUN_WORKER_HAVE_ZSTD
+  if (options_.zstd_level != 0) throw SnapshotError("zstd compression requested, but built without zstd");
+#endif
+  std::error_code ec;
+  std::filesystem::create_directories(options_.dir, ec);
+  if (ec) throw SnapshotError("create " + options_.dir + ": " + ec.message());
+  // Temp files of writers that died mid-save ("<prefix>snapshot-<step>.ctsnap-<pid>-<n>").
+  const std::string tmp_prefix = std::string(kTempPrefix) + kFilePrefix;
+  for (const std::string& name : ListDir(options_.dir)) {
+    if (name.rfind(tmp_prefix, 0) != 0) continue;
+    auto dash = name.rfind('-');
+    auto dash2 = dash == std::string::npos || dash == 0 ? std::string::npos : name.rfind('-', dash - 1);
+    if (dash2 == std::string::npos) continue;
+    pid_t pid = 0;
+    auto [p, ec2] = std::from_chars(name.data() + dash2 + 1, name.data() + dash, pid);
+    if (ec2 != std::errc() || pid <= 0) continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0) continue;  // a live writer (or us): leave it
+    ::unlink((options_.dir + "/" + name).c_str());
+  }
+}
+
+SnapshotStore::~SnapshotStore() {
+  if (!async_) return;
+  {
+    std::unique_lock lock(async_->mu);
+    async_->cv.wait(lock, [&] { return !async_->has_job; });
+    async_->stop = true;
+  }
+  async_->cv.notify_all();
+  async_->thread.join();
+}
+
+std::string SnapshotStore::path_for(uint64_t step) const {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s%020llu%s", kFilePrefix, static_cast<unsigned long long>(step),
+                kFileSuffix);
+  return options_.dir + "/" + name;
+}
+
+void SnapshotStore::write_now(uint64_t step, const void* data, size_t size) {
+  Header hd;
+  hd.step = step;
+  hd.raw_len = size;
+  hd.created_ns = NowUnixNs();
+  const void* stored = data;
+  size_t stored_len = size;
+  std::vector<std::byte> compressed;
+#if CTRUN_WORKER_HAVE_ZSTD
+  if (options_.zstd_level != 0) {
+    std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), &ZSTD_freeCCtx);
+    if (!cctx) throw SnapshotError("ZSTD_createCCtx failed");
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, options_.zstd_level);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
+    if (options_.zstd_workers > 0) {
+      ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_nbWorkers, options_.zstd_workers);  // ignored if no MT
+    }
+    compressed.resize(ZSTD_compressBound(size));
+    size_t r = ZSTD_compress2(cctx.get(), compressed.data(), compressed.size(), data, size);
+    if (ZSTD_isError(r)) throw SnapshotError(std::string("zstd: ") + ZSTD_getErrorName(r));
+    compressed.resize(r);
+    stored = compressed.data();
+    stored_len = r;
+    hd.flags |= kFlagZstd;
+  }
+#endif
+  hd.stored_len = stored_len;
+  hd.payload_crc = crc32c(stored, stored_len);
+  unsigned char h[kHeaderSize];
+  EncodeHeader(hd, h);
+  std::string err = write_file_atomic(path_for(step), {{h, kHeaderSize}, {stored, stored_len}},
+                                      options_.fsync);
+  if (!err.empty()) throw SnapshotError("snapshot save: " + err);
+  prune();
+}
+
+void SnapshotStore::prune() {
+  std::vector<uint64_t> steps = list_steps();
+  if (steps.size() <= static_cast<size_t>(options_.keep_last)) return;
+  for (size_t i = 0; i + options_.keep_last < steps.size(); ++i) ::unlink(path_for(steps[i]).c_str());
+}
+
+std::string SnapshotStore::save(uint64_t step, const void* data, size_t size) {
+  wait();
+  write_now(step, data, size);
+  return path_for(step);
+}
+
+void SnapshotStore::save_async(uint64_t step, std::vector<std::byte> data) {
+  if (!async_) {
+    async_ = std::make_unique<Async>();
+    Async* a = async_.get();
+    a->thread = std::thread([this, a] {
+      std::unique_lock lock(a->mu);
+      for (;;) {
+        a->cv.wait(lock, [&] { return a->has_job || a->stop; });
+        if (a->has_job) {
+          const uint64_t job_step = a->step;
+          std::vector<std::byte> job = std::move(a->data);
+          lock.unlock();
+          std::exception_ptr err;
+          try {
+            write_now(job_step, job.data(), job.size());
+          } catch (...) {
+            err = std::current_exception();
+          }
+          job = {};  // free the buffer before reporting done
+          lock.lock();
+          if (err && !a->error) a->error = err;
+          a->has_job = false;
+          a->cv.notify_all();
+        } else if (a->stop) {
+          return;
+        }
+      }
+    });
+  }
+  wait();  // at most one in flight; also surfaces the previous save's error
+  {
+    std::lock_guard lock(async_->mu);
+    async_->step = step;
+    async_->data = std::move(data);
+    async_->has_job = true;
+  }
+  async_->cv.notify_all();
+}
+
+void SnapshotStore::wait() {
+  if (!async_) return;
+  std::unique_lock lock(async_->mu);
+  async_->cv.wait(lock, [&] { return !async_->has_job; });
+  if (async_->error) std::rethrow_exception(std::exchange(async_->error, nullptr));
+}
+
+bool SnapshotStore::busy() const {
+  if (!async_) return false;
+  std::lock_guard lock(async_->mu);
+  return async_->has_job;
+}
+
+std::vector<uint64_t> SnapshotStore::list_steps() const {
+  std::vector<uint64_t> steps;
+  for (const std::string& name : ListDir(options_.dir)) {
+    if (auto s = StepFromName(name)) steps.push_back(*s);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<Snapshot> SnapshotStore::load(uint64_t step) const {
+  Snapshot s;
+  s.path = path_for(step);
+  uint64_t header_step = 0;
+  if (!verify_snapshot_file(s.path, &s.data, &header_step).empty() || header_step != step) {
+    return std::nullopt;
+  }
+  s.step = step;
+  return s;
+}
+
+LoadResult SnapshotStore::load_latest(std::optional<uint64_t> max_step) const {
+  LoadResult result;
+  std::vector<uint64_t> steps = list_steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (max_step && *it > *max_step) continue;
+    Snapshot s;
+    s.path = path_for(*it);
+    uint64_t header_step = 0;
+    std::string why = verify_snapshot_file(s.path, &s.data, &header_step);
+    if (why.empty() && header_step != *it) why = "header step " + std::to_string(header_step) + " != name";
+    if (!why.empty()) {
+      result.skipped.push_back(s.path + ": " + why);
+      continue;
+    }
+    s.step = *it;
+    result.snapshot = std::move(s);
+    break;
+  }
+  return result;
+}
+
+}  // namespace ctrun::worker

@@ -1,0 +1,301 @@
+// The LibTorch half of ctrun_worker (ctrun_worker_torch): process group from the launcher env,
+// DistributedSampler, gradient all-reduce, training snapshots. One TU on purpose: LibTorch
+// headers cost ~30-60 s per TU.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#ifdef CTRUN_TORCH_HAS_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#include "ctrun/torch_dist.h"
+#include "ctrun/torch_snapshot.h"
+
+namespace ctrun::worker {
+
+// ---------------------------------------------------------------------------------------------
+// Process group
+
+c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = env.master_port;
+  opts.isServer = env.hosts_store();
+  opts.numWorkers = static_cast<size_t>(env.world_size);
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  opts.multiTenant = true;
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  if (env.use_agent_store) {
+    return c10::make_intrusive<c10d::PrefixStore>(env.attempt_prefix(), tcp);
+  }
+  return tcp;
+}
+
+DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
+  DistContext ctx;
+  ctx.env = env;
+  ctx.store = make_store(env, options.timeout);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("default_pg/", ctx.store);
+  std::string backend = options.backend;
+  if (backend == "auto") backend = torch::cuda::is_available() ? "nccl" : "gloo";
+  if (backend == "nccl") {
+#ifdef CTRUN_TORCH_HAS_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = options.timeout;
+    ctx.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, env.rank, env.world_size, opts);
+    ctx.backend = "nccl";
+    return ctx;
+#else
+    if (options.backend == "nccl") {
+      throw std::runtime_error("ctrun::worker: LibTorch was built without NCCL; use backend gloo");
+    }
+    backend = "gloo";  // CUDA without NCCL in this LibTorch: gloo still works on CPU tensors
+#endif
+  }
+  if (backend != "gloo") throw std::runtime_error("ctrun::worker: unknown backend '" + backend + "'");
+  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  opts->threads = options.gloo_threads;
+  ctx.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, env.rank, env.world_size, opts);
+  ctx.backend = "gloo";
+  return ctx;
+}
+
+int64_t all_reduce_int(c10d::ProcessGroup& pg, int64_t value, c10d::ReduceOp op) {
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kInt64)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op;
+  pg.allreduce(t, o)->wait();
+  return t[0].item<int64_t>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampler: torch/utils/data/distributed.py, same arithmetic and the same randperm stream.
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : dataset_size_(dataset_size),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last) {
+  if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
+    throw std::invalid_argument("DistributedSampler: rank must be in [0, num_replicas)");
+  }
+  if (dataset_size < 0) throw std::invalid_argument("DistributedSampler: negative dataset size");
+  if (drop_last_ && dataset_size_ % num_replicas_ != 0) {
+    num_samples_ = (dataset_size_ - num_replicas_ + num_replicas_ - 1) / num_replicas_;  // ceil
+  } else {
+    num_samples_ = (dataset_size_ + num_replicas_ - 1) / num_replicas_;
+  }
+  total_size_ = num_samples_ * num_replicas_;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> idx(static_cast<size_t>(dataset_size_));
+  if (shuffle_) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + static_cast<uint64_t>(epoch_));
+    at::Tensor perm = torch::randperm(dataset_size_, gen, torch::kInt64);
+    std::memcpy(idx.data(), perm.data_ptr<int64_t>(), idx.size() * sizeof(int64_t));
+  } else {
+    for (int64_t i = 0; i < dataset_size_; ++i) idx[static_cast<size_t>(i)] = i;
+  }
+  if (!drop_last_) {
+    const size_t n = idx.size();
+    for (size_t i = 0; n > 0 && idx.size() < static_cast<size_t>(total_size_); ++i) idx.push_back(idx[i % n]);
+  } else {
+    idx.resize(static_cast<size_t>(total_size_));
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
+  for (int64_t i = rank_; i < total_size_; i += num_replicas_) mine.push_back(idx[static_cast<size_t>(i)]);
+  return mine;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradients
+
+void all_reduce_gradients(torch::nn::Module& module, c10d::ProcessGroup& pg) {
+  std::vector<at::Tensor> params = module.parameters();
+  if (params.empty()) return;
+  std::vector<at::Tensor> flat_parts;
+  flat_parts.reserve(params.size());
+  for (auto& p : params) {
+    flat_parts.push_back(p.grad().defined() ? p.grad().detach().reshape({-1})
+                                            : torch::zeros({p.numel()}, p.options()));
+  }
+  std::vector<at::Tensor> bufs{torch::cat(flat_parts)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  pg.allreduce(bufs, o)->wait();
+  bufs[0].div_(pg.getSize());
+  int64_t offset = 0;
+  torch::NoGradGuard no_grad;
+  for (auto& p : params) {
+    const int64_t n = p.numel();
+    at::Tensor slice = bufs[0].narrow(0, offset, n).view(p.sizes());
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(slice);
+    } else {
+      p.mutable_grad() = slice.clone();
+    }
+    offset += n;
+  }
+}
+
+void broadcast_parameters(torch::nn::Module& module, c10d::ProcessGroup& pg) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors = module.parameters();
+  for (auto& b : module.buffers()) tensors.push_back(b);
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t.detach()};
+    pg.broadcast(one)->wait();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+
+namespace {
+
+// LRScheduler keeps its step count protected; a pointer-to-member formed inside a derived class
+// reads it from any scheduler without a cast (well-defined access, not a layout hack).
+struct SchedulerAccess : torch::optim::LRScheduler {
+  static unsigned torch::optim::LRScheduler::*StepCount() { return &SchedulerAccess::step_count_; }
+};
+
+int64_t ReadInt(torch::serialize::InputArchive& a, const std::string& key) {
+  c10::IValue v;
+  a.read(key, v);
+  return v.toInt();
+}
+
+}  // namespace
+
+std::vector<std::byte> serialize_training_state(const TrainState& state, const TrainProgress& progress) {
+  if (state.model == nullptr) throw std::invalid_argument("TrainState::model is null");
+  torch::serialize::OutputArchive root;
+  torch::serialize::OutputArchive model;
+  state.model->save(model);
+  root.write("model", model);
+  if (state.optimizer) {
+    torch::serialize::OutputArchive opt;
+    state.optimizer->save(opt);
+    root.write("optimizer", opt);
+  }
+  if (state.scheduler) {
+    root.write("scheduler_step_count",
+               c10::IValue(static_cast<int64_t>(state.scheduler->*SchedulerAccess::StepCount())));
+  }
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    root.write("rng_cpu", gen.get_state());
+  }
+  root.write("progress.epoch", c10::IValue(progress.epoch));
+  root.write("progress.step", c10::IValue(progress.step));
+  root.write("progress.samples_seen", c10::IValue(progress.samples_seen));
+  if (state.save_extra) {
+    torch::serialize::OutputArchive extra;
+    state.save_extra(extra);
+    root.write("extra", extra);
+  }
+  std::vector<std::byte> out;
+  root.save_to([&out](const void* data, size_t n) -> size_t {
+    const auto* p = static_cast<const std::byte*>(data);
+    out.insert(out.end(), p, p + n);
+    return n;
+  });
+  return out;
+}
+
+TrainProgress deserialize_training_state(const TrainState& state, const std::vector<std::byte>& bytes) {
+  if (state.model == nullptr) throw std::invalid_argument("TrainState::model is null");
+  torch::serialize::InputArchive root;
+  root.load_from(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  torch::serialize::InputArchive model;
+  root.read("model", model);
+  state.model->load(model);
+  if (state.optimizer) {
+    torch::serialize::InputArchive opt;
+    root.read("optimizer", opt);
+    state.optimizer->load(opt);
+  }
+  if (state.scheduler) {
+    state.scheduler->*SchedulerAccess::StepCount() =
+        static_cast<unsigned>(ReadInt(root, "scheduler_step_count"));
+  }
+  at::Tensor rng;
+  root.read("rng_cpu", rng);
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the global generator
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+  TrainProgress p;
+  p.epoch = ReadInt(root, "progress.epoch");
+  p.step = ReadInt(root, "progress.step");
+  p.samples_seen = ReadInt(root, "progress.samples_seen");
+  if (state.load_extra) {
+    torch::serialize::InputArchive extra;
+    root.read("extra", extra);
+    state.load_extra(extra);
+  }
+  return p;
+}
+
+void save_training_snapshot(SnapshotStore& store, const TrainState& state, const TrainProgress& progress,
+                            bool async) {
+  std::vector<std::byte> bytes = serialize_training_state(state, progress);
+  if (async) {
+    store.save_async(static_cast<uint64_t>(progress.step), std::move(bytes));
+  } else {
+    store.save(static_cast<uint64_t>(progress.step), bytes);
+  }
+}
+
+std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, const TrainState& state,
+                                                      c10d::ProcessGroup* pg) {
+  store.wait();
+  std::optional<uint64_t> bound;  // only steps <= bound are candidates
+  for (;;) {
+    LoadResult mine = store.load_latest(bound);
+    for (const std::string& s : mine.skipped) std::fprintf(stderr, "ctrun::worker: skipping snapshot %s\n", s.c_str());
+    const int64_t proposal = mine.snapshot ? static_cast<int64_t>(mine.snapshot->step) : -1;
+    const int64_t agreed =
+        pg ? all_reduce_int(*pg, proposal, c10d::ReduceOp::MIN) : proposal;
+    if (agreed < 0) return std::nullopt;  // some rank has nothing loadable: start fresh together
+    // Does this rank hold a valid snapshot at exactly `agreed`? (proposal >= agreed always.)
+    std::optional<Snapshot> candidate;
+    if (mine.snapshot && mine.snapshot->step == static_cast<uint64_t>(agreed)) {
+      candidate = std::move(mine.snapshot);
+    } else {
+      LoadResult older = store.load_latest(static_cast<uint64_t>(agreed));
+      if (older.snapshot && older.snapshot->step == static_cast<uint64_t>(agreed)) {
+        candidate = std::move(older.snapshot);
+      }
+    }
+    const int64_t have = candidate ? 1 : 0;
+    const int64_t all_have = pg ? all_reduce_int(*pg, have, c10d::ReduceOp::MIN) : have;
+    if (all_have == 1) return deserialize_training_state(state, candidate->data);
+    // Some rank lacks `agreed` (kept fewer, or its copy is corrupt): look below it.
+    if (agreed == 0) return std::nullopt;
+    bound = static_cast<uint64_t>(agreed - 1);
+  }
+}
+
+}  // namespace ctrun::worker
