@@ -1,1 +1,74 @@
-int main() { return 0; }
+// ctrun: parse, check, run. The only place that catches exceptions (CLI11 and spdlog setup).
+#include <sched.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "agent/launch_checks.h"
+#include "agent/runner.h"
+#include "agent/worker_env.h"
+#include "cli/cli.h"
+#include "gpu/gpu_probe.h"
+
+extern char** environ;
+
+namespace {
+
+int UsageError(const std::string& msg) {
+  std::fprintf(stderr, "ctrun: error: %s\n", msg.c_str());
+  return 2;
+}
+
+int CpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+void SetupLogging(const std::string& level) {
+  auto logger = spdlog::stderr_logger_st("ctrun");
+  logger->set_pattern("[ctrun] %^%L%$ %H:%M:%S.%e %v");
+  logger->set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv, argv + argc);
+    ctrun::CliOutcome cli = ctrun::ParseCommandLine(args, ctrun::ProcessEnvLookup());
+    if (cli.action == ctrun::CliOutcome::Action::kExit) {
+      std::fputs(cli.output.c_str(), stdout);
+      std::fputs(cli.error.c_str(), stderr);
+      return cli.exit_code;
+    }
+    ctrun::LaunchConfig config = std::move(cli.config);
+    SetupLogging(config.log_level);
+
+    ctrun::RunContext ctx;
+    for (char** e = environ; *e; ++e) ctx.environ.emplace_back(*e);
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    ctx.hostname = host;
+
+    if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return UsageError(s.message());
+    ctrun::SystemGpuProbe gpus(ctrun::ProcessEnvLookup());
+    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return UsageError(s.message());
+    ctx.python_exec = ctrun::FindPython(ctx.environ);
+    if (ctrun::Status s = ctrun::CheckEntrypoint(config, ctx.python_exec, ctx.environ); !s.ok())
+      return UsageError(s.message());
+    if (std::string notice = ctrun::OmpNotice(config, ctx.environ); !notice.empty()) spdlog::info("{}", notice);
+
+    return ctrun::RunJob(config, ctx);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctrun: internal error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,1 +1,185 @@
-int main() { return 0; }
+// ctrun_fake_worker: the worker program process and e2e tests launch under ctrun. Options are
+// applied in this order: record (env/fds/pid files), spawn grandchildren, print, then the
+// ending (hang / ignore SIGTERM / exit code / signal), which can be limited to one rank and
+// one attempt so restart tests can "fail once, then succeed".
+//
+//   --env-file P        write the environment to P.<RANK> (one K=V per line)
+//   --fd-file P         write the open fd numbers (from /proc/self/fd) to P.<RANK>
+//   --pid-file P        append "<pid>\n" to P (the worker and every grandchild)
+//   --touch DIR         create DIR/<RANK> (torchrun's test_script.sh)
+//   --grandchildren N   fork N children that sleep forever (same process group)
+//   --detached-grandchild  fork one child that calls setsid() (escapes the group) and sleeps
+//   --print N           print N numbered lines "rank R line i" to stdout
+//   --stderr TEXT       write TEXT + newline to stderr
+//   --partial TEXT      write TEXT (no newline) to stderr
+//   --sleep-ms N        sleep N ms before ending
+//   --ignore-term       ignore SIGTERM
+//   --hang              sleep until killed
+//   --exit N            exit code N (default 0)
+//   --signal SIG        kill itself with SIG (number)
+//   --only-rank R       apply --exit/--signal/--hang only on RANK R (others exit 0)
+//   --only-attempt A    ... and only when TORCHELASTIC_RESTART_COUNT == A
+//   --else-hang         ranks/attempts that --only-* excludes hang instead of exiting 0
+//   --wait-file P       before ending, wait (up to 30 s) until P exists
+//   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+std::string Env(const char* k, const char* dflt = "") {
+  const char* v = getenv(k);
+  return v ? v : dflt;
+}
+
+void AppendPid(const std::string& path, pid_t pid) {
+  if (path.empty()) return;
+  FILE* f = fopen(path.c_str(), "a");
+  if (!f) return;
+  fprintf(f, "%d\n", static_cast<int>(pid));
+  fclose(f);
+}
+
+void SleepMs(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+[[noreturn]] void SleepForever() {
+  for (;;) pause();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> a(argv + 1, argv + argc);
+  std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
+  int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0;
+  long sleep_ms = 0;
+  bool ignore_term = false, hang = false, detached = false, else_hang = false;
+  int only_rank = -1, only_attempt = -1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto next = [&]() -> std::string { return i + 1 < a.size() ? a[++i] : std::string(); };
+    const std::string& o = a[i];
+    if (o == "--env-file") env_file = next();
+    else if (o == "--fd-file") fd_file = next();
+    else if (o == "--pid-file") pid_file = next();
+    else if (o == "--touch") touch_dir = next();
+    else if (o == "--grandchildren") grandchildren = atoi(next().c_str());
+    else if (o == "--detached-grandchild") detached = true;
+    else if (o == "--print") print_n = atoi(next().c_str());
+    else if (o == "--stderr") stderr_text = next();
+    else if (o == "--partial") partial = next();
+    else if (o == "--sleep-ms") sleep_ms = atol(next().c_str());
+    else if (o == "--ignore-term") ignore_term = true;
+    else if (o == "--hang") hang = true;
+    else if (o == "--exit") exit_code = atoi(next().c_str());
+    else if (o == "--signal") sig = atoi(next().c_str());
+    else if (o == "--only-rank") only_rank = atoi(next().c_str());
+    else if (o == "--only-attempt") only_attempt = atoi(next().c_str());
+    else if (o == "--wait-file") wait_file = next();
+    else if (o == "--else-hang") else_hang = true;
+    else if (o == "--error-file") error_msg = next();
+    else {
+      fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
+      return 64;
+    }
+  }
+  const std::string rank = Env("RANK", "0");
+  if (ignore_term) signal(SIGTERM, SIG_IGN);
+
+  if (!env_file.empty()) {
+    FILE* f = fopen((env_file + "." + rank).c_str(), "w");
+    for (char** e = environ; f && *e; ++e) fprintf(f, "%s\n", *e);
+    if (f) fclose(f);
+  }
+  if (!fd_file.empty()) {
+    // Collect first, write after: opening the output file must not show up in the list.
+    std::vector<int> fds;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      int self = dirfd(d);
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        int fd = atoi(e->d_name);
+        if (fd != self) fds.push_back(fd);
+      }
+      closedir(d);
+    }
+    FILE* f = fopen((fd_file + "." + rank).c_str(), "w");
+    for (int fd : fds) {
+      char link[256] = {0};
+      std::string p = "/proc/self/fd/" + std::to_string(fd);
+      ssize_t n = readlink(p.c_str(), link, sizeof link - 1);
+      if (f) fprintf(f, "%d %s\n", fd, n > 0 ? link : "?");
+    }
+    if (f) fclose(f);
+  }
+  if (!touch_dir.empty()) {
+    int fd = open((touch_dir + "/" + rank).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+  }
+  AppendPid(pid_file, getpid());
+  for (int g = 0; g < grandchildren; ++g) {
+    pid_t p = fork();
+    if (p == 0) {
+      signal(SIGTERM, SIG_DFL);
+      SleepForever();
+    }
+    AppendPid(pid_file, p);
+  }
+  if (detached) {
+    pid_t p = fork();
+    if (p == 0) {
+      setsid();
+      SleepForever();
+    }
+    AppendPid(pid_file, p);
+  }
+  for (int i = 0; i < print_n; ++i) printf("rank %s line %d\n", rank.c_str(), i);
+  fflush(stdout);
+  if (!stderr_text.empty()) fprintf(stderr, "%s\n", stderr_text.c_str());
+  if (!partial.empty()) fputs(partial.c_str(), stderr);
+  fflush(stderr);
+  if (sleep_ms > 0) SleepMs(sleep_ms);
+  if (!wait_file.empty()) {
+    struct stat st;
+    for (int i = 0; i < 15000 && stat(wait_file.c_str(), &st) != 0; ++i) SleepMs(2);
+  }
+
+  bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
+                 (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"));
+  if (!applies) {
+    if (else_hang) SleepForever();
+    return 0;
+  }
+  if (!error_msg.empty()) {
+    std::string path = Env("TORCHELASTIC_ERROR_FILE");
+    if (FILE* f = fopen(path.c_str(), "w")) {
+      fprintf(f,
+              "{\"message\": {\"message\": \"RuntimeError: %s\", \"extraInfo\": {\"py_callstack\": "
+              "\"Traceback (most recent call last):\\n  fake frame\\nRuntimeError: %s\\n\", \"timestamp\": \"%ld\"}}}",
+              error_msg.c_str(), error_msg.c_str(), static_cast<long>(time(nullptr)));
+      fclose(f);
+    }
+  }
+  if (hang) SleepForever();
+  if (sig) {
+    signal(sig, SIG_DFL);
+    kill(getpid(), sig);
+    SleepForever();
+  }
+  return exit_code;
+}

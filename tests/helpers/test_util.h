@@ -38,7 +38,7 @@ struct RunResult {
 
 // Runs argv with `extra_env` ("K=V") added to the current environment; captures stdout/stderr.
 // Kills the process group and fails the result (exit_code -1) after `timeout`.
-RunResult Run(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {},
+RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 // A child started in the background (own process group) with stdout/stderr to files.

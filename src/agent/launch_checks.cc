@@ -1,0 +1,99 @@
+#include "agent/launch_checks.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "agent/worker_env.h"
+#include "process/spawner.h"
+
+namespace ctrun {
+
+Status CheckSupported(const LaunchConfig& c) {
+  if (c.run_path)
+    return Status::Error(
+        "--run_path is not supported: it runs the script inside torchrun's Python agent process; "
+        "ctrun starts every worker as its own process (drop --run_path)");
+  if (c.max_nodes > 1 || c.min_nodes > 1)
+    return Status::Error("--nnodes=" + std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes) +
+                         ": more than one node is not yet supported by ctrun (single-node jobs only for now)");
+  if (!c.standalone && c.rdzv_backend != "static")
+    return Status::Error("--rdzv_backend=" + c.rdzv_backend +
+                         " is not yet supported by ctrun: use --standalone or the default static backend");
+  if (!c.numa_binding.empty()) return Status::Error("--numa-binding is not yet supported by ctrun");
+  return Status::Ok();
+}
+
+Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
+  switch (c->nproc.kind) {
+    case NprocSpec::Kind::kCount:
+      c->nproc_per_node = c->nproc.count;
+      break;
+    case NprocSpec::Kind::kCpu:
+      c->nproc_per_node = cpus;
+      break;
+    case NprocSpec::Kind::kGpu: {
+      GpuCount g = gpus.Count();
+      if (g.count <= 0)
+        return Status::Error("--nproc_per_node=gpu: no GPU is visible on this machine (checked " +
+                             std::string(g.source == "CUDA_VISIBLE_DEVICES" ? "CUDA_VISIBLE_DEVICES"
+                                                                            : "NVML, /proc/driver/nvidia and sysfs") +
+                             ")");
+      c->nproc_per_node = g.count;
+      break;
+    }
+    case NprocSpec::Kind::kAuto: {
+      GpuCount g = gpus.Count();
+      c->nproc_per_node = g.count > 0 ? g.count : cpus;
+      break;
+    }
+  }
+  if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");
+  return Status::Ok();
+}
+
+std::string FindPython(const std::vector<std::string>& env) {
+  if (const std::string* kv = FindEnv(env, "PYTHON_EXEC")) {
+    std::string v = kv->substr(sizeof("PYTHON_EXEC"));
+    if (!v.empty()) return ResolveExecutable(v, env);
+  }
+  std::string p = ResolveExecutable("python3", env);
+  return p.find('/') == std::string::npos ? "" : p;
+}
+
+namespace {
+
+Status CheckExecutable(const std::string& shown, const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::Error("cannot execute " + shown + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return Status::Error("cannot execute " + shown + ": is a directory");
+  if (::access(path.c_str(), X_OK) != 0)
+    return Status::Error("cannot execute " + shown + ": " + std::strerror(errno) + " (is it executable? chmod +x)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckEntrypoint(const LaunchConfig& c, const std::string& python_exec, const std::vector<std::string>& env) {
+  if (c.entrypoint.empty()) return Status::Error("missing the training script or program to run");
+  if (UsesPython(c)) {
+    if (python_exec.empty())
+      return Status::Error("cannot run " + c.entrypoint + ": no python3 on PATH (set PYTHON_EXEC)");
+    if (Status s = CheckExecutable(python_exec, python_exec); !s.ok()) return s;
+    if (!c.module) {
+      struct stat st;
+      if (::stat(c.entrypoint.c_str(), &st) != 0)
+        return Status::Error("cannot open " + c.entrypoint + ": " + std::strerror(errno));
+    }
+    return Status::Ok();
+  }
+  std::string resolved = ResolveExecutable(c.entrypoint, env);
+  if (resolved.find('/') == std::string::npos)
+    return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH");
+  return CheckExecutable(c.entrypoint, resolved);
+}
+
+}  // namespace ctrun

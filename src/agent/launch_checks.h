@@ -1,0 +1,27 @@
+// Launch checks: what main() verifies after parsing and before anything is started, so bad input
+// ends with one clear line and exit code 2 and never with a worker, a restart loop or a hang.
+//  - CheckSupported: features that parse (torchrun compatibility) but are not implemented yet or
+//    cannot exist in a process-based launcher, each with its reason.
+//  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
+//  - CheckEntrypoint: the program (or interpreter and script) exists and is executable.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "config/launch_config.h"
+#include "gpu/gpu_probe.h"
+
+namespace ctrun {
+
+Status CheckSupported(const LaunchConfig& config);
+// cpus: the number of CPUs this process may run on (sched_getaffinity).
+Status ResolveNproc(LaunchConfig* config, GpuProbe& gpus, int cpus);
+// python_exec: $PYTHON_EXEC or the first python3 on PATH ("" when none was found).
+Status CheckEntrypoint(const LaunchConfig& config, const std::string& python_exec,
+                       const std::vector<std::string>& env);
+// $PYTHON_EXEC, else python3 resolved through PATH; "" when neither exists.
+std::string FindPython(const std::vector<std::string>& env);
+
+}  // namespace ctrun

@@ -1,0 +1,271 @@
+// End-to-end tests of the real ctrun binary against ctrun_fake_worker: every wait polls against a
+// deadline; nothing sleeps and hopes.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <set>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> Ctrun(std::vector<std::string> flags, std::vector<std::string> worker_args) {
+  std::vector<std::string> argv{CTRUN_BINARY};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(FAKE_WORKER);
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return argv;
+}
+
+std::string EnvValue(const std::string& env_dump, const std::string& key) {
+  for (const auto& l : SplitLines(env_dump))
+    if (l.rfind(key + "=", 0) == 0) return l.substr(key.size() + 1);
+  return "<unset>";
+}
+
+bool AllDead(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids)
+    if (ProcessAlive(p)) return false;
+  return true;
+}
+
+TEST(CtrunE2E, SetsTorchrunEnvironmentPerRankAndPassesInheritedEnv) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=job7"},
+                     {"--env-file", d / "env"}),
+               {"TEST_SENTINEL_PARENT=sentinel"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> ports;
+  for (int i = 0; i < 4; ++i) {
+    std::string env = ReadFileOr(d / ("env." + std::to_string(i)));
+    ASSERT_FALSE(env.empty()) << "rank " << i;
+    EXPECT_EQ(EnvValue(env, "RANK"), std::to_string(i));
+    EXPECT_EQ(EnvValue(env, "LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(EnvValue(env, "WORLD_SIZE"), "4");
+    EXPECT_EQ(EnvValue(env, "LOCAL_WORLD_SIZE"), "4");
+    EXPECT_EQ(EnvValue(env, "GROUP_RANK"), "0");
+    EXPECT_EQ(EnvValue(env, "GROUP_WORLD_SIZE"), "1");
+    EXPECT_EQ(EnvValue(env, "ROLE_RANK"), std::to_string(i));
+    EXPECT_EQ(EnvValue(env, "ROLE_NAME"), "default");
+    EXPECT_EQ(EnvValue(env, "ROLE_WORLD_SIZE"), "4");
+    EXPECT_EQ(EnvValue(env, "MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(EnvValue(env, "TORCHELASTIC_RESTART_COUNT"), "0");
+    EXPECT_EQ(EnvValue(env, "TORCHELASTIC_MAX_RESTARTS"), "2");
+    EXPECT_EQ(EnvValue(env, "TORCHELASTIC_RUN_ID"), "job7");
+    EXPECT_NE(EnvValue(env, "TORCHELASTIC_USE_AGENT_STORE"), "<unset>");
+    EXPECT_NE(EnvValue(env, "TORCHELASTIC_ERROR_FILE").find("/" + std::to_string(i) + "/error.json"), std::string::npos);
+    EXPECT_EQ(EnvValue(env, "OMP_NUM_THREADS"), "1");
+    EXPECT_EQ(EnvValue(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+    EXPECT_EQ(EnvValue(env, "TEST_SENTINEL_PARENT"), "sentinel");
+    ports.insert(EnvValue(env, "MASTER_PORT"));
+  }
+  EXPECT_EQ(ports.size(), 1u);
+  EXPECT_GT(std::stoi(*ports.begin()), 0);
+}
+
+TEST(CtrunE2E, NoExtraFdsInWorkers) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--fd-file", d / "fds"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < 2; ++i) {
+    auto lines = SplitLines(ReadFileOr(d / ("fds." + std::to_string(i))));
+    std::set<int> fds;
+    for (const auto& l : lines) fds.insert(std::stoi(l));
+    EXPECT_EQ(fds, (std::set<int>{0, 1, 2})) << ReadFileOr(d / ("fds." + std::to_string(i)));
+  }
+}
+
+TEST(CtrunE2E, RestartsAfterFailureWithIncrementedRestartCount) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=2"},
+                     {"--env-file", d / "env", "--only-rank", "1", "--only-attempt", "0", "--exit", "5"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(EnvValue(ReadFileOr(d / ("env." + std::to_string(i))), "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_NE(r.err.find("restarting all workers (restart 1 of 2)"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, MaxRestartsExhaustedPrintsSummaryAndRootCauseExitCode) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
+                     {"--only-rank", "1", "--exit", "7", "--stderr", "something broke"}));
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("ctrun_fake_worker FAILED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Root Cause (first observed failure):"), std::string::npos);
+  EXPECT_NE(r.err.find("exitcode  : 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, SignalDeathGives128PlusSignalAndSignalName) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "0", "--signal", "11"}));
+  EXPECT_EQ(r.exit_code, 128 + 11) << r.err;
+  EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, ErrorFileTracebackShowsInSummary) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--error-file", "bad batch", "--exit", "1"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("RuntimeError: bad batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fake frame"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, SurvivorsIgnoringSigtermAreKilledAfterGrace) {
+  TempDir d;
+  // Rank 0 fails once every worker is up; ranks 1-2 ignore SIGTERM and hang.
+  std::string go = d / "go";
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=3", "--shutdown-timeout=1"},
+                            {"--pid-file", d / "pids", "--ignore-term", "--wait-file", go, "--only-rank", "0",
+                             "--exit", "4", "--else-hang"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 3; }, 10s));
+  auto start = std::chrono::steady_clock::now();
+  std::ofstream(go).put('x');
+  EXPECT_EQ(p.Wait(10s), 4) << ReadFileOr(d / "err");
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(secs, 0.9);
+  EXPECT_LT(secs, 5.0);
+  EXPECT_TRUE(AllDead(ReadPids(d / "pids")));
+  std::string err = ReadFileOr(d / "err");
+  EXPECT_NE(err.find("grace period over: sent SIGKILL to 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped by ctrun"), std::string::npos) << err;
+}
+
+TEST(CtrunE2E, HangingSigtermIgnoringSurvivorsGetSigkill) {
+  TempDir d;
+  // Every rank hangs and ignores SIGTERM; ctrun gets SIGTERM; after the 1 s grace it SIGKILLs.
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--shutdown-timeout=1"},
+                            {"--pid-file", d / "pids", "--ignore-term", "--hang"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s));
+  auto start = std::chrono::steady_clock::now();
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(10s), 128 + SIGTERM);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(secs, 0.9);
+  EXPECT_LT(secs, 5.0);
+  EXPECT_TRUE(WaitFor([&] { return AllDead(ReadPids(d / "pids")); }, 2s));
+  EXPECT_NE(ReadFileOr(d / "err").find("SIGKILL"), std::string::npos) << ReadFileOr(d / "err");
+}
+
+TEST(CtrunE2E, SigintAndSigtermAreForwardedAndExitCodeIs128PlusSignal) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    TempDir d;
+    BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--pid-file", d / "pids", "--hang"}), {},
+                        d / "out", d / "err");
+    ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s));
+    p.Signal(sig);
+    EXPECT_EQ(p.Wait(10s), 128 + sig) << ReadFileOr(d / "err");
+    EXPECT_TRUE(WaitFor([&] { return AllDead(ReadPids(d / "pids")); }, 2s));
+  }
+}
+
+TEST(CtrunE2E, Usr1IsForwardedWithoutEndingTheJob) {
+  TempDir d;
+  // Workers die of SIGUSR1 (default action): proof that it reached them, and ctrun reports it.
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--pid-file", d / "pids", "--hang"}), {},
+                      d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s));
+  p.Signal(SIGUSR1);
+  EXPECT_EQ(p.Wait(10s), 128 + SIGUSR1);
+  EXPECT_NE(ReadFileOr(d / "err").find("forwarding SIGUSR1"), std::string::npos) << ReadFileOr(d / "err");
+}
+
+TEST(CtrunE2E, GrandchildrenAreGoneAfterRestartAndAfterExit) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
+                     {"--pid-file", d / "pids", "--grandchildren", "2", "--only-rank", "0", "--only-attempt", "0",
+                      "--exit", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto pids = ReadPids(d / "pids");
+  EXPECT_EQ(pids.size(), 12u);  // 2 attempts x 2 workers x (1 + 2 grandchildren)
+  EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 1s));
+}
+
+TEST(CtrunE2E, SigkilledCtrunLeavesNoWorkerOrGrandchild) {
+  TempDir d;
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=3"}, {"--pid-file", d / "pids", "--grandchildren", "2", "--hang"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 9; }, 10s));
+  auto pids = ReadPids(d / "pids");
+  p.Signal(SIGKILL);
+  p.Wait(5s);
+  EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 1s)) << "survivors after ctrun was SIGKILLed";
+}
+
+TEST(CtrunE2E, MissingEntrypointIsAUsageError) {
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "/nonexistent/train"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(SplitLines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("cannot execute /nonexistent/train"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, NonExecutableEntrypointIsAUsageError) {
+  TempDir d;
+  std::ofstream(d / "train") << "#!/bin/sh\n";
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", d / "train"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(SplitLines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, ExecFailureAtSpawnIs127WithoutRestartLoop) {
+  TempDir d;
+  std::string script = d / "train";
+  std::ofstream(script) << "#!/nonexistent/interpreter\n";
+  chmod(script.c_str(), 0755);
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", "--max_restarts=50", script});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_NE(r.err.find("cannot execute " + script), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
+TEST(CtrunE2E, BadInputIsOneLineAndExitTwo) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--bogus-flag", FAKE_WORKER},
+      {"--nnodes=2:1", FAKE_WORKER},
+      {"--nproc_per_node=0", FAKE_WORKER},
+      {"--nproc_per_node=abc", FAKE_WORKER},
+      {"-m", "--no_python", FAKE_WORKER},
+      {"--master_port=70000", FAKE_WORKER},
+      {"--nproc_per_node=2"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{CTRUN_BINARY};
+    argv.insert(argv.end(), c.begin(), c.end());
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << c[0] << ": " << r.err;
+    EXPECT_EQ(SplitLines(r.err).size(), 1u) << c[0] << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ctrun: error: ", 0), 0u) << r.err;
+  }
+}
+
+TEST(CtrunE2E, GpuWithoutGpusIsAClearError) {
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=gpu", FAKE_WORKER}, {"CUDA_VISIBLE_DEVICES="});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no GPU"), std::string::npos) << r.err;
+  auto r2 = RunCommand({CTRUN_BINARY, "--nproc_per_node=gpu", FAKE_WORKER, "--env-file", "/dev/null/x"},
+                {"CUDA_VISIBLE_DEVICES=0,1,2"});
+  EXPECT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.err.find("starting 3 workers"), std::string::npos) << r2.err;
+}
+
+TEST(CtrunE2E, PlaceholdersReachTheWorker) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},
+                     {"--env-file", d.path() + "/env_${local_rank}_${rank}_${world_size}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string env0 = ReadFileOr(d / "env_0_0_2.0"), env1 = ReadFileOr(d / "env_1_1_2.1");
+  EXPECT_FALSE(env0.empty());
+  EXPECT_FALSE(env1.empty());
+  EXPECT_EQ(EnvValue(env1, "RANK"), "1");
+}
+
+}  // namespace
+}  // namespace ctrun::testing

@@ -1,0 +1,167 @@
+#include "helpers/test_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace ctrun::testing {
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TempDir::TempDir() {
+  const char* base = getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ctrun_test_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) abort();
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+
+std::vector<char*> MakeEnv(const std::vector<std::string>& extra, std::vector<std::string>* storage) {
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    bool overridden = false;
+    for (const auto& x : extra) overridden |= x.substr(0, x.find('=')) == key;
+    if (!overridden) storage->push_back(kv);
+  }
+  for (const auto& x : extra) storage->push_back(x);
+  std::vector<char*> out;
+  for (auto& s : *storage) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+pid_t ForkExec(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, int out_fd,
+               int err_fd) {
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp = MakeEnv(extra_env, &env_storage);
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& s : args) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int nul = open("/dev/null", O_RDONLY);
+    dup2(nul, 0);
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    execve(cargv[0], cargv.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int ShellCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
+RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+              std::chrono::milliseconds timeout) {
+  TempDir dir;
+  std::string out_path = dir / "out", err_path = dir / "err";
+  int out_fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  int err_fd = open(err_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = ForkExec(argv, extra_env, out_fd, err_fd);
+  close(out_fd);
+  close(err_fd);
+  RunResult r;
+  int status = 0;
+  bool done = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout);
+  if (!done) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    r.exit_code = -1;
+  } else {
+    r.exit_code = ShellCode(status);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.out = ReadFileOr(out_path);
+  r.err = ReadFileOr(err_path);
+  return r;
+}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                                     const std::string& out_path, const std::string& err_path) {
+  int out_fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  int err_fd = open(err_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  pid_ = ForkExec(argv, extra_env, out_fd, err_fd);
+  close(out_fd);
+  close(err_fd);
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
+}
+
+void BackgroundProcess::Signal(int sig) { kill(pid_, sig); }
+
+int BackgroundProcess::Wait(std::chrono::milliseconds timeout) {
+  if (!reaped_) {
+    reaped_ = WaitFor([&] { return waitpid(pid_, &status_, WNOHANG) == pid_; }, timeout);
+    if (!reaped_) return -1;
+  }
+  return ShellCode(status_);
+}
+
+bool ProcessAlive(pid_t pid) {
+  std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  size_t rp = stat.rfind(')');
+  if (rp == std::string::npos || rp + 2 >= stat.size()) return false;
+  return stat[rp + 2] != 'Z' && stat[rp + 2] != 'X';
+}
+
+std::string ReadFileOr(const std::string& path, const std::string& fallback) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fallback;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> SplitLines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string line;
+  while (std::getline(ss, line)) out.push_back(line);
+  return out;
+}
+
+std::vector<pid_t> ReadPids(const std::string& path) {
+  std::vector<pid_t> out;
+  for (const auto& l : SplitLines(ReadFileOr(path)))
+    if (!l.empty()) out.push_back(static_cast<pid_t>(std::atoi(l.c_str())));
+  return out;
+}
+
+}  // namespace ctrun::testing
