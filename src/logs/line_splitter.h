@@ -53,7 +53,7 @@ class LineSplitter {
   size_t CutPoint(std::string_view s) const;
 
   size_t max_line_;
-  std::string partial_;      // incomplete line carried over between Feed calls (< max_line_ + 1)
+  std::string partial_;      // incomplete line carried over between Feed calls (<= max_line_ + 1)
   bool cr_pending_ = false;  // partial_ ends with a '\r' that may start "\r\n"
   bool continuation_ = false;
 };
@@ -94,9 +94,11 @@ void LineSplitter::EmitLine(const char* b, const char* e, LineEnd end, Emit& emi
 template <typename Emit>
 void LineSplitter::AppendPartial(const char* b, const char* e, Emit& emit) {
   partial_.append(b, e);
-  if (partial_.size() <= max_line_) return;
+  // A trailing '\r' may still turn out to be a line end: it does not count against the limit.
+  const size_t limit = max_line_ + (partial_.back() == '\r' ? 1 : 0);
+  if (partial_.size() <= limit) return;
   std::string_view rest(partial_);
-  while (rest.size() > max_line_) {
+  while (rest.size() > limit) {
     size_t c = CutPoint(rest);
     emit(LineUnit{rest.substr(0, c), LineEnd::kCut, continuation_});
     continuation_ = true;

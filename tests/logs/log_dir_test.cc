@@ -1,0 +1,103 @@
+#include "logs/log_dir.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "logs_test_util.h"
+
+namespace ctrun::logs {
+namespace {
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+TEST(LogDir, TorchrunLayoutAndAttemptRecreation) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job42");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  fs::path run(dir->run_dir());
+  EXPECT_EQ(run.parent_path(), fs::path(tmp / "logs"));
+  EXPECT_EQ(run.filename().string().rfind("job42_", 0), 0u) << run;
+  EXPECT_TRUE(fs::is_directory(run));
+
+  auto a0 = dir->PrepareAttempt(0, 3);
+  ASSERT_TRUE(a0.ok()) << a0.message();
+  EXPECT_TRUE(a0->files_enabled());
+  EXPECT_EQ(a0->dir, dir->run_dir() + "/attempt_0");
+  ASSERT_EQ(a0->ranks.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    const RankPaths& p = a0->ranks[static_cast<size_t>(r)];
+    EXPECT_EQ(p.dir, a0->dir + "/" + std::to_string(r));
+    EXPECT_TRUE(fs::is_directory(p.dir));
+    EXPECT_EQ(p.stdout_log, p.dir + "/stdout.log");
+    EXPECT_EQ(p.stderr_log, p.dir + "/stderr.log");
+    EXPECT_EQ(p.error_file, p.dir + "/error.json");
+  }
+  std::ofstream(a0->ranks[0].stdout_log) << "old";
+  // A restart with the same attempt number starts from an empty directory.
+  auto again = dir->PrepareAttempt(0, 2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(fs::exists(a0->ranks[0].stdout_log));
+  EXPECT_FALSE(fs::exists(a0->ranks[2].dir));
+  EXPECT_TRUE(fs::is_directory(again->ranks[1].dir));
+  auto a1 = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(a1.ok());
+  EXPECT_TRUE(fs::is_directory(dir->run_dir() + "/attempt_1/1"));
+  EXPECT_TRUE(fs::is_directory(dir->run_dir() + "/attempt_0/1"));  // earlier attempts are kept
+
+  // A second agent (or run) with the same id gets its own directory.
+  auto other = LogDir::Create(tmp / "logs", "job42");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->run_dir(), dir->run_dir());
+}
+
+TEST(LogDir, DefaultBaseIsAFreshTorchelasticTempDir) {
+  TempDir tmp;
+  const char* old = getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  auto dir = LogDir::Create(std::nullopt, "none");
+  if (old) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  fs::path run(dir->run_dir());
+  EXPECT_EQ(run.parent_path().parent_path(), fs::path(tmp.path()));
+  EXPECT_EQ(run.parent_path().filename().string().rfind("torchelastic_", 0), 0u) << run;
+  EXPECT_EQ(run.filename().string().rfind("none_", 0), 0u) << run;
+}
+
+TEST(LogDir, DevNullDisablesFiles) {
+  auto dir = LogDir::Create(std::string("/dev/null"), "x");
+  ASSERT_TRUE(dir.ok());
+  EXPECT_FALSE(dir->files_enabled());
+  auto a = dir->PrepareAttempt(2, 2);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->files_enabled());
+  EXPECT_EQ(a->ranks[1].error_file, "/dev/null");
+  EXPECT_EQ(a->ranks[1].stdout_log, "/dev/null");
+}
+
+TEST(LogDir, UncreatableBaseIsAnError) {
+  auto dir = LogDir::Create(std::string("/proc/ctrun-cannot-be-here"), "x");
+  EXPECT_FALSE(dir.ok());
+}
+
+TEST(FileTail, LastLinesAndBytes) {
+  EXPECT_EQ(LastLines("a\nb\nc\n", 2), "b\nc\n");
+  EXPECT_EQ(LastLines("a\nb\nc", 2), "b\nc");
+  EXPECT_EQ(LastLines("a\nb\n", 5), "a\nb\n");
+  EXPECT_EQ(LastLines("", 5), "");
+  TempDir tmp;
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += "line " + std::to_string(i) + "\n";
+  std::ofstream(tmp / "err") << text << "Traceback: boom";
+  EXPECT_EQ(ReadFileTail(tmp / "err", 8192, 3), "line 998\nline 999\nTraceback: boom");
+  std::string small = ReadFileTail(tmp / "err", 20, 100);
+  EXPECT_LE(small.size(), 20u);
+  EXPECT_EQ(small.substr(small.size() - 15), "Traceback: boom");
+  EXPECT_EQ(ReadFileTail(tmp / "missing"), "");
+}
+
+}  // namespace
+}  // namespace ctrun::logs

@@ -1,0 +1,156 @@
+#include "logs/output_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace ctrun::logs {
+namespace {
+
+using Kind = StdioTarget::Kind;
+
+AttemptPaths Paths(int n, bool files = true) {
+  AttemptPaths p;
+  p.dir = files ? "/L/run/attempt_0" : kDevNull;
+  for (int r = 0; r < n; ++r) {
+    std::string d = files ? p.dir + "/" + std::to_string(r) : kDevNull;
+    p.ranks.push_back(files ? RankPaths{d, d + "/stdout.log", d + "/stderr.log", d + "/error.json"}
+                            : RankPaths{d, d, d, d});
+  }
+  return p;
+}
+
+std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files = true,
+                                   const char* env_template = nullptr, int node_rank = 0) {
+  AttemptPaths paths = Paths(nproc, files);
+  PlanInputs in;
+  in.nproc = nproc;
+  in.world_size = nproc * (node_rank + 1);
+  in.node_rank = node_rank;
+  in.paths = &paths;
+  in.env_template = env_template;
+  auto r = PlanOutput(c, in);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+}
+
+TEST(OutputPlan, SingleWorkerWithoutOptionsInherits) {
+  LaunchConfig c;
+  auto p = Plan(c, 1);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kInherit);
+  EXPECT_EQ(p[0].err.target.kind, Kind::kInherit);
+  EXPECT_EQ(p[0].error_file, "/L/run/attempt_0/0/error.json");
+  c.log_prefix = "[${rank}] ";
+  auto q = Plan(c, 1);
+  EXPECT_EQ(q[0].out.target.kind, Kind::kPipe);
+  EXPECT_EQ(q[0].prefix, "[0] ");
+}
+
+TEST(OutputPlan, MultiWorkerDefaultIsPrefixedPipes) {
+  LaunchConfig c;
+  auto p = Plan(c, 4);
+  ASSERT_EQ(p.size(), 4u);
+  for (const auto& w : p) {
+    EXPECT_EQ(w.out.target.kind, Kind::kPipe);
+    EXPECT_TRUE(w.out.console);
+    EXPECT_TRUE(w.out.tee_file.empty());
+    EXPECT_TRUE(w.err.console);
+  }
+  EXPECT_EQ(p[2].prefix, "[r2] ");
+  c.log_prefix = "none";
+  EXPECT_EQ(Plan(c, 4)[1].prefix, "");
+  EXPECT_EQ(Plan(c, 4)[1].out.target.kind, Kind::kPipe);
+  c.log_prefix = "inherit";
+  EXPECT_EQ(Plan(c, 4)[1].out.target.kind, Kind::kInherit);
+}
+
+TEST(OutputPlan, RedirectWithoutTeeWritesFilesDirectly) {
+  LaunchConfig c;
+  c.redirects = "3";
+  auto p = Plan(c, 2);
+  EXPECT_EQ(p[1].out.target.kind, Kind::kFile);
+  EXPECT_EQ(p[1].out.target.path, "/L/run/attempt_0/1/stdout.log");
+  EXPECT_EQ(p[1].err.target.kind, Kind::kFile);
+  EXPECT_EQ(p[1].err.log_file, "/L/run/attempt_0/1/stderr.log");
+  EXPECT_FALSE(p[1].out.relayed());
+  c.redirects = "0:1,1:2";
+  p = Plan(c, 2);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kFile);
+  EXPECT_EQ(p[0].err.target.kind, Kind::kPipe);
+  EXPECT_EQ(p[1].out.target.kind, Kind::kPipe);
+  EXPECT_EQ(p[1].err.target.kind, Kind::kFile);
+}
+
+TEST(OutputPlan, TeePipesToFileAndConsoleWithTorchrunHeader) {
+  LaunchConfig c;
+  c.tee = "0:3";
+  auto p = Plan(c, 2);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPipe);
+  EXPECT_TRUE(p[0].out.console);
+  EXPECT_EQ(p[0].out.tee_file, "/L/run/attempt_0/0/stdout.log");
+  EXPECT_EQ(p[0].err.tee_file, "/L/run/attempt_0/0/stderr.log");
+  EXPECT_EQ(p[0].prefix, "[default0]:");
+  // rank 1 is not tee'd: ctrun's default console relay, same header style for the whole run.
+  EXPECT_EQ(p[1].out.target.kind, Kind::kPipe);
+  EXPECT_TRUE(p[1].out.tee_file.empty());
+  EXPECT_EQ(p[1].prefix, "[default1]:");
+  // The torchrun template wins over the tee header.
+  auto q = Plan(c, 2, true, "[rank${rank}]: ");
+  EXPECT_EQ(q[1].prefix, "[rank1]: ");
+}
+
+TEST(OutputPlan, FiltersDropConsoleButNotFiles) {
+  LaunchConfig c;
+  c.tee = "3";
+  c.local_ranks_filter = "0";
+  auto p = Plan(c, 2);
+  EXPECT_TRUE(p[0].out.console);
+  // Hidden tee'd rank: file only, written directly.
+  EXPECT_EQ(p[1].out.target.kind, Kind::kFile);
+  EXPECT_EQ(p[1].err.target.kind, Kind::kFile);
+  c.tee = "0";
+  p = Plan(c, 2);
+  EXPECT_EQ(p[1].out.target.kind, Kind::kDevNull);
+  EXPECT_EQ(p[1].err.target.kind, Kind::kPipe);  // kept for the failure summary's tail
+  EXPECT_FALSE(p[1].err.console);
+  // --ranks-filter works on global ranks: node 1 of 2 has global ranks 2, 3.
+  LaunchConfig g;
+  g.ranks_filter = "3";
+  auto n1 = Plan(g, 2, true, nullptr, 1);
+  EXPECT_EQ(n1[0].global_rank, 2);
+  EXPECT_EQ(n1[0].out.target.kind, Kind::kDevNull);
+  EXPECT_TRUE(n1[1].out.console);
+}
+
+TEST(OutputPlan, DevNullLogDir) {
+  LaunchConfig c;
+  c.redirects = "3";
+  c.tee = "0:1";
+  auto p = Plan(c, 2, false);
+  EXPECT_EQ(p[0].error_file, "/dev/null");
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPipe);  // tee: console only
+  EXPECT_TRUE(p[0].out.tee_file.empty());
+  EXPECT_EQ(p[1].out.target.kind, Kind::kDevNull);
+  EXPECT_EQ(p[1].err.target.kind, Kind::kPipe);
+  EXPECT_FALSE(p[1].err.console);
+}
+
+TEST(OutputPlan, BadFlagsAreErrors) {
+  AttemptPaths paths = Paths(2);
+  PlanInputs in;
+  in.nproc = 2;
+  in.paths = &paths;
+  LaunchConfig c;
+  c.tee = "0:5";
+  EXPECT_NE(PlanOutput(c, in).message().find("--tee"), std::string::npos);
+  c.tee = "0";
+  c.log_prefix = "${oops}";
+  EXPECT_FALSE(PlanOutput(c, in).ok());
+  EXPECT_FALSE(ValidateLogFlags(c, nullptr).ok());
+  c.log_prefix = "";
+  EXPECT_TRUE(ValidateLogFlags(c, nullptr).ok());
+  in.nproc = 3;  // more ranks than paths
+  EXPECT_FALSE(PlanOutput(c, in).ok());
+}
+
+}  // namespace
+}  // namespace ctrun::logs

@@ -1,0 +1,384 @@
+// Process-level tests of OutputRelay: real pipes, forked writer processes, a slow console pipe,
+// and a pseudo-terminal. Every wait polls against a deadline.
+#include "logs/output_relay.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "logs/logging.h"
+#include "logs_test_util.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::logs {
+namespace {
+
+using testing::Slurp;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+struct Pipe {
+  UniqueFd r, w;
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    r.reset(fds[0]);
+    w.reset(fds[1]);
+  }
+};
+
+// Forks a child that runs body(fd) on the pipe's write end and _exits 0; the parent keeps only
+// the read end.
+pid_t ForkWriter(Pipe& p, const std::function<void(int)>& body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    body(p.w.get());
+    ::_exit(0);
+  }
+  p.w.reset();
+  return pid;
+}
+
+// Writes n numbered lines "w<rank> <i>" in ~3000-byte writes, so lines straddle write(2) calls.
+void WriteNumbered(int fd, int rank, int n, int pad = 0) {
+  std::string buf;
+  std::string filler(static_cast<size_t>(pad), '.');
+  for (int i = 0; i < n; ++i) {
+    char line[64];
+    int len = std::snprintf(line, sizeof line, "w%d %d", rank, i);
+    buf.append(line, static_cast<size_t>(len));
+    buf += filler;
+    buf.push_back('\n');
+    if (buf.size() >= 3000) {
+      WriteAll(fd, buf.data(), buf.size());
+      buf.clear();
+    }
+  }
+  WriteAll(fd, buf.data(), buf.size());
+}
+
+bool RunUntil(EventLoop& loop, const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    loop.RunOnce(10ms);
+  }
+  return true;
+}
+
+int PipeBytes(int fd) {
+  int n = 0;
+  ::ioctl(fd, FIONREAD, &n);
+  return n;
+}
+
+void ExpectChildOk(pid_t pid) {
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// Checks that `text` holds exactly n lines "[r<k>] w<k> <i>..." per rank k < ranks, in order.
+void CheckNumbered(const std::string& text, int ranks, int n) {
+  std::vector<int> next(static_cast<size_t>(ranks), 0);
+  size_t pos = 0, lines = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << "unterminated output line at " << pos;
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    int pr = -1, wr = -1, i = -1;
+    ASSERT_EQ(std::sscanf(line.c_str(), "[r%d] w%d %d", &pr, &wr, &i), 3) << line;
+    ASSERT_EQ(pr, wr) << "line under the wrong prefix: " << line;
+    ASSERT_TRUE(wr >= 0 && wr < ranks) << line;
+    ASSERT_EQ(i, next[static_cast<size_t>(wr)]) << "lost, duplicated or reordered: " << line;
+    ++next[static_cast<size_t>(wr)];
+    ++lines;
+  }
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(next[static_cast<size_t>(r)], n) << "rank " << r;
+  EXPECT_EQ(lines, static_cast<size_t>(ranks) * static_cast<size_t>(n));
+}
+
+Sinks ConsoleSink(int rank) {
+  Sinks s;
+  s.console = true;
+  s.prefix = "[r" + std::to_string(rank) + "] ";
+  s.color_key = rank;
+  return s;
+}
+
+TEST(OutputRelay, EightWritersEveryLineOnceInPerRankOrder) {
+  TempDir tmp;
+  UniqueFd out(::open((tmp / "console").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd err(::open((tmp / "console_err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = out.get();
+  opt.stderr_fd = err.get();
+  OutputRelay relay(loop, opt);
+  int drained = 0;
+  relay.SetOnWorkerDrained([&](int) { ++drained; });
+  constexpr int kRanks = 8, kLines = 100000;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    Pipe p;
+    pids.push_back(ForkWriter(p, [r](int fd) { WriteNumbered(fd, r, kLines); }));
+    ASSERT_TRUE(relay.AddStream(r, Stream::kStdout, std::move(p.r), ConsoleSink(r)).ok());
+  }
+  ASSERT_TRUE(RunUntil(loop, [&] { return drained == kRanks; }, 50s));
+  for (pid_t pid : pids) ExpectChildOk(pid);
+  EXPECT_TRUE(relay.Idle());
+  CheckNumbered(Slurp(tmp / "console"), kRanks, kLines);
+  EXPECT_EQ(Slurp(tmp / "console_err"), "");
+}
+
+TEST(OutputRelay, CrashingWorkersLastPartialLineIsKept) {
+  TempDir tmp;
+  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd err(::open((tmp / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = out.get();
+  opt.stderr_fd = err.get();
+  OutputRelay relay(loop, opt);
+  std::vector<int> drained;
+  relay.SetOnWorkerDrained([&](int r) { drained.push_back(r); });
+
+  Pipe po, pe;
+  const std::string said = "Traceback (most recent call last):\n  File x\nRuntimeError: CUDA error: boom";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    WriteAll(po.w.get(), "step 1\nstep", 11);
+    WriteAll(pe.w.get(), said.data(), said.size());
+    ::kill(::getpid(), SIGKILL);
+  }
+  po.w.reset();
+  pe.w.reset();
+  Sinks se = ConsoleSink(3);
+  se.file.reset(::open((tmp / "stderr.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  ASSERT_TRUE(relay.AddStream(3, Stream::kStdout, std::move(po.r), ConsoleSink(3)).ok());
+  ASSERT_TRUE(relay.AddStream(3, Stream::kStderr, std::move(pe.r), std::move(se)).ok());
+  EXPECT_FALSE(relay.WorkerDrained(3));
+  ASSERT_TRUE(RunUntil(loop, [&] { return !drained.empty(); }, 10s));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_EQ(drained, std::vector<int>{3});
+  EXPECT_TRUE(relay.WorkerDrained(3));
+  EXPECT_EQ(Slurp(tmp / "out"), "[r3] step 1\n[r3] step\n");
+  EXPECT_EQ(Slurp(tmp / "err"),
+            "[r3] Traceback (most recent call last):\n[r3]   File x\n[r3] RuntimeError: CUDA error: boom\n");
+  EXPECT_EQ(Slurp(tmp / "stderr.log"), said);  // the file gets the raw bytes
+  EXPECT_EQ(relay.StderrTail(3), said);
+  EXPECT_EQ(relay.StderrTail(5), "");
+}
+
+TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {
+  Pipe console;
+  int flags_before = ::fcntl(console.w.get(), F_GETFL);
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = console.w.get();
+  opt.stderr_fd = console.w.get();
+  opt.high_water = 64 << 10;
+  opt.read_size = 16 << 10;
+  OutputRelay relay(loop, opt);
+  ASSERT_TRUE(relay.stdout_console().nonblocking());
+  int drained = 0;
+  relay.SetOnWorkerDrained([&](int) { ++drained; });
+  constexpr int kRanks = 4, kLines = 20000;  // ~100-byte lines: 8 MB in all
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    Pipe p;
+    pids.push_back(ForkWriter(p, [r](int fd) { WriteNumbered(fd, r, kLines, 90); }));
+    ASSERT_TRUE(relay.AddStream(r, Stream::kStdout, std::move(p.r), ConsoleSink(r)).ok());
+  }
+  // The slow consumer: 32 KiB per millisecond at most.
+  std::string got;
+  size_t max_buffered = 0;
+  bool saw_full = false;
+  std::vector<char> buf(32 << 10);
+  std::function<void()> consume = [&] {
+    size_t b = relay.stdout_console().buffered();
+    max_buffered = std::max(max_buffered, b);
+    saw_full = saw_full || relay.stdout_console().over_high_water();
+    ssize_t n = ::read(console.r.get(), buf.data(), buf.size());
+    if (n > 0) got.append(buf.data(), static_cast<size_t>(n));
+    loop.AddTimerAfter(1ms, consume);
+  };
+  loop.AddTimerAfter(1ms, consume);
+  ASSERT_TRUE(RunUntil(loop, [&] {
+    max_buffered = std::max(max_buffered, relay.stdout_console().buffered());
+    return drained == kRanks && relay.Idle();
+  }, 60s));
+  ASSERT_TRUE(SetNonBlocking(console.r.get(), true));
+  for (ssize_t n; (n = ::read(console.r.get(), buf.data(), buf.size())) > 0;) got.append(buf.data(), static_cast<size_t>(n));
+  for (pid_t pid : pids) ExpectChildOk(pid);
+  EXPECT_TRUE(saw_full) << "back-pressure never engaged";
+  // Bounded: high water + one read (16 KiB of ~100-byte lines gains ~5% of prefix).
+  EXPECT_LE(max_buffered, opt.high_water + 2 * opt.read_size);
+  EXPECT_EQ(::fcntl(console.w.get(), F_GETFL), flags_before) << "the console fd's flags were changed";
+  CheckNumbered(got, kRanks, kLines);
+}
+
+TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
+  TempDir tmp;
+  UniqueFd out(::open((tmp / "console").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd out2(::dup(out.get()));
+  ASSERT_TRUE(SetupLogging("info").ok());
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = out.get();
+  opt.stderr_fd = out2.get();  // same file: one writer for both
+  opt.route_diagnostics = true;
+  {
+    OutputRelay relay(loop, opt);
+    EXPECT_EQ(&relay.stdout_console(), &relay.stderr_console());
+    Pipe p;
+    ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(p.r), ConsoleSink(0)).ok());
+    WriteAll(p.w.get(), "par", 3);
+    ASSERT_TRUE(RunUntil(loop, [&] { return PipeBytes(p.r.valid() ? p.r.get() : -1) == 0; }, 5s));
+    loop.RunOnce(0ms);
+    spdlog::info("diagnostic {}", 42);
+    WriteAll(p.w.get(), "tial\n", 5);
+    p.w.reset();
+    ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
+  }
+  spdlog::info("after the relay");
+  std::string text = Slurp(tmp / "console");
+  auto lines = std::vector<std::string>();
+  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) lines.push_back(text.substr(pos, nl - pos));
+  ASSERT_EQ(lines.size(), 2u) << text;
+  EXPECT_EQ(lines[0].rfind("[ctrun] I ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("diagnostic 42"), std::string::npos);
+  EXPECT_EQ(lines[1], "[r0] partial");
+  SetupLogging("off");
+}
+
+// A pseudo-terminal in raw mode: what the user's terminal would receive.
+struct Pty {
+  UniqueFd master, slave;
+  Pty() {
+    master.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!master || ::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) return;
+    slave.reset(::open(::ptsname(master.get()), O_RDWR | O_NOCTTY | O_CLOEXEC));
+    termios t{};
+    if (slave && ::tcgetattr(slave.get(), &t) == 0) {
+      ::cfmakeraw(&t);
+      ::tcsetattr(slave.get(), TCSANOW, &t);
+    }
+  }
+  // Reads until `want` bytes arrived or the deadline passed.
+  std::string Read(size_t want, std::chrono::milliseconds timeout) {
+    std::string s;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    char buf[4096];
+    while (s.size() < want && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{master.get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) == 1) {
+        ssize_t n = ::read(master.get(), buf, sizeof buf);
+        if (n > 0) s.append(buf, static_cast<size_t>(n));
+      }
+    }
+    return s;
+  }
+};
+
+TEST(OutputRelay, ProgressBarsOnATerminalStayOnTheirOwnLine) {
+  Pty pty;
+  if (!pty.slave) GTEST_SKIP() << "no pseudo-terminal available";
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = pty.slave.get();
+  opt.stderr_fd = pty.slave.get();
+  opt.color = ConsoleOptions::Color::kNever;
+  OutputRelay relay(loop, opt);
+  ASSERT_TRUE(relay.console_is_tty());
+  Pipe p0, p1;
+  int r0 = p0.r.get(), r1 = p1.r.get();
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(p0.r), ConsoleSink(0)).ok());
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStdout, std::move(p1.r), ConsoleSink(1)).ok());
+  auto settle = [&](int fd) { ASSERT_TRUE(RunUntil(loop, [&] { return PipeBytes(fd) == 0; }, 5s)); loop.RunOnce(0ms); };
+
+  WriteAll(p0.w.get(), "\r 10%\r 20%\r 30%", 15);  // a tqdm burst: only " 20%" is complete
+  settle(r0);
+  WriteAll(p1.w.get(), "hello\n", 6);
+  settle(r1);
+  WriteAll(p0.w.get(), "\r100%\n", 6);
+  settle(r0);
+  const std::string want = "[r0]  20%\r\x1b[K[r1] hello\n[r0] 100%\n";
+  EXPECT_EQ(pty.Read(want.size(), 5s), want);
+}
+
+TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
+  TempDir tmp;
+  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = out.get();
+  opt.stderr_fd = out.get();
+  OutputRelay relay(loop, opt);
+  Pipe held;  // like a pipe kept open by an orphaned grandchild: never EOF
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(held.r), ConsoleSink(0)).ok());
+  WriteAll(held.w.get(), "line\nno newline", 15);
+  auto start = std::chrono::steady_clock::now();
+  relay.FlushAll(TimePoint(start + 300ms));
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 3s);
+  EXPECT_TRUE(relay.Idle());
+  EXPECT_EQ(Slurp(tmp / "out"), "[r0] line\n[r0] no newline\n");
+  EXPECT_EQ(relay.StderrTail(0), "line\nno newline");
+
+  // A restart re-adds the rank: the old tail is gone, the new stream works.
+  Pipe again;
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(again.r), ConsoleSink(0)).ok());
+  EXPECT_EQ(relay.StderrTail(0), "");
+  WriteAll(again.w.get(), "second\n", 7);
+  again.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
+  EXPECT_EQ(relay.StderrTail(0), "second\n");
+  EXPECT_EQ(relay.StderrTail(1, tmp / "out"), "[r0] line\n[r0] no newline\n[r0] second\n");
+}
+
+TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
+  TempDir tmp;
+  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = out.get();
+  opt.stderr_fd = out.get();
+  opt.max_line = 1024;
+  OutputRelay relay(loop, opt);
+  Pipe p;
+  std::string big(5000, 'x');
+  std::string bin("\xff\x00\xfe\x80 ok", 7);
+  pid_t pid = ForkWriter(p, [&](int fd) {
+    WriteAll(fd, big.data(), big.size());
+    WriteAll(fd, "\n", 1);
+    WriteAll(fd, bin.data(), bin.size());
+    WriteAll(fd, "\n", 1);
+  });
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(p.r), ConsoleSink(0)).ok());
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
+  ExpectChildOk(pid);
+  std::string want;
+  for (int i = 0; i < 4; ++i) want += "[r0] " + std::string(1024, 'x') + "\\\n";
+  want += "[r0] " + std::string(904, 'x') + "\n";
+  want += "[r0] " + bin + "\n";
+  EXPECT_EQ(Slurp(tmp / "out"), want);
+}
+
+}  // namespace
+}  // namespace ctrun::logs
