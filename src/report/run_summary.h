@@ -1,0 +1,96 @@
+// The end-of-run failure report: which workers failed, which one is the root cause, the text
+// printed on final failure, ctrun's exit code, and the agent's own error file.
+//
+// The text keeps torchrun's ChildFailedError layout (torchrun-contract.md section 3) so log
+// scrapers keep working: a border of '=' (width = min(60, widest line)), "<name> FAILED", a line
+// of '-', "Failures:" with the other failures or "  <NO_OTHER_FAILURES>", a line of '-',
+// "Root Cause (first observed failure):", the root block, a closing border. Each block starts with
+// torch's six fields in torch's format ("exitcode  : -9 (pid: 1234)" convention).
+// ctrun adds, inside the blocks:
+//   * the signal name after a negative exit code: "exitcode  : -9 (SIGKILL) (pid: 1234)";
+//   * "cause     : failed on its own" / "stopped by ctrun after rank N failed";
+//   * "note      : likely killed by the kernel OOM killer: ..." for probable OOM victims;
+//   * for workers without an error file: the last lines of their stderr instead of torch's
+//     "To enable traceback see: ..." line, which is kept once, after the root cause;
+//   * an unreadable error file: "error_file: <path> (unreadable: <reason>)", then as if none.
+// Deliberate differences: multi-line tracebacks have trailing newlines trimmed (torch leaves a
+// line of two spaces), and every traceback is indented, string-message ones included.
+// When every failure was stopped by ctrun (ctrun itself was signalled), the root-cause section
+// says so instead of naming a rank: one fixed format for every exit path (pain point 16).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "process/exit_status.h"
+#include "report/error_file.h"
+#include "report/oom.h"
+
+namespace ctrun {
+
+struct WorkerFailure {
+  int global_rank = 0;
+  int local_rank = 0;
+  int role_rank = 0;
+  pid_t pid = 0;
+  ExitStatus status = ExitStatus::Exited(1);
+  std::chrono::system_clock::time_point time;  // when ctrun saw the exit
+  std::string error_file;                      // path given to the worker ("" if none)
+  bool stopped_by_ctrun = false;               // killed by ctrun during teardown, not a root cause
+  bool oom_killed = false;                     // likely OOM-killer victim (see oom.h)
+  std::string stderr_tail;                     // last lines of stderr (may be empty)
+
+  // Filled by LoadErrorFile() from error_file (tests may set them directly).
+  std::optional<ErrorFileContents> error_data;  // a valid error file was found
+  std::string error_file_problem;               // non-empty: the file exists but is unusable
+};
+
+// Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h).
+void LoadErrorFile(WorkerFailure* f);
+void LoadErrorFiles(std::vector<WorkerFailure>* failures);
+
+// The time the failure is ordered and shown by: the error file's timestamp when it has one, else
+// the detection time.
+std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
+
+// The root cause: the earliest FailureTime() among failures not stopped by ctrun; ties go to the
+// lowest global rank. nullopt when there is none (empty, or every worker was stopped by ctrun).
+std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures);
+
+struct SummaryOptions {
+  // Shown when there is no root cause, e.g. "ctrun received signal 15 (SIGTERM)".
+  std::string stop_reason;
+  // stderr lines shown for the root cause / for other workers that failed on their own, when they
+  // left no error file. Workers stopped by ctrun get none (their stderr is collateral noise).
+  size_t root_stderr_lines = 20;
+  size_t other_stderr_lines = 5;
+  // The OOM counter around the attempt, for the note's "went from A to B".
+  std::optional<OomKillSample> oom_before;
+  std::optional<OomKillSample> oom_after;
+  // Times in UTC instead of local time (tests; torch uses local time).
+  bool utc = false;
+};
+
+// The report text, one string ending in '\n'; "" when failures is empty. failures are listed in
+// the given order (the caller passes them by rank), and [idx] is the position in that order.
+std::string FormatFailureSummary(const std::string& entrypoint_name,
+                                 const std::vector<WorkerFailure>& failures,
+                                 const std::string& hostname, const SummaryOptions& options);
+
+// ctrun's exit code for a failed run: the root cause's ShellCode() (exit code, or 128+signal);
+// 1 when there are failures but no root cause; 0 when there are no failures.
+int JobExitCode(const std::vector<WorkerFailure>& failures);
+
+// The agent's own $TORCHELASTIC_ERROR_FILE, like torchrun's @record: the root cause's error file
+// copied with message.errorCode = its torch exit code (-signal for a signal); when the root cause
+// left none, a file describing it (torch's message, stderr tail and notes as the callstack).
+// Does nothing and returns OK when path is empty or there is no root cause.
+Status WriteAgentErrorFile(const std::string& path, const std::vector<WorkerFailure>& failures,
+                           const SummaryOptions& options = {});
+
+}  // namespace ctrun
