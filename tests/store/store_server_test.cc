@@ -1,0 +1,468 @@
+// StoreServer + StoreClient: every operation in both dialects, byte-exact replies over raw
+// sockets, waits, tokens, and robustness (garbage, truncation, huge lengths, many idle
+// connections, disconnects mid-wait, connection limit, back-pressure).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "store/store_client.h"
+#include "store/store_server.h"
+#include "store/store_test_util.h"
+
+namespace ctrun::store {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Hex;
+using testing::PeerClosed;
+using testing::RawConnect;
+using testing::RecvN;
+using testing::SendAll;
+using testing::ServerThread;
+using testing::ToHex;
+using testing::WaitFor;
+
+std::unique_ptr<StoreClient> MustConnect(int port, Dialect d = Dialect::kModern,
+                                         std::string token = "") {
+  ClientOptions o;
+  o.port = port;
+  o.dialect = d;
+  o.token = std::move(token);
+  o.connect_timeout = 10s;
+  o.timeout = 10s;
+  auto c = StoreClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.message();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+class StoreDialects : public ::testing::TestWithParam<Dialect> {};
+
+TEST_P(StoreDialects, EveryOperation) {
+  ServerThread st;
+  ASSERT_TRUE(st.ok()) << st.error();
+  auto c = MustConnect(st.port(), GetParam());
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->Set("a", "1").ok());
+  EXPECT_EQ(*c->Get("a"), "1");
+  EXPECT_EQ(*c->Add("n", 5), 5);
+  EXPECT_EQ(*c->Add("n", -7), -2);
+  EXPECT_EQ(*c->Get("n"), "-2");  // counters are stored as decimal text
+  // COMPARE_SET: match, mismatch, missing with empty expected, missing with non-empty expected.
+  EXPECT_EQ(*c->CompareSet("a", "1", "2"), "2");
+  EXPECT_EQ(*c->CompareSet("a", "1", "3"), "2");
+  EXPECT_EQ(*c->CompareSet("new", "", "x"), "x");
+  EXPECT_EQ(*c->CompareSet("ghost", "exp", "y"), "exp");
+  EXPECT_FALSE(*c->Check({"ghost"}));
+  EXPECT_TRUE(*c->Check({"a", "n", "new"}));
+  EXPECT_EQ(*c->NumKeys(), 3);
+  EXPECT_TRUE(*c->DeleteKey("new"));
+  EXPECT_FALSE(*c->DeleteKey("new"));
+  EXPECT_EQ(*c->NumKeys(), 2);
+  ASSERT_TRUE(c->Append("log", "ab").ok());
+  ASSERT_TRUE(c->Append("log", "cd").ok());
+  EXPECT_EQ(*c->Get("log"), "abcd");
+  ASSERT_TRUE(c->MultiSet({"m1", "m2"}, {"v1", std::string(3, '\0')}).ok());
+  auto mg = c->MultiGet({"m2", "m1"});
+  ASSERT_TRUE(mg.ok()) << mg.message();
+  EXPECT_EQ(*mg, (std::vector<std::string>{std::string(3, '\0'), "v1"}));
+  EXPECT_TRUE(c->Wait({"a", "m1"}, 1s).ok());
+  EXPECT_TRUE(c->Ping().ok());
+  std::string big(8u << 20, 'z');
+  big[12345] = '\0';
+  ASSERT_TRUE(c->Set("big", big).ok());
+  EXPECT_EQ(*c->Get("big"), big);
+  EXPECT_EQ(st.server().num_keys(), 6u);
+}
+
+TEST_P(StoreDialects, WaitIsWokenByAnotherClient) {
+  ServerThread st;
+  auto waiter = MustConnect(st.port(), GetParam());
+  auto setter = MustConnect(st.port(), GetParam());
+  ASSERT_TRUE(setter->Set("k1", "x").ok());
+  std::thread t([&] { EXPECT_TRUE(waiter->Wait({"k1", "k2", "k3"}, 10s).ok()); });
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 1; }));
+  EXPECT_EQ(*setter->Add("k2", 1), 1);
+  EXPECT_EQ(st.server().num_waiting(), 1u);  // k3 still missing
+  ASSERT_TRUE(setter->Append("k3", "z").ok());
+  t.join();
+  EXPECT_EQ(st.server().num_waiting(), 0u);
+  EXPECT_EQ(*waiter->Get("k3"), "z");
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, StoreDialects,
+                         ::testing::Values(Dialect::kLegacy, Dialect::kModern),
+                         [](const auto& p) {
+                           return p.param == Dialect::kLegacy ? "Legacy" : "Modern";
+                         });
+
+// Request -> reply bytes over a raw socket, per dialect.
+struct Exchange {
+  const char* request;
+  const char* reply;
+};
+
+void RunExchanges(int port, const std::vector<Exchange>& ex) {
+  auto fd = RawConnect(port);
+  ASSERT_TRUE(fd);
+  for (const auto& e : ex) {
+    SCOPED_TRACE(e.request);
+    ASSERT_TRUE(SendAll(fd.get(), Hex(e.request)));
+    std::string want = Hex(e.reply);
+    EXPECT_EQ(ToHex(RecvN(fd.get(), want.size())), ToHex(want));
+  }
+  // Nothing else pending: a PING/GETNUMKEYS round trip comes back next.
+}
+
+TEST(StoreServer, LegacyRepliesAreByteExact) {
+  ServerThread st;
+  RunExchanges(st.port(),
+               {
+                   {"00 0100000000000000 6b 0200000000000000 7676", ""},               // SET k vv
+                   {"02 0100000000000000 6b", "0200000000000000 7676"},                // GET k
+                   {"03 0100000000000000 63 0700000000000000", "0700000000000000"},    // ADD c 7
+                   {"03 0100000000000000 63 fdffffffffffffff", "0400000000000000"},    // ADD c -3
+                   {"01 0100000000000000 6b 0200000000000000 7676 0100000000000000 77",
+                    "0100000000000000 77"},                                            // CAS hit
+                   {"01 0100000000000000 6b 0100000000000000 78 0100000000000000 79",
+                    "0100000000000000 77"},                                            // CAS miss
+                   {"04 0100000000000000 0100000000000000 6b", "00"},                  // CHECK
+                   {"04 0100000000000000 0100000000000000 7a", "01"},                  // CHECK
+                   {"05 0100000000000000 0100000000000000 6b", "00"},                  // WAIT
+                   {"06", "0200000000000000"},                                         // NUMKEYS
+                   {"07 0100000000000000 6b", "03"},                                   // WATCH_KEY
+                   {"08 0100000000000000 6b", "0100000000000000"},                     // DELETE
+                   {"08 0100000000000000 6b", "0000000000000000"},                     // DELETE
+                   {"09 0100000000000000 63 0100000000000000 30", ""},                 // APPEND
+                   {"0a 0100000000000000 0100000000000000 63", "0200000000000000 3430"},  // MGET
+                   {"0b 0100000000000000 0100000000000000 6d 0000000000000000", ""},   // MSET
+                   {"0c", "01"},                                                       // CANCEL
+                   {"06", "0200000000000000"},
+               });
+}
+
+TEST(StoreServer, ModernRepliesAreByteExact) {
+  ServerThread st;
+  RunExchanges(st.port(),
+               {
+                   {"00 cef7853c", ""},                                                // VALIDATE
+                   {"0d 78563412", "78563412"},                                        // PING
+                   {"01 0100000000000000 6b 0100000000000000 76", ""},                 // SET
+                   {"03 0100000000000000 6b", "0100000000000000 76"},                  // GET
+                   {"04 0100000000000000 63 0200000000000000", "0200000000000000"},    // ADD
+                   {"02 0100000000000000 7a 0000000000000000 0100000000000000 31",
+                    "0100000000000000 31"},                                            // CAS new
+                   {"05 0100000000000000 0100000000000000 7a", "00"},                  // CHECK
+                   {"06 0100000000000000 0100000000000000 7a", "00"},                  // WAIT
+                   {"07", "0300000000000000"},                                         // NUMKEYS
+                   {"08 0100000000000000 7a", "0100000000000000"},                     // DELETE
+                   {"09 0100000000000000 6b 0100000000000000 77", ""},                 // APPEND
+                   {"0a 0200000000000000 0100000000000000 6b 0100000000000000 63",
+                    "0200000000000000 7677 0100000000000000 32"},                      // MGET
+                   {"0b 0100000000000000 0100000000000000 61 0000000000000000", ""},   // MSET
+                   {"0c", "01"},                                                       // CANCEL
+                   {"10 0100000000000000 71", "0000000000000000"},                     // QLEN
+                   {"0e 0100000000000000 71 0100000000000000 41", ""},                 // QPUSH
+                   {"0e 0100000000000000 71 0100000000000000 42", ""},                 // QPUSH
+                   {"10 0100000000000000 71", "0200000000000000"},                     // QLEN
+                   {"0f 0100000000000000 71", "0200000000000000 0100000000000000 41"}, // QPOP
+                   {"0f 0100000000000000 71", "0100000000000000 0100000000000000 42"}, // QPOP
+                   {"0f 0100000000000000 71", "0000000000000000"},                     // QPOP empty
+                   {"07", "0300000000000000"},  // queues are not keys
+               });
+}
+
+TEST(StoreServer, QueuePushWakesOneWaiter) {
+  ServerThread st;
+  auto a = RawConnect(st.port());
+  auto b = RawConnect(st.port());
+  for (int fd : {a.get(), b.get()}) {
+    ASSERT_TRUE(SendAll(fd, Hex("00 cef7853c 06 0100000000000000 0100000000000000 71")));
+  }
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 2; }));
+  auto pusher = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(pusher.get(), Hex("00 cef7853c 0e 0100000000000000 71 0100000000000000 31")));
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 1; }));
+}
+
+TEST(StoreServer, GetOfMissingKeyClosesOnlyThatConnection) {
+  ServerThread st;
+  auto other = MustConnect(st.port(), Dialect::kLegacy);
+  ASSERT_TRUE(other->Set("x", "1").ok());
+  auto raw = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(raw.get(), Hex("02 0700000000000000 6d697373696e67")));
+  EXPECT_TRUE(PeerClosed(raw.get()));
+  auto raw2 = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(raw2.get(), Hex("00cef7853c 0a 0100000000000000 0100000000000000 79")));
+  EXPECT_TRUE(PeerClosed(raw2.get()));  // MULTI_GET too
+  EXPECT_EQ(*other->Get("x"), "1");
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+}
+
+TEST(StoreServer, AddOnNonNumericValueClosesLikeTorch) {
+  ServerThread st;
+  auto c = MustConnect(st.port());
+  ASSERT_TRUE(c->Set("s", "abc").ok());
+  ASSERT_TRUE(c->Set("t", " 40xyz").ok());  // std::stoll accepts this
+  EXPECT_FALSE(c->Add("s", 1).ok());
+  EXPECT_EQ(*c->Add("t", 2), 42);  // the client reconnected on its own
+}
+
+TEST(StoreServer, WaitTimeoutCancelsAndKeepsTheConnection) {
+  ServerThread st;
+  auto c = MustConnect(st.port());
+  auto r = c->TryWait({"never"}, 100ms);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_FALSE(*r);
+  EXPECT_EQ(st.server().num_waiting(), 0u);
+  EXPECT_EQ(st.server().num_connections(), 1u);
+  auto w = c->Wait({"never"}, 50ms);
+  EXPECT_FALSE(w.ok());
+  EXPECT_NE(w.message().find("store wait timed out"), std::string::npos) << w.message();
+  ASSERT_TRUE(c->Set("never", "now").ok());
+  EXPECT_EQ(*c->Get("never"), "now");
+  EXPECT_EQ(st.server().num_connections(), 1u);  // never reconnected
+}
+
+TEST(StoreServer, LegacyWaitTimeoutDropsAndReconnects) {
+  ServerThread st;
+  auto c = MustConnect(st.port(), Dialect::kLegacy);
+  auto r = c->TryWait({"never"}, 100ms);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_waiting() == 0; }));
+  EXPECT_EQ(*c->Add("k", 1), 1);
+}
+
+TEST(StoreServer, ClearDropsKeysButKeepsParkedWaits) {
+  ServerThread st;
+  auto c = MustConnect(st.port());
+  auto waiter = MustConnect(st.port());
+  ASSERT_TRUE(c->Set("/worker/attempt_0/a", "1").ok());
+  ASSERT_TRUE(c->Set("b", "2").ok());
+  std::thread t([&] { EXPECT_TRUE(waiter->Wait({"later"}, 10s).ok()); });
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 1; }));
+  st.RunOnLoop([&] { st.server().Clear(); });
+  EXPECT_EQ(*c->NumKeys(), 0);
+  EXPECT_FALSE(*c->Check({"b"}));
+  EXPECT_EQ(st.server().num_waiting(), 1u);
+  ASSERT_TRUE(c->Set("later", "x").ok());
+  t.join();
+}
+
+TEST(StoreServer, TokenIsRequiredWhenConfigured) {
+  ServerOptions o;
+  o.token = "s3cret";
+  ServerThread st(o);
+  for (Dialect d : {Dialect::kLegacy, Dialect::kModern}) {
+    auto good = MustConnect(st.port(), d, "s3cret");
+    ASSERT_TRUE(good);
+    ASSERT_TRUE(good->Set("k", "v").ok());
+    EXPECT_EQ(*good->Get("k"), "v");
+  }
+  ClientOptions bad;
+  bad.port = st.port();
+  bad.token = "wrong";
+  bad.connect_timeout = 5s;
+  auto c = StoreClient::Connect(bad);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.message().find("AUTH"), std::string::npos) << c.message();
+  // Without AUTH, neither dialect gets an answer.
+  for (const char* first : {"00 cef7853c 07", "06"}) {
+    auto raw = RawConnect(st.port());
+    ASSERT_TRUE(SendAll(raw.get(), Hex(first)));
+    EXPECT_TRUE(PeerClosed(raw.get())) << first;
+  }
+}
+
+TEST(StoreServer, AuthIsAcceptedWhenNoTokenIsConfigured) {
+  ServerThread st;
+  auto c = MustConnect(st.port(), Dialect::kModern, "anything");
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST(StoreServer, PipelinedRequestsAllAnswered) {
+  ServerThread st;
+  auto raw = RawConnect(st.port());
+  std::string req;
+  for (int i = 0; i < 1000; ++i) req += Hex("03 0100000000000000 63 0100000000000000");
+  ASSERT_TRUE(SendAll(raw.get(), req));
+  std::string got = RecvN(raw.get(), 8000);
+  ASSERT_EQ(got.size(), 8000u);
+  std::string_view v(got);
+  for (int64_t i = 1; i <= 1000; ++i) {
+    int64_t x = 0;
+    ASSERT_TRUE(ReadI64(&v, &x));
+    ASSERT_EQ(x, i);
+  }
+}
+
+TEST(StoreServer, ClientRetriesUntilTheServerListens) {
+  int port;
+  {
+    ServerThread probe;
+    port = probe.port();
+  }
+  std::unique_ptr<StoreClient> c;
+  std::thread t([&] { c = MustConnect(port); });
+  ServerOptions o;
+  o.port = port;
+  ServerThread st(o);
+  ASSERT_TRUE(st.ok()) << st.error();
+  t.join();
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST(StoreServer, ConnectGivesUpAtItsDeadline) {
+  int port;
+  {
+    ServerThread probe;
+    port = probe.port();
+  }
+  ClientOptions o;
+  o.port = port;
+  o.connect_timeout = 300ms;
+  auto t0 = std::chrono::steady_clock::now();
+  auto c = StoreClient::Connect(o);
+  EXPECT_FALSE(c.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+// --- robustness --------------------------------------------------------------------------------
+
+TEST(StoreRobustness, RandomBytesAndTruncatedRequests) {
+  ServerThread st;
+  auto good = MustConnect(st.port());
+  ASSERT_TRUE(good->Set("k", "v").ok());
+  std::mt19937_64 rng(7);
+  std::vector<std::string> truncated = {
+      Hex("00 0400000000000000 2f66"),                         // legacy SET cut in the key
+      Hex("00 cef7853c 01 0100000000000000 6b 0500000000"),    // modern SET cut in the length
+      Hex("00 cef7"),                                          // cut in the magic
+      Hex("05 0300000000000000 0100000000000000 61"),          // WAIT with 1 of 3 keys
+  };
+  for (int i = 0; i < 200; ++i) {
+    auto raw = RawConnect(st.port());
+    ASSERT_TRUE(raw);
+    std::string junk;
+    if (i % 2 == 0) {
+      junk.resize(1 + rng() % 4096);
+      for (auto& ch : junk) ch = static_cast<char>(rng());
+    } else {
+      junk = truncated[static_cast<size_t>(i / 2) % truncated.size()];
+    }
+    SendAll(raw.get(), junk);
+    // then the client vanishes (raw closes here)
+  }
+  EXPECT_EQ(*good->Get("k"), "v");
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  EXPECT_EQ(st.server().num_waiting(), 0u);
+}
+
+TEST(StoreRobustness, HugeDeclaredLengthsAreRefusedWithoutAllocating) {
+  ServerThread st;
+  auto good = MustConnect(st.port());
+  size_t rss0 = testing::RssBytes();
+  std::vector<std::string> attacks = {
+      Hex("00 000000000000ffff"),                                         // legacy key 2^64-2^48
+      Hex("00 0100000000000000 6b 0000000000010000"),                     // legacy value 2^40
+      Hex("00 cef7853c 01 0100000000000000 6b 0000001100000000"),         // modern value 272 MiB
+      Hex("00 cef7853c 0a 0000000000001000"),                             // 2^44 keys
+      Hex("00 cef7853c 0b 0000000001000000"),                             // 2^40 pairs
+  };
+  for (int round = 0; round < 20; ++round) {
+    for (const auto& a : attacks) {
+      auto raw = RawConnect(st.port());
+      ASSERT_TRUE(SendAll(raw.get(), a));
+      EXPECT_TRUE(PeerClosed(raw.get())) << ToHex(a);
+    }
+  }
+  EXPECT_TRUE(good->Ping().ok());
+  EXPECT_LT(testing::RssBytes(), rss0 + (64u << 20));
+}
+
+TEST(StoreRobustness, ThousandIdleConnections) {
+  if (testing::RaiseFdLimit(4096) < 2200) GTEST_SKIP() << "ulimit -n too low for 1000 connections";
+  ServerThread st;
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 1000; ++i) {
+    idle.push_back(RawConnect(st.port()));
+    ASSERT_TRUE(idle.back()) << i;
+  }
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 1000; }));
+  auto c = MustConnect(st.port());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(*c->Add("n", 1), i + 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  idle.clear();
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+}
+
+TEST(StoreRobustness, ClientsDisconnectingMidWait) {
+  ServerThread st;
+  auto c = MustConnect(st.port());
+  {
+    std::vector<UniqueFd> waiters;
+    for (int i = 0; i < 100; ++i) {
+      waiters.push_back(RawConnect(st.port()));
+      std::string key = "never" + std::to_string(i % 3);
+      std::string req = Hex("05 0200000000000000 0100000000000000 6b");
+      AppendBytes(&req, key);
+      ASSERT_TRUE(SendAll(waiters.back().get(), req));
+    }
+    ASSERT_TRUE(c->Set("k", "present").ok());
+    ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 100; }));
+  }
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  // Setting the awaited keys now must not touch the closed (possibly reused) fds.
+  auto bystander = RawConnect(st.port());
+  ASSERT_TRUE(c->Set("never0", "x").ok());
+  ASSERT_TRUE(c->Set("never1", "x").ok());
+  EXPECT_EQ(*c->Get("never0"), "x");
+  ASSERT_TRUE(SendAll(bystander.get(), Hex("06")));
+  EXPECT_EQ(ToHex(RecvN(bystander.get(), 8)), "0300000000000000");  // k, never0, never1
+}
+
+TEST(StoreRobustness, ConnectionLimit) {
+  ServerOptions o;
+  o.max_connections = 3;
+  ServerThread st(o);
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 3; ++i) held.push_back(RawConnect(st.port()));
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 3; }));
+  auto extra = RawConnect(st.port());
+  ASSERT_TRUE(extra);  // the kernel accepts; the server closes it at once
+  EXPECT_TRUE(PeerClosed(extra.get()));
+  held.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 2; }));
+  auto c = MustConnect(st.port());
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST(StoreRobustness, SlowReaderIsPausedNotBuffered) {
+  ServerOptions o;
+  o.max_pending_output = 256 * 1024;
+  ServerThread st(o);
+  auto c = MustConnect(st.port());
+  std::string value(1u << 20, 'v');
+  ASSERT_TRUE(c->Set("big", value).ok());
+  auto raw = RawConnect(st.port());
+  std::string gets;
+  const int kGets = 48;
+  for (int i = 0; i < kGets; ++i) gets += Hex("02 0300000000000000 626967");
+  ASSERT_TRUE(SendAll(raw.get(), gets));
+  // The server answers a few, then stops reading the connection; others are still served.
+  EXPECT_TRUE(c->Ping().ok());
+  size_t reply = 8 + value.size();
+  for (int i = 0; i < kGets; ++i) {
+    std::string r = RecvN(raw.get(), reply);
+    ASSERT_EQ(r.size(), reply) << i;
+    ASSERT_EQ(r.compare(8, value.size(), value), 0);
+  }
+}
+
+}  // namespace
+}  // namespace ctrun::store
