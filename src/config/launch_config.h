@@ -43,6 +43,7 @@ struct LaunchConfig {
   std::vector<int> forward_only_signals;   // --forward-signals (ctrun: forwarded, job continues)
   bool virtual_local_rank = false;         // --virtual-local-rank
   std::string numa_binding;                // --numa-binding (parsed; not yet supported)
+  std::string event_log_handler = "null";  // --event-log-handler (accepted; ctrun records no events)
 
   // --- entrypoint ----------------------------------------------------------------------------
   bool module = false;                     // -m/--module
@@ -56,6 +57,8 @@ struct LaunchConfig {
   std::string redirects = "0";             // -r/--redirects (Std spec)
   std::string tee = "0";                   // -t/--tee (Std spec)
   std::string local_ranks_filter;          // --local-ranks-filter
+  std::vector<std::string> duplicate_stdout_filters;  // --duplicate-stdout-filters (",," = a comma)
+  std::vector<std::string> duplicate_stderr_filters;  // --duplicate-stderr-filters
   std::string log_prefix;                  // --log-prefix (ctrun): template or "none"; "" = default
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
   std::string log_level = "info";          // --log-level (ctrun's own diagnostics)

@@ -1,0 +1,796 @@
+#include "cli/cli.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <map>
+#include <string_view>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/value_parsers.h"
+#include "process/exit_status.h"
+
+#ifndef CTRUN_VERSION
+#define CTRUN_VERSION "0.1.0"
+#endif
+
+namespace ctrun {
+namespace {
+
+constexpr int kUsageExitCode = 2;
+
+enum class Kind { kValue, kFlag };
+enum class Group { kNodes, kWorkers, kEntrypoint, kLogs, kSignals, kCtrun };
+
+// One command-line option. Long spellings are derived from `dest`: "--" + dest with '_' -> '-',
+// and "--" + dest itself (torchrun 2.x accepts both); the same for `alias`.
+struct OptionDef {
+  std::string_view dest;
+  char short_name;          // '\0' when none
+  Kind kind;
+  std::string_view env;     // fallback environment variable, "" when none
+  std::string_view metavar;
+  std::string_view default_text;  // for --help; "" when there is no default worth showing
+  Group group;
+  std::string_view help;
+  std::string_view alias = {};  // a second dest-like name (ctrun: run_id for rdzv_id)
+};
+
+// The table: what ctrun accepts, and the source of --help. Order within a group = order in help.
+constexpr std::array kOptions = {
+    // --- Nodes & rendezvous ---
+    OptionDef{"nnodes", 0, Kind::kValue, "PET_NNODES", "N|MIN:MAX", "1:1", Group::kNodes,
+              "Number of nodes, or a MIN:MAX range for an elastic job. More than one node is parsed but "
+              "not yet supported."},
+    OptionDef{"rdzv_backend", 0, Kind::kValue, "PET_RDZV_BACKEND", "NAME", "static", Group::kNodes,
+              "Rendezvous backend: static, c10d, etcd or etcd-v2."},
+    OptionDef{"rdzv_endpoint", 0, Kind::kValue, "PET_RDZV_ENDPOINT", "HOST[:PORT]", "", Group::kNodes,
+              "Rendezvous endpoint. For static with none given: MASTER_ADDR:MASTER_PORT."},
+    OptionDef{"rdzv_id", 0, Kind::kValue, "PET_RDZV_ID", "ID", "none", Group::kNodes,
+              "Job id shared by all nodes; becomes TORCHELASTIC_RUN_ID. --run-id is a ctrun alias.",
+              "run_id"},
+    OptionDef{"rdzv_conf", 0, Kind::kValue, "PET_RDZV_CONF", "K=V,...", "", Group::kNodes,
+              "Extra rendezvous settings, e.g. timeout=900,join_timeout=600."},
+    OptionDef{"standalone", 0, Kind::kFlag, "PET_STANDALONE", "", "", Group::kNodes,
+              "Single-node job with a local rendezvous on a free port: the rendezvous backend, "
+              "endpoint and id are chosen automatically and explicit values are ignored."},
+    OptionDef{"node_rank", 0, Kind::kValue, "PET_NODE_RANK", "N", "0", Group::kNodes,
+              "Rank of this node (static rendezvous)."},
+    OptionDef{"master_addr", 0, Kind::kValue, "PET_MASTER_ADDR", "ADDR", "127.0.0.1", Group::kNodes,
+              "Address of the rank-0 node (static rendezvous). IPv6 as [::1]."},
+    OptionDef{"master_port", 0, Kind::kValue, "PET_MASTER_PORT", "PORT", "29500", Group::kNodes,
+              "Port on the rank-0 node (static rendezvous), 1-65535."},
+    OptionDef{"local_addr", 0, Kind::kValue, "PET_LOCAL_ADDR", "ADDR", "this host's FQDN", Group::kNodes,
+              "Address of this node, used as its id and as MASTER_ADDR when it hosts rank 0."},
+    // --- Workers ---
+    OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
+              "Workers per node: a count; cpu (one per CPU); gpu (one per visible GPU, counted at run "
+              "time without CUDA; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
+    OptionDef{"max_restarts", 0, Kind::kValue, "PET_MAX_RESTARTS", "N", "0", Group::kWorkers,
+              "Restarts of the whole worker group allowed before the job fails."},
+    OptionDef{"monitor_interval", 0, Kind::kValue, "PET_MONITOR_INTERVAL", "SECONDS", "0.1", Group::kWorkers,
+              "Accepted for compatibility, and unused: ctrun is event-driven. It learns of a worker's "
+              "exit the moment it happens (pidfd/signalfd), so there is no polling interval and "
+              "failure detection is immediate. The value must still be a number > 0."},
+    OptionDef{"start_method", 0, Kind::kValue, "PET_START_METHOD", "spawn|fork|forkserver", "spawn",
+              Group::kWorkers,
+              "Accepted for compatibility (it only matters for Python function entrypoints); ctrun "
+              "always starts workers with fork+exec."},
+    OptionDef{"role", 0, Kind::kValue, "PET_ROLE", "NAME", "default", Group::kWorkers,
+              "Role of the workers: ROLE_NAME, and the console prefix [<role><local_rank>]:."},
+    OptionDef{"numa_binding", 0, Kind::kValue, "", "node|socket|exclusive|core-complex", "", Group::kWorkers,
+              "Bind each worker to CPUs near its GPU. Parsed; not yet supported."},
+    OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
+              "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
+    OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
+              "Accepted for compatibility (a torchrun Python event handler); ctrun records no events."},
+    // --- Entrypoint ---
+    OptionDef{"module", 'm', Kind::kFlag, "PET_MODULE", "", "", Group::kEntrypoint,
+              "Run the entrypoint as a Python module: python -u -m MODULE ARGS."},
+    OptionDef{"no_python", 0, Kind::kFlag, "PET_NO_PYTHON", "", "", Group::kEntrypoint,
+              "Execute the entrypoint directly, without python. (ctrun runs any entrypoint whose name "
+              "does not end in .py directly anyway.) Not together with -m."},
+    OptionDef{"run_path", 0, Kind::kFlag, "PET_RUN_PATH", "", "", Group::kEntrypoint,
+              "torchrun runs the script with runpy inside its Python agent. Parsed; ctrun has no Python "
+              "agent and refuses it."},
+    // --- Logs ---
+    OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
+              "Base directory for the workers' log files (default: a fresh /tmp directory)."},
+    OptionDef{"redirects", 'r', Kind::kValue, "PET_REDIRECTS", "SPEC", "0", Group::kLogs,
+              "Send worker output to files in the log dir instead of the console: 0 none, 1 stdout, "
+              "2 stderr, 3 both, or per local rank, e.g. 0:3,1:2."},
+    OptionDef{"tee", 't', Kind::kValue, "PET_TEE", "SPEC", "0", Group::kLogs,
+              "Like --redirects, but also keep writing to the console, with a prefix."},
+    OptionDef{"local_ranks_filter", 0, Kind::kValue, "PET_LOCAL_RANKS_FILTER", "RANKS", "", Group::kLogs,
+              "Only show these local ranks' output on the console, e.g. 0,1 (log files are unaffected)."},
+    OptionDef{"duplicate_stdout_filters", 0, Kind::kValue, "PET_DUPLICATE_STDOUT_FILTERS", "FILTERS", "",
+              Group::kLogs,
+              "Copy worker stdout lines containing any of these comma-separated strings to an extra "
+              "file (',,' is a literal comma)."},
+    OptionDef{"duplicate_stderr_filters", 0, Kind::kValue, "PET_DUPLICATE_STDERR_FILTERS", "FILTERS", "",
+              Group::kLogs, "The same for stderr."},
+    OptionDef{"logs_specs", 0, Kind::kValue, "", "NAME", "", Group::kLogs,
+              "torchrun LogsSpecs plugin (a Python entry point). Not supported by ctrun."},
+    // --- Signals & shutdown ---
+    OptionDef{"signals_to_handle", 0, Kind::kValue, "PET_SIGNALS_TO_HANDLE", "SIGNALS",
+              "SIGTERM,SIGINT,SIGHUP,SIGQUIT", Group::kSignals,
+              "Signals that stop the job: ctrun forwards them to every worker's process group, waits "
+              "up to the shutdown timeout, and exits 128+signal."},
+    OptionDef{"shutdown_timeout", 0, Kind::kValue, "PET_SHUTDOWN_TIMEOUT", "SECONDS", "30", Group::kSignals,
+              "Grace period between SIGTERM and SIGKILL when workers are stopped. Without the flag: "
+              "PET_SHUTDOWN_TIMEOUT, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30."},
+    // --- ctrun extensions ---
+    OptionDef{"forward_signals", 0, Kind::kValue, "", "SIGNALS|none", "SIGUSR1,SIGUSR2", Group::kCtrun,
+              "Signals forwarded to every worker without stopping the job (e.g. SLURM's pre-emption "
+              "warning). A signal also in --signals-to-handle stops the job instead."},
+    OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|none", "[${role}${local_rank}]:", Group::kCtrun,
+              "Prefix of worker lines on the console; ${role}, ${rank}, ${local_rank} are replaced. "
+              "'none' turns it off. TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured too."},
+    OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
+              "Only show these global ranks' output on the console, e.g. 0,8."},
+    OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "LEVEL", "info", Group::kCtrun,
+              "ctrun's own diagnostics: trace, debug, info, warning, error or off."},
+    OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Do not host the workers' TCPStore in ctrun (TORCHELASTIC_USE_AGENT_STORE=False); the "
+              "same as TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."},
+    OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
+    OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
+};
+
+std::string Dashed(std::string_view dest) {
+  std::string s(dest);
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+// "--nproc-per-node", then "--nproc_per_node" (when different), then the alias' spellings.
+std::vector<std::string> LongNames(const OptionDef& def) {
+  std::vector<std::string> names;
+  for (std::string_view base : {def.dest, def.alias}) {
+    if (base.empty()) continue;
+    names.push_back("--" + Dashed(base));
+    if (base.find('_') != std::string_view::npos) names.push_back("--" + std::string(base));
+  }
+  return names;
+}
+
+std::string CanonicalName(const OptionDef& def) { return "--" + Dashed(def.dest); }
+
+const OptionDef* FindShort(char c) {
+  for (const OptionDef& def : kOptions)
+    if (def.short_name == c) return &def;
+  return nullptr;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// " (did you mean '--nnodes'?)" for a near miss, else "".
+std::string Suggestion(std::string_view name) {
+  std::string best;
+  size_t best_d = 3;
+  for (const OptionDef& def : kOptions)
+    for (const std::string& n : LongNames(def)) {
+      size_t d = EditDistance(name, n);
+      if (d < best_d) best_d = d, best = n;
+    }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+struct LongMatch {
+  const OptionDef* def = nullptr;
+  std::string error;  // set when unknown or ambiguous
+};
+
+// Exact spelling, else a unique prefix of the spellings (argparse's allow_abbrev); prefixes matching
+// two spellings of the same option are not ambiguous.
+LongMatch ResolveLong(std::string_view name) {
+  std::vector<const OptionDef*> hits;
+  std::vector<std::string> hit_names;
+  for (const OptionDef& def : kOptions)
+    for (const std::string& n : LongNames(def)) {
+      if (n == name) return {&def, ""};
+      if (n.size() > name.size() && n.compare(0, name.size(), name) == 0) {
+        if (std::find(hits.begin(), hits.end(), &def) == hits.end()) {
+          hits.push_back(&def);
+          hit_names.push_back(n);
+        }
+      }
+    }
+  if (hits.size() == 1) return {hits[0], ""};
+  if (hits.empty()) return {nullptr, "unrecognized option '" + std::string(name) + "'" + Suggestion(name)};
+  std::string list;
+  for (const std::string& n : hit_names) list += (list.empty() ? "" : ", ") + n;
+  return {nullptr, "ambiguous option '" + std::string(name) + "' could match " + list};
+}
+
+bool LooksLikeNegativeNumber(std::string_view s) {
+  return s.size() >= 2 && s[0] == '-' && ParseNumber(s).ok();
+}
+
+// The result of the first pass over argv: the option part normalized to "--canonical [value]"
+// tokens (for CLI11), and the entrypoint with its arguments split off untouched.
+struct Tokens {
+  std::vector<std::string> options;       // normalized, in order
+  std::map<std::string, std::string> spelled;  // dest -> the spelling the user wrote (for messages)
+  std::vector<std::string> worker;        // entrypoint + args; empty when missing
+  bool help = false;
+  bool version = false;
+  std::string error;                      // the first problem, "" when none
+};
+
+Tokens Tokenize(const std::vector<std::string>& argv) {
+  Tokens t;
+  auto fail = [&t](std::string e) {
+    if (t.error.empty()) t.error = std::move(e);
+  };
+  auto add = [&t](const OptionDef& def, std::string spelled, const std::string* value) {
+    if (def.dest == "help") t.help = true;
+    if (def.dest == "version") t.version = true;
+    t.options.push_back(CanonicalName(def));
+    if (value) t.options.push_back(*value);
+    t.spelled[std::string(def.dest)] = std::move(spelled);
+  };
+  // The value of an option that takes one and was not given it inline: the next argument, unless
+  // that is missing or another option (argparse's rule; negative numbers are values).
+  auto next_value = [&](size_t& i, const std::string& spelled) -> const std::string* {
+    if (i + 1 >= argv.size() ||
+        (argv[i + 1].size() > 1 && argv[i + 1][0] == '-' && !LooksLikeNegativeNumber(argv[i + 1]))) {
+      fail("option " + spelled + " expects a value");
+      return nullptr;
+    }
+    return &argv[++i];
+  };
+
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "--") {
+      t.worker.assign(argv.begin() + static_cast<std::ptrdiff_t>(i) + 1, argv.end());
+      return t;
+    }
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      size_t eq = arg.find('=');
+      std::string name = arg.substr(0, eq);
+      LongMatch m = ResolveLong(name);
+      if (!m.def) {
+        fail(m.error);
+        continue;
+      }
+      if (m.def->kind == Kind::kFlag) {
+        if (eq != std::string::npos) fail("option " + name + " takes no value (got '" + arg + "')");
+        add(*m.def, name, nullptr);
+      } else if (eq != std::string::npos) {
+        std::string value = arg.substr(eq + 1);
+        add(*m.def, name, &value);
+      } else if (const std::string* v = next_value(i, name)) {
+        add(*m.def, name, v);
+      }
+      continue;
+    }
+    if (arg.size() > 1 && arg[0] == '-' && !LooksLikeNegativeNumber(arg)) {
+      // A cluster of short options: "-m", "-r3", "-r=3", "-mt3", "-r 3".
+      for (size_t k = 1; k < arg.size(); ++k) {
+        const OptionDef* def = FindShort(arg[k]);
+        std::string spelled = std::string("-") + arg[k];
+        if (!def) {
+          std::string e = "unrecognized option '" + spelled + "'";
+          if (k == 1) {  // "-nproc_per_node=2": a long option written with one dash?
+            LongMatch m = ResolveLong("-" + arg.substr(0, arg.find('=')));
+            if (m.def) e += " in '" + arg + "' (did you mean '-" + arg + "'?)";
+          }
+          fail(e);
+          break;
+        }
+        if (def->kind == Kind::kFlag) {
+          add(*def, spelled, nullptr);
+          continue;
+        }
+        if (k + 1 < arg.size()) {
+          std::string value = arg.substr(k + 1 + (arg[k + 1] == '=' ? 1 : 0));
+          add(*def, spelled, &value);
+        } else if (const std::string* v = next_value(i, spelled)) {
+          add(*def, spelled, v);
+        }
+        break;
+      }
+      continue;
+    }
+    t.worker.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+    return t;
+  }
+  return t;
+}
+
+// A value and where it came from ("--nnodes", "-r", "PET_NNODES") for messages.
+struct Raw {
+  std::string text;
+  std::string source;
+};
+
+std::string ErrorLine(const std::string& problem) {
+  std::string line = "ctrun: error: " + problem;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return line + "\n";
+}
+
+CliOutcome Exit(int code, std::string output, std::string error) {
+  CliOutcome o;
+  o.action = CliOutcome::Action::kExit;
+  o.exit_code = code;
+  o.output = std::move(output);
+  o.error = std::move(error);
+  return o;
+}
+
+CliOutcome UsageError(const std::string& problem) { return Exit(kUsageExitCode, "", ErrorLine(problem)); }
+
+std::string Invalid(const Raw& raw, const std::string& reason) {
+  return "invalid value '" + raw.text + "' for " + raw.source + ": " + reason;
+}
+
+// Turns the raw strings into a LaunchConfig, validating each; the first problem wins.
+class Builder {
+ public:
+  Builder(std::map<std::string, Raw> values, std::map<std::string, bool> flags, const EnvLookup& env)
+      : values_(std::move(values)), flags_(std::move(flags)), env_(env) {}
+
+  // Returns "" or the problem.
+  std::string Build(LaunchConfig& c, std::vector<std::string> worker) {
+    Text("nnodes", [&](const Raw& r) -> Status {
+      auto v = ParseNnodes(r.text);
+      if (!v) return v.status();
+      c.min_nodes = v->min_nodes;
+      c.max_nodes = v->max_nodes;
+      return {};
+    });
+    Text("nproc_per_node", [&](const Raw& r) -> Status {
+      auto v = ParseNprocPerNode(r.text);
+      if (!v) return v.status();
+      c.nproc = *v;
+      if (v->kind == NprocSpec::Kind::kCount) c.nproc_per_node = v->count;
+      return {};
+    });
+    Text("rdzv_backend", [&](const Raw& r) -> Status {
+      if (r.text != "static" && r.text != "c10d" && r.text != "etcd" && r.text != "etcd-v2")
+        return Status::Error("expected static, c10d, etcd or etcd-v2");
+      c.rdzv_backend = r.text;
+      return {};
+    });
+    Text("rdzv_endpoint", [&](const Raw& r) -> Status {
+      c.rdzv_endpoint = r.text;
+      return {};
+    });
+    Text("rdzv_id", [&](const Raw& r) -> Status {
+      if (r.text.empty()) return Status::Error("the run id must not be empty");
+      c.run_id = r.text;
+      return {};
+    });
+    Text("rdzv_conf", [&](const Raw& r) -> Status {
+      auto v = ParseRdzvConf(r.text);
+      if (!v) return v.status();
+      c.rdzv_conf = std::move(*v);
+      return {};
+    });
+    Flag("standalone", c.standalone);
+    Text("node_rank", [&](const Raw& r) -> Status {
+      auto v = ParseInt(r.text);
+      if (!v) return v.status();
+      if (*v < 0) return Status::Error("must be >= 0");
+      c.node_rank = *v;
+      return {};
+    });
+    Text("master_addr", [&](const Raw& r) -> Status {
+      if (r.text.empty()) return Status::Error("the address must not be empty");
+      c.master_addr = r.text;
+      return {};
+    });
+    Text("master_port", [&](const Raw& r) -> Status {
+      auto v = ParsePort(r.text);
+      if (!v) return v.status();
+      c.master_port = *v;
+      return {};
+    });
+    Text("local_addr", [&](const Raw& r) -> Status {
+      c.local_addr = r.text;
+      return {};
+    });
+    Text("max_restarts", [&](const Raw& r) -> Status {
+      auto v = ParseInt(r.text);
+      if (!v) return v.status();
+      if (*v < 0) return Status::Error("must be >= 0");
+      c.max_restarts = *v;
+      return {};
+    });
+    Text("monitor_interval", [&](const Raw& r) -> Status {
+      auto v = ParseNumber(r.text);
+      if (!v) return v.status();
+      if (*v <= 0) return Status::Error("must be > 0");
+      c.monitor_interval = *v;
+      return {};
+    });
+    Text("start_method", [&](const Raw& r) -> Status {
+      if (r.text != "spawn" && r.text != "fork" && r.text != "forkserver")
+        return Status::Error("expected spawn, fork or forkserver");
+      c.start_method = r.text;
+      return {};
+    });
+    Text("role", [&](const Raw& r) -> Status {
+      if (r.text.empty()) return Status::Error("the role must not be empty");
+      c.role = r.text;
+      return {};
+    });
+    Text("numa_binding", [&](const Raw& r) -> Status {
+      if (r.text != "node" && r.text != "socket" && r.text != "exclusive" && r.text != "core-complex")
+        return Status::Error("expected node, socket, exclusive or core-complex");
+      c.numa_binding = r.text;
+      return {};
+    });
+    Flag("virtual_local_rank", c.virtual_local_rank);
+    Text("event_log_handler", [&](const Raw& r) -> Status {
+      c.event_log_handler = r.text;
+      return {};
+    });
+    Flag("module", c.module);
+    Flag("no_python", c.no_python);
+    Flag("run_path", c.run_path);
+    Text("log_dir", [&](const Raw& r) -> Status {
+      if (!r.text.empty()) c.log_dir = r.text;  // torchrun treats "" like unset
+      return {};
+    });
+    Text("redirects", [&](const Raw& r) -> Status { return NonEmpty(r, c.redirects); });
+    Text("tee", [&](const Raw& r) -> Status { return NonEmpty(r, c.tee); });
+    Text("local_ranks_filter", [&](const Raw& r) -> Status {
+      auto v = ParseRankList(r.text);
+      if (!v) return v.status();
+      c.local_ranks_filter = r.text;
+      return {};
+    });
+    Text("duplicate_stdout_filters", [&](const Raw& r) -> Status {
+      c.duplicate_stdout_filters = SplitCommaEscaped(r.text);
+      return {};
+    });
+    Text("duplicate_stderr_filters", [&](const Raw& r) -> Status {
+      c.duplicate_stderr_filters = SplitCommaEscaped(r.text);
+      return {};
+    });
+    Text("logs_specs", [&](const Raw&) -> Status {
+      return Status::Error("LogsSpecs plugins are Python entry points; ctrun does not support them "
+                           "(use --log-dir, --redirects, --tee, --log-prefix)");
+    });
+    SignalOptions(c);
+    Text("shutdown_timeout", [&](const Raw& r) -> Status {
+      auto v = ParseNumber(r.text);
+      if (!v) return v.status();
+      if (*v < 0) return Status::Error("must be >= 0 seconds");
+      c.shutdown_timeout = *v;
+      return {};
+    });
+    Text("log_prefix", [&](const Raw& r) -> Status {
+      if (r.text.empty()) return Status::Error("empty; use 'none' to turn the prefix off");
+      c.log_prefix = r.text;
+      return {};
+    });
+    Text("ranks_filter", [&](const Raw& r) -> Status {
+      auto v = ParseRankList(r.text);
+      if (!v) return v.status();
+      c.ranks_filter = r.text;
+      return {};
+    });
+    Text("log_level", [&](const Raw& r) -> Status {
+      std::string level = r.text;
+      std::transform(level.begin(), level.end(), level.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      if (level == "warn") level = "warning";
+      if (level != "trace" && level != "debug" && level != "info" && level != "warning" && level != "error" &&
+          level != "off")
+        return Status::Error("expected trace, debug, info, warning, error or off");
+      c.log_level = level;
+      return {};
+    });
+    bool no_agent_store = false;
+    Flag("no_agent_store", no_agent_store);
+    if (!no_agent_store) {
+      auto v = env_("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+      no_agent_store = v && *v == "1";  // torchrun's test: exactly "1"
+    }
+    c.agent_store = !no_agent_store;
+    if (!problem_.empty()) return problem_;
+
+    if (worker.empty())
+      return "missing the entrypoint: give the training script, program or (with -m) module to run";
+    c.entrypoint = std::move(worker.front());
+    c.args.assign(std::make_move_iterator(worker.begin() + 1), std::make_move_iterator(worker.end()));
+    if (c.entrypoint.empty()) return "the entrypoint is an empty string";
+    if (c.module && c.no_python)
+      return "Don't use both the '--no-python' flag and the '--module' ('-m') flag at the same time.";
+    return "";
+  }
+
+ private:
+  // The value of `dest` from the command line, else from its environment variable(s).
+  std::optional<Raw> Lookup(const std::string& dest) {
+    if (auto it = values_.find(dest); it != values_.end()) return it->second;
+    const OptionDef* def = nullptr;
+    for (const OptionDef& d : kOptions)
+      if (d.dest == dest) def = &d;
+    std::vector<std::string> names;
+    if (def && !def->env.empty()) names.emplace_back(def->env);
+    if (dest == "shutdown_timeout") names.emplace_back("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    for (const std::string& n : names)
+      if (auto v = env_(n)) return Raw{*v, n};
+    return std::nullopt;
+  }
+
+  template <typename Fn>
+  void Text(const std::string& dest, Fn&& apply) {
+    if (!problem_.empty()) return;
+    std::optional<Raw> raw = Lookup(dest);
+    if (!raw) return;
+    Status s = apply(*raw);
+    if (!s.ok()) problem_ = Invalid(*raw, s.message());
+  }
+
+  // A flag from the command line, else PET_<DEST>: an integer, non-zero sets it (torchrun's check_env).
+  void Flag(const std::string& dest, bool& out) {
+    if (!problem_.empty()) return;
+    if (flags_[dest]) {
+      out = true;
+      return;
+    }
+    std::optional<Raw> raw = Lookup(dest);
+    if (!raw) return;
+    auto v = ParseInt(raw->text);
+    if (!v) {
+      problem_ = Invalid(*raw, "expected 0 or 1");
+      return;
+    }
+    out = *v != 0;
+  }
+
+  static Status NonEmpty(const Raw& r, std::string& out) {
+    if (r.text.empty()) return Status::Error("must not be empty (0 means none)");
+    out = r.text;
+    return {};
+  }
+
+  void SignalOptions(LaunchConfig& c) {
+    if (!problem_.empty()) return;
+    c.signals_to_handle = *ParseSignalList("SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    Text("signals_to_handle", [&](const Raw& r) -> Status {
+      auto v = ParseSignalList(r.text);
+      if (!v) return v.status();
+      c.signals_to_handle = *v;
+      return {};
+    });
+    if (!problem_.empty()) return;
+    std::optional<Raw> forward = Lookup("forward_signals");
+    if (!forward) {
+      // The default, minus what --signals-to-handle turned into job-ending signals.
+      std::vector<int> fwd = *ParseSignalList("SIGUSR1,SIGUSR2");
+      std::erase_if(fwd, [&](int s) {
+        return std::find(c.signals_to_handle.begin(), c.signals_to_handle.end(), s) != c.signals_to_handle.end();
+      });
+      c.forward_only_signals = fwd;
+      return;
+    }
+    if (forward->text.empty() || forward->text == "none") {
+      c.forward_only_signals.clear();
+      return;
+    }
+    auto v = ParseSignalList(forward->text);
+    if (!v) {
+      problem_ = Invalid(*forward, v.message());
+      return;
+    }
+    for (int s : *v)
+      if (std::find(c.signals_to_handle.begin(), c.signals_to_handle.end(), s) != c.signals_to_handle.end()) {
+        problem_ = Invalid(*forward, SignalName(s) + " is also in --signals-to-handle (a signal either stops "
+                                                     "the job or is only forwarded)");
+        return;
+      }
+    c.forward_only_signals = *v;
+  }
+
+  std::map<std::string, Raw> values_;
+  std::map<std::string, bool> flags_;
+  const EnvLookup& env_;
+  std::string problem_;
+};
+
+const char* GroupTitle(Group g) {
+  switch (g) {
+    case Group::kNodes: return "Nodes & rendezvous";
+    case Group::kWorkers: return "Workers";
+    case Group::kEntrypoint: return "Entrypoint";
+    case Group::kLogs: return "Logs";
+    case Group::kSignals: return "Signals & shutdown";
+    case Group::kCtrun: return "ctrun extensions (not in torchrun)";
+  }
+  return "";
+}
+
+// Appends `text` word-wrapped to `width` columns, every line indented by `indent` spaces, the first
+// line starting at column `first_col` (already written).
+void Wrap(std::string& out, std::string_view text, size_t indent, size_t first_col, size_t width = 80) {
+  size_t col = first_col;
+  bool line_start = true;
+  while (!text.empty()) {
+    size_t sp = text.find(' ');
+    std::string_view word = text.substr(0, sp);
+    text = sp == std::string_view::npos ? std::string_view() : text.substr(sp + 1);
+    if (word.empty()) continue;
+    if (!line_start && col + 1 + word.size() > width) {
+      out += "\n" + std::string(indent, ' ');
+      col = indent;
+      line_start = true;
+    }
+    if (!line_start) {
+      out += ' ';
+      ++col;
+    }
+    out += word;
+    col += word.size();
+    line_start = false;
+  }
+  out += '\n';
+}
+
+}  // namespace
+
+std::string VersionText() {
+  return std::string("ctrun ") + CTRUN_VERSION + " (torchrun-compatible launcher, PyTorch 2.x command line)\n";
+}
+
+std::string HelpText() {
+  constexpr size_t kCol = 30;
+  std::string out =
+      "Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n"
+      "       ctrun [OPTIONS] -m MODULE [ARGS...]\n"
+      "\n";
+  Wrap(out,
+       "Starts ENTRYPOINT on this node once per worker, with torchrun's environment (RANK, LOCAL_RANK, "
+       "WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises it, restarts the group on failure and "
+       "reports the root cause. A drop-in replacement for torchrun: its flags, defaults and PET_ "
+       "variables work unchanged.",
+       0, 0);
+  out += "\n";
+  Wrap(out,
+       "ENTRYPOINT: a path ending in .py (and -m MODULE) runs under $PYTHON_EXEC, else the first python3 "
+       "on PATH, with -u; anything else is executed directly. ARGS, and everything after ENTRYPOINT even "
+       "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
+       "${local_rank}, ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS are replaced "
+       "per worker.",
+       0, 0);
+  out += "\n";
+  Wrap(out,
+       "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
+       "[env: PET_X] means the variable is used when the option is not given (the option wins); "
+       "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off.",
+       0, 0);
+  for (Group g : {Group::kNodes, Group::kWorkers, Group::kEntrypoint, Group::kLogs, Group::kSignals,
+                  Group::kCtrun}) {
+    out += "\n";
+    out += GroupTitle(g);
+    out += ":\n";
+    if (g == Group::kEntrypoint) {
+      const std::string left = "  ENTRYPOINT [ARGS...]";
+      out += left + std::string(kCol - left.size(), ' ');
+      Wrap(out, "The training script or program, and its arguments.", kCol, kCol);
+    }
+    for (const OptionDef& def : kOptions) {
+      if (def.group != g) continue;
+      std::string left = "  ";
+      if (def.short_name) left += std::string("-") + def.short_name + ", ";
+      left += CanonicalName(def);
+      if (!def.alias.empty()) left += ", --" + Dashed(def.alias);
+      if (def.kind == Kind::kValue) left += " " + std::string(def.metavar);
+      out += left;
+      size_t col = left.size();
+      if (col + 2 > kCol) {
+        out += "\n" + std::string(kCol, ' ');
+      } else {
+        out += std::string(kCol - col, ' ');
+      }
+      std::string text(def.help);
+      if (!def.default_text.empty()) text += " Default: " + std::string(def.default_text) + ".";
+      if (!def.env.empty()) text += " [env: " + std::string(def.env) + "]";
+      Wrap(out, text, kCol, kCol);
+    }
+  }
+  out += "\nOther environment variables:\n";
+  auto env_line = [&out](std::string_view name, std::string_view text) {
+    out += "  ";
+    out += name;
+    size_t col = 2 + name.size();
+    if (col + 2 > kCol) {
+      out += "\n" + std::string(kCol, ' ');
+    } else {
+      out += std::string(kCol - col, ' ');
+    }
+    Wrap(out, text, kCol, kCol);
+  };
+  env_line("PYTHON_EXEC", "Interpreter for .py entrypoints and -m (default: python3 on PATH).");
+  env_line("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "Default of --shutdown-timeout.");
+  env_line("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "=1: the same as --no-agent-store.");
+  env_line("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "Console line prefix template (see --log-prefix).");
+  env_line("OMP_NUM_THREADS", "Passed through; set to 1 for the workers when unset and there is more "
+                              "than one worker, as torchrun does.");
+  out += "\nExit codes:\n";
+  env_line("0", "every worker succeeded.");
+  env_line("N", "the root-cause worker's exit code, or 128+S when it was killed by signal S.");
+  env_line("2", "usage error (bad option or value; nothing was started).");
+  env_line("126, 127", "the entrypoint cannot be executed / was not found.");
+  env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
+                    "stopped first.");
+  return out;
+}
+
+EnvLookup ProcessEnvLookup() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLookup& env) {
+  Tokens tokens = Tokenize(argv);
+  if (tokens.help) return Exit(0, HelpText(), "");
+  if (tokens.version) return Exit(0, VersionText(), "");
+  if (!tokens.error.empty()) return UsageError(tokens.error);
+
+  // CLI11 binds the normalized options to their storage (last occurrence wins, like argparse).
+  std::map<std::string, std::string> texts;
+  std::map<std::string, CLI::Option*> opts;
+  std::map<std::string, Raw> values;
+  std::map<std::string, bool> flags;
+  try {
+    CLI::App app("ctrun", "ctrun");
+    app.set_help_flag();
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.prefix_command();  // anything unexpected ends up in remaining(), checked below
+    for (const OptionDef& def : kOptions) {
+      std::string dest(def.dest);
+      if (def.kind == Kind::kFlag) {
+        opts[dest] = app.add_flag(CanonicalName(def));
+      } else {
+        opts[dest] = app.add_option(CanonicalName(def), texts[dest]);
+      }
+    }
+    std::vector<std::string> args(tokens.options.rbegin(), tokens.options.rend());
+    app.parse(args);
+    if (!app.remaining().empty())
+      return UsageError("unexpected argument '" + app.remaining().front() + "'");
+  } catch (const CLI::ParseError& e) {
+    return UsageError(e.what());
+  }
+  for (const OptionDef& def : kOptions) {
+    std::string dest(def.dest);
+    if (opts[dest]->count() == 0) continue;
+    if (def.kind == Kind::kFlag) {
+      flags[dest] = true;
+    } else {
+      values[dest] = Raw{texts[dest], tokens.spelled[dest]};
+    }
+  }
+
+  CliOutcome outcome;
+  outcome.action = CliOutcome::Action::kRun;
+  Builder builder(std::move(values), std::move(flags), env);
+  std::string problem = builder.Build(outcome.config, std::move(tokens.worker));
+  if (!problem.empty()) return UsageError(problem);
+  return outcome;
+}
+
+}  // namespace ctrun

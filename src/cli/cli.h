@@ -1,0 +1,54 @@
+// ctrun's command line: argv + environment -> LaunchConfig, or a message and an exit code.
+//
+// Contract:
+//  - Accepts every torchrun flag (torchrun-contract.md section 1) in both spellings (--nproc-per-node
+//    and --nproc_per_node), with torchrun's defaults, unique-prefix abbreviations (argparse's
+//    allow_abbrev: --nnode=2 means --nnodes=2) and PET_<DEST_UPPER> environment fallbacks: an
+//    explicit flag wins; boolean PET_ variables are integers, non-zero sets the flag, 0 leaves it unset.
+//  - The first argument that is not an option (or the one after "--") is the entrypoint; it and
+//    everything after it go to the worker unchanged, even when they look like ctrun flags.
+//  - Values are validated here (ranges, choices, syntax) but nothing is checked against the system:
+//    parsing opens no file, spawns nothing and reads the environment only through `env`. Features
+//    that are parsed but not implemented (several nodes, other rendezvous backends, NUMA binding,
+//    --run-path) are stored and refused later by the agent with a reason, never silently ignored.
+//  - Bad input gives Action::kExit with exit_code 2 and `error` = exactly one line,
+//    "ctrun: error: <problem naming the flag or variable and the value>\n".
+//  - -h/--help and --version give Action::kExit, exit_code 0 and the text in `output`.
+// Thread-safe and reentrant: no global state.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/launch_config.h"
+
+namespace ctrun {
+
+// Result of parsing. kRun: `config` is valid. kExit: write `output` to stdout (help, version) and
+// `error` to stderr, verbatim (each is empty or ends in '\n'), then exit with `exit_code`.
+struct CliOutcome {
+  enum class Action { kRun, kExit };
+  Action action = Action::kExit;
+  LaunchConfig config;
+  int exit_code = 0;
+  std::string output;
+  std::string error;
+};
+
+// Returns the value of an environment variable, or nullopt when it is not set.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// argv[0] is the program name (ignored); argv[1..] are the arguments.
+CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLookup& env);
+
+// The --help text (also what ParseCommandLine returns for -h/--help).
+std::string HelpText();
+// The --version text, one line ending in '\n'.
+std::string VersionText();
+
+// An EnvLookup over the process environment (getenv); for main(). Tests pass a map instead.
+EnvLookup ProcessEnvLookup();
+
+}  // namespace ctrun

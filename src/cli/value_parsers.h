@@ -1,0 +1,54 @@
+// Value parsers for ctrun's command line: one pure function per flag syntax (string -> value).
+// Each returns the value, or a Status whose message is the *reason* only ("must be >= 1"); the
+// caller (cli.cc) prefixes the flag or environment variable and the offending text. They follow
+// torchrun's own parsers (run.py parse_min_max_nnodes, determine_local_world_size,
+// rendezvous/utils.py _parse_rendezvous_config, comma_separated_list) but reject what torchrun
+// would crash on later. No side effects, no globals.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "config/launch_config.h"
+
+namespace ctrun {
+
+// A whole-string integer: optional surrounding ASCII blanks and a leading '+' or '-' (like
+// Python's int()); anything else, or out of the range of int, is an error.
+StatusOr<int> ParseInt(std::string_view text);
+// A finite decimal number ("0.1", "5", "1e-3"); blanks around it allowed; nan/inf rejected.
+StatusOr<double> ParseNumber(std::string_view text);
+
+struct NodeRange {
+  int min_nodes = 1;
+  int max_nodes = 1;
+};
+// "N" or "MIN:MAX" with 0 < MIN <= MAX. More than two parts is an error.
+StatusOr<NodeRange> ParseNnodes(std::string_view text);
+
+// An integer >= 1, "cpu", "gpu" or "auto". "xpu" (and other accelerator names) are reported as
+// not supported.
+StatusOr<NprocSpec> ParseNprocPerNode(std::string_view text);
+
+// "k1=v1,k2=v2" -> map; blanks around keys and values trimmed; empty or blank text -> empty map.
+// An entry without a key, or a key without a value, is an error.
+StatusOr<std::map<std::string, std::string>> ParseRdzvConf(std::string_view text);
+
+// "SIGTERM,INT,15" -> signal numbers, in order, duplicates dropped. Unknown names, empty entries
+// and the signals no process can catch (SIGKILL, SIGSTOP) are errors. Empty text is an error.
+StatusOr<std::vector<int>> ParseSignalList(std::string_view text);
+
+// "0,1,3" -> ranks (each >= 0). Empty text -> empty list (no filter).
+StatusOr<std::vector<int>> ParseRankList(std::string_view text);
+
+// A TCP port, 1..65535.
+StatusOr<int> ParsePort(std::string_view text);
+
+// torchrun's comma_separated_list: split on ',', where ",," stands for a literal comma. Empty text
+// gives an empty list (torchrun would give [""], a filter matching every line).
+std::vector<std::string> SplitCommaEscaped(std::string_view text);
+
+}  // namespace ctrun
