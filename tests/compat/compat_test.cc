@@ -1,0 +1,96 @@
+// Real PyTorch under ctrun: Debian torch 1.13 Python programs (gloo, env://, @record) and a
+// LibTorch C++ program, launched the way users launch them with torchrun.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* kPython = "/usr/bin/python3";
+
+bool HaveTorch() {
+  static int have = -1;
+  if (have < 0) have = RunCommand({kPython, "-c", "import torch.distributed"}, {}, 60s).exit_code == 0;
+  return have == 1;
+}
+
+std::string Script(const std::string& name) { return std::string(COMPAT_DIR) + "/" + name; }
+
+const std::vector<std::string> kPyEnv = {"PYTHON_EXEC=/usr/bin/python3", "TEST_SENTINEL_PARENT=parent"};
+
+TEST(Compat, PythonScriptSeesTorchrunEnvironment) {
+  if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (install python3-torch)";
+  TempDir d;
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=3", Script("env_script.py"), d.path()}, kPyEnv,
+                      120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < 3; ++i) {
+    std::string f = ReadFileOr(d / std::to_string(i));
+    EXPECT_NE(f.find("RANK=" + std::to_string(i) + "\n"), std::string::npos) << f;
+    EXPECT_NE(f.find("TEST_SENTINEL_PARENT=parent"), std::string::npos) << f;
+  }
+}
+
+TEST(Compat, PetEnvironmentFallbacksWork) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  TempDir d;
+  std::vector<std::string> env = kPyEnv;
+  env.push_back("PET_NPROC_PER_NODE=2");
+  env.push_back("PET_STANDALONE=1");
+  auto r = RunCommand({CTRUN_BINARY, Script("env_script.py"), d.path()}, env, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(ReadFileOr(d / "1").empty());
+  EXPECT_TRUE(ReadFileOr(d / "2").empty());
+}
+
+TEST(Compat, GlooAllReduceWithFourWorkers) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=4", Script("ddp_gloo.py")}, kPyEnv, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("all_reduce ok world_size=4"), std::string::npos) << r.out << r.err;
+}
+
+TEST(Compat, GlooAllReduceAcrossRestarts) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  std::vector<std::string> env = kPyEnv;
+  env.push_back("CTRUN_TEST_FAIL_UNTIL_ATTEMPT=3");
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=3", Script("ddp_gloo.py")},
+                      env, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int a = 0; a <= 3; ++a)
+    EXPECT_NE(r.out.find("restart=" + std::to_string(a)), std::string::npos) << r.out << r.err;
+}
+
+TEST(Compat, RecordDecoratedTracebackAppearsInSummary) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", Script("record_fail.py")}, kPyEnv, 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("record_fail.py FAILED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ValueError: corrupt sample 1234 on rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in load_batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error_file:"), std::string::npos) << r.err;
+}
+
+TEST(Compat, ModuleEntrypointRunsUnderPython) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", "-m", "json.tool", "--help"}, kPyEnv, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("usage"), std::string::npos) << r.out;
+}
+
+TEST(Compat, LibTorchGlooAllReduce) {
+#ifdef GLOO_ALLREDUCE
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=4", GLOO_ALLREDUCE}, {}, 180s);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+#else
+  GTEST_SKIP() << "LibTorch example gloo_allreduce not built (LibTorch not found)";
+#endif
+}
+
+}  // namespace
+}  // namespace ctrun::testing
