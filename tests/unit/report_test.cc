@@ -66,7 +66,7 @@ system_clock::time_point At(int64_t epoch_seconds, int millis = 0) {
 // ---------------------------------------------------------------------------------------------
 // ReadErrorFile
 
-TEST(ErrorFileRead, MissingFileIsNoErrorFile) {
+TEST(ReportErrorFileRead, MissingFileIsNoErrorFile) {
   ReportTempDir dir;
   auto r = ReadErrorFile(dir / "nope.json");
   ASSERT_TRUE(r.ok()) << r.message();
@@ -79,14 +79,14 @@ TEST(ErrorFileRead, MissingFileIsNoErrorFile) {
   EXPECT_FALSE(under_file->has_value());
 }
 
-TEST(ErrorFileRead, DirectoryIsNoErrorFile) {
+TEST(ReportErrorFileRead, DirectoryIsNoErrorFile) {
   ReportTempDir dir;
   auto r = ReadErrorFile(dir.path());
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_FALSE(r->has_value());
 }
 
-TEST(ErrorFileRead, DictMessageAsTorchWritesIt) {
+TEST(ReportErrorFileRead, DictMessageAsTorchWritesIt) {
   ReportTempDir dir;
   WriteText(dir / "e.json",
             R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
@@ -105,7 +105,7 @@ TEST(ErrorFileRead, DictMessageAsTorchWritesIt) {
   EXPECT_TRUE(c.message_is_dict);
 }
 
-TEST(ErrorFileRead, DictMessageWithErrorCodeAndNoCallstack) {
+TEST(ReportErrorFileRead, DictMessageWithErrorCodeAndNoCallstack) {
   ReportTempDir dir;
   WriteText(dir / "e.json",
             R"({"message": {"message": "RuntimeError: x", "errorCode": -9,)"
@@ -118,7 +118,7 @@ TEST(ErrorFileRead, DictMessageWithErrorCodeAndNoCallstack) {
   EXPECT_EQ((*r)->error_code, -9);
 }
 
-TEST(ErrorFileRead, DictMessageWithNothingShowsNA) {
+TEST(ReportErrorFileRead, DictMessageWithNothingShowsNA) {
   ReportTempDir dir;
   WriteText(dir / "e.json", R"({"message": {}})");
   auto r = ReadErrorFile(dir / "e.json");
@@ -127,7 +127,7 @@ TEST(ErrorFileRead, DictMessageWithNothingShowsNA) {
   EXPECT_FALSE((*r)->timestamp.has_value());
 }
 
-TEST(ErrorFileRead, StringMessageWithTopLevelTimestamp) {
+TEST(ReportErrorFileRead, StringMessageWithTopLevelTimestamp) {
   ReportTempDir dir;
   WriteText(dir / "e.json", R"({"message": "plain failure text", "timestamp": "1700000002"})");
   auto r = ReadErrorFile(dir / "e.json");
@@ -139,7 +139,7 @@ TEST(ErrorFileRead, StringMessageWithTopLevelTimestamp) {
   EXPECT_FALSE((*r)->message_is_dict);
 }
 
-TEST(ErrorFileRead, StringMessageWithoutTimestamp) {
+TEST(ReportErrorFileRead, StringMessageWithoutTimestamp) {
   ReportTempDir dir;
   WriteText(dir / "e.json", R"({"message": "no time here"})");
   auto r = ReadErrorFile(dir / "e.json");
@@ -147,7 +147,7 @@ TEST(ErrorFileRead, StringMessageWithoutTimestamp) {
   EXPECT_FALSE((*r)->timestamp.has_value());
 }
 
-TEST(ErrorFileRead, MissingOrBadTimestampIsToleratedNotFatal) {
+TEST(ReportErrorFileRead, MissingOrBadTimestampIsToleratedNotFatal) {
   // torch raises KeyError here; ctrun keeps the traceback and uses the detection time.
   ReportTempDir dir;
   WriteText(dir / "a.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "tb"}}})");
@@ -167,7 +167,7 @@ TEST(ErrorFileRead, MissingOrBadTimestampIsToleratedNotFatal) {
   EXPECT_EQ((*c)->timestamp, 42);
 }
 
-TEST(ErrorFileRead, MalformedFilesAreErrorsWithAReason) {
+TEST(ReportErrorFileRead, MalformedFilesAreErrorsWithAReason) {
   ReportTempDir dir;
   struct Case {
     const char* text;
@@ -188,7 +188,7 @@ TEST(ErrorFileRead, MalformedFilesAreErrorsWithAReason) {
   }
 }
 
-TEST(ErrorFileRead, HugeFileIsRejectedWithoutReadingItAll) {
+TEST(ReportErrorFileRead, HugeFileIsRejectedWithoutReadingItAll) {
   ReportTempDir dir;
   std::string big = R"({"message": ")" + std::string(2 << 20, 'x') + R"("})";
   WriteText(dir / "big.json", big);
@@ -202,7 +202,7 @@ TEST(ErrorFileRead, HugeFileIsRejectedWithoutReadingItAll) {
   EXPECT_TRUE(ReadErrorFile(dir / "small.json", 17).ok());
 }
 
-TEST(ErrorFileRead, UnreadableFileIsAnError) {
+TEST(ReportErrorFileRead, UnreadableFileIsAnError) {
   if (::geteuid() == 0) GTEST_SKIP() << "root reads mode-000 files";
   ReportTempDir dir;
   WriteText(dir / "e.json", R"({"message": "x"})");
@@ -215,7 +215,7 @@ TEST(ErrorFileRead, UnreadableFileIsAnError) {
 // ---------------------------------------------------------------------------------------------
 // Writers
 
-TEST(ErrorFileWrite, RecordRoundTripsAndHasTorchShape) {
+TEST(ReportErrorFileWrite, RecordRoundTripsAndHasTorchShape) {
   ReportTempDir dir;
   ErrorFileRecord rec;
   rec.message = "Signal 9 (SIGKILL) received by PID 12";
@@ -249,7 +249,7 @@ TEST(ErrorFileWrite, RecordRoundTripsAndHasTorchShape) {
   EXPECT_EQ(st.st_mode & 0777, 0644u);
 }
 
-TEST(ErrorFileWrite, OverwritesAtomically) {
+TEST(ReportErrorFileWrite, OverwritesAtomically) {
   ReportTempDir dir;
   WriteText(dir / "out.json", "garbage that is not json");
   ErrorFileRecord rec;
@@ -261,13 +261,13 @@ TEST(ErrorFileWrite, OverwritesAtomically) {
   EXPECT_EQ((*r)->traceback, "m");  // empty callstack -> the message is used
 }
 
-TEST(ErrorFileWrite, FailsCleanlyInAMissingDirectory) {
+TEST(ReportErrorFileWrite, FailsCleanlyInAMissingDirectory) {
   ReportTempDir dir;
   Status s = WriteErrorFile(dir / "no/such/dir/out.json", ErrorFileRecord{"m", "", 1, {}});
   EXPECT_FALSE(s.ok());
 }
 
-TEST(ErrorFileWrite, CopySetsErrorCodeOnDictMessageOnly) {
+TEST(ReportErrorFileWrite, CopySetsErrorCodeOnDictMessageOnly) {
   ReportTempDir dir;
   WriteText(dir / "worker.json",
             R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "tb", "timestamp": "5"}},)"
@@ -314,7 +314,7 @@ std::optional<std::string> RunTorchReader(const std::string& path, std::string* 
   return out;
 }
 
-TEST(ErrorFileWrite, TorchsOwnReaderAcceptsOurFiles) {
+TEST(ReportErrorFileWrite, TorchsOwnReaderAcceptsOurFiles) {
   ReportTempDir dir;
   ErrorFileRecord rec;
   rec.message = "Signal 9 (SIGKILL) received by PID 1236";
@@ -358,7 +358,7 @@ WorkerFailure Failure(int rank, ExitStatus status, system_clock::time_point t, b
   return f;
 }
 
-TEST(RootCause, EarliestFailureNotStoppedByCtrun) {
+TEST(ReportRootCause, EarliestFailureNotStoppedByCtrun) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Signaled(15), At(100, 0), /*stopped=*/true),
       Failure(1, ExitStatus::Exited(3), At(100, 500)),
@@ -369,7 +369,7 @@ TEST(RootCause, EarliestFailureNotStoppedByCtrun) {
   EXPECT_EQ(JobExitCode(fs), 128 + 9);
 }
 
-TEST(RootCause, ErrorFileTimestampWinsOverDetectionTime) {
+TEST(ReportRootCause, ErrorFileTimestampWinsOverDetectionTime) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Exited(1), At(200)),  // detected first
       Failure(1, ExitStatus::Exited(7), At(205)),  // but its error file says it failed at 150
@@ -384,7 +384,7 @@ TEST(RootCause, ErrorFileTimestampWinsOverDetectionTime) {
   EXPECT_EQ(JobExitCode(fs), 1);
 }
 
-TEST(RootCause, TiesGoToTheLowestRank) {
+TEST(ReportRootCause, TiesGoToTheLowestRank) {
   std::vector<WorkerFailure> fs = {
       Failure(3, ExitStatus::Exited(4), At(100)),
       Failure(1, ExitStatus::Exited(5), At(100)),
@@ -394,7 +394,7 @@ TEST(RootCause, TiesGoToTheLowestRank) {
   EXPECT_EQ(JobExitCode(fs), 5);
 }
 
-TEST(RootCause, NoneWhenAllStoppedByCtrunOrEmpty) {
+TEST(ReportRootCause, NoneWhenAllStoppedByCtrunOrEmpty) {
   EXPECT_FALSE(ChooseRootCause({}).has_value());
   EXPECT_EQ(JobExitCode({}), 0);
   std::vector<WorkerFailure> fs = {
@@ -405,7 +405,7 @@ TEST(RootCause, NoneWhenAllStoppedByCtrunOrEmpty) {
   EXPECT_EQ(JobExitCode(fs), 1);
 }
 
-TEST(JobExitCodeTest, ShellConvention) {
+TEST(ReportJobExitCode, ShellConvention) {
   EXPECT_EQ(JobExitCode({Failure(0, ExitStatus::Exited(42), At(1))}), 42);
   EXPECT_EQ(JobExitCode({Failure(0, ExitStatus::Signaled(11, true), At(1))}), 139);
   EXPECT_EQ(JobExitCode({Failure(0, ExitStatus::Exited(255), At(1))}), 255);
@@ -420,7 +420,7 @@ SummaryOptions UtcOptions() {
   return o;
 }
 
-TEST(Summary, TwoFailuresWithErrorFileGolden) {
+TEST(ReportSummary, TwoFailuresWithErrorFileGolden) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Exited(1), At(1700000000, 300)),
       Failure(1, ExitStatus::Signaled(15), At(1700000001, 100), /*stopped=*/true),
@@ -465,7 +465,7 @@ TEST(Summary, TwoFailuresWithErrorFileGolden) {
   EXPECT_EQ(FormatFailureSummary("train.py", fs, "node1.example.com", o), expected);
 }
 
-TEST(Summary, NarrowBlocksGiveANarrowBorderLikeTorch) {
+TEST(ReportSummary, NarrowBlocksGiveANarrowBorderLikeTorch) {
   // torch: width = min(60, max(len(title), widest block line)); here the "time" line, 33.
   std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(2), At(0))};
   fs[0].error_data = ErrorFileContents{};
@@ -493,7 +493,7 @@ TEST(Summary, NarrowBlocksGiveANarrowBorderLikeTorch) {
   EXPECT_EQ(FormatFailureSummary("a", fs, "h", o), expected);
 }
 
-TEST(Summary, NoErrorFileShowsStderrTailAndHintOnce) {
+TEST(ReportSummary, NoErrorFileShowsStderrTailAndHintOnce) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Exited(3), At(1700000000)),
       Failure(1, ExitStatus::Exited(4), At(1700000005)),
@@ -519,7 +519,7 @@ TEST(Summary, NoErrorFileShowsStderrTailAndHintOnce) {
   EXPECT_NE(s.find("  cause     : failed on its own\n"), std::string::npos);
 }
 
-TEST(Summary, UnreadableErrorFileIsShownAndTreatedAsNone) {
+TEST(ReportSummary, UnreadableErrorFileIsShownAndTreatedAsNone) {
   ReportTempDir dir;
   WriteText(dir / "error.json", "{not json");
   std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000000))};
@@ -535,7 +535,7 @@ TEST(Summary, UnreadableErrorFileIsShownAndTreatedAsNone) {
   EXPECT_NE(s.find("last line of stderr:\n    oops\n"), std::string::npos) << s;
 }
 
-TEST(Summary, LoadErrorFileReadsValidFilesAndMissingOnes) {
+TEST(ReportSummary, LoadErrorFileReadsValidFilesAndMissingOnes) {
   ReportTempDir dir;
   WriteText(dir / "e.json", R"({"message": {"message": "E", "extraInfo": {"py_callstack": "TB",)"
                             R"( "timestamp": "1700000000"}}})");
@@ -575,7 +575,7 @@ SummaryOptions OomOptions() {
   return o;
 }
 
-TEST(Summary, OomVictimAmongRanksStoppedByCtrunGolden) {
+TEST(ReportSummary, OomVictimAmongRanksStoppedByCtrunGolden) {
   const std::string expected =
       "============================================================\n"
       "train.py FAILED\n"
@@ -628,7 +628,7 @@ TEST(Summary, OomVictimAmongRanksStoppedByCtrunGolden) {
   if (std::getenv("CTRUN_PRINT_SUMMARY")) std::fputs(s.c_str(), stdout);
 }
 
-TEST(Summary, EveryWorkerStoppedByCtrun) {
+TEST(ReportSummary, EveryWorkerStoppedByCtrun) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Signaled(15), At(1700000000), true),
       Failure(1, ExitStatus::Signaled(15), At(1700000000), true),
@@ -649,7 +649,7 @@ TEST(Summary, EveryWorkerStoppedByCtrun) {
   EXPECT_EQ(FormatFailureSummary("x", {}, "h", o), "");
 }
 
-TEST(Summary, CoreDumpAndOtherFailuresOnTheirOwn) {
+TEST(ReportSummary, CoreDumpAndOtherFailuresOnTheirOwn) {
   std::vector<WorkerFailure> fs = {
       Failure(0, ExitStatus::Signaled(11, true), At(1700000000)),
       Failure(1, ExitStatus::Exited(2), At(1700000002)),
@@ -663,7 +663,7 @@ TEST(Summary, CoreDumpAndOtherFailuresOnTheirOwn) {
   EXPECT_EQ(s.find("To enable traceback"), std::string::npos) << s;
 }
 
-TEST(AgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
+TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
   ReportTempDir dir;
   WriteText(dir / "w1.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "TB",)"
                              R"( "timestamp": "1700000000"}}})");
@@ -678,7 +678,7 @@ TEST(AgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
   EXPECT_TRUE(WriteAgentErrorFile("", fs).ok());  // no path: nothing to do
 }
 
-TEST(AgentErrorFile, DescribesARootCauseWithoutAnErrorFile) {
+TEST(ReportAgentErrorFile, DescribesARootCauseWithoutAnErrorFile) {
   ReportTempDir dir;
   std::vector<WorkerFailure> fs = OomJob();
   ASSERT_TRUE(WriteAgentErrorFile(dir / "agent.json", fs, OomOptions()).ok());
@@ -712,7 +712,7 @@ TEST(AgentErrorFile, DescribesARootCauseWithoutAnErrorFile) {
 // ---------------------------------------------------------------------------------------------
 // OOM counter
 
-TEST(Oom, ParsesCounterLines) {
+TEST(ReportOom, ParsesCounterLines) {
   EXPECT_EQ(ParseOomKillCounter("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n"), 2u);
   EXPECT_EQ(ParseOomKillCounter("oom_kill_disable 0\nunder_oom 0\noom_kill 17\n"), 17u);
   EXPECT_EQ(ParseOomKillCounter("oom_kill_disable 0\nunder_oom 0\n"), std::nullopt);
@@ -720,7 +720,7 @@ TEST(Oom, ParsesCounterLines) {
   EXPECT_EQ(ParseOomKillCounter(""), std::nullopt);
 }
 
-TEST(Oom, ParsesProcSelfCgroup) {
+TEST(ReportOom, ParsesProcSelfCgroup) {
   auto v2 = ParseProcSelfCgroup("0::/user.slice/user-1000.slice/session-3.scope\n");
   ASSERT_TRUE(v2.has_value());
   EXPECT_FALSE(v2->v1);
@@ -736,7 +736,7 @@ TEST(Oom, ParsesProcSelfCgroup) {
   EXPECT_FALSE(ParseProcSelfCgroup("garbage\n").has_value());
 }
 
-TEST(Oom, ReadsCgroupV2MemoryEvents) {
+TEST(ReportOom, ReadsCgroupV2MemoryEvents) {
   ReportTempDir root;
   WriteText(root / "proc/self/cgroup", "0::/job.slice/run-7.scope\n");
   WriteText(root / "sys/fs/cgroup/job.slice/run-7.scope/memory.events",
@@ -749,7 +749,7 @@ TEST(Oom, ReadsCgroupV2MemoryEvents) {
   EXPECT_EQ(ReadOomKillCount(root.path()), 1u);
 }
 
-TEST(Oom, WalksUpWhenTheCgroupPathIsNotMountedAsIs) {
+TEST(ReportOom, WalksUpWhenTheCgroupPathIsNotMountedAsIs) {
   // A container that mounts its own cgroup at /sys/fs/cgroup: the host path is not there.
   ReportTempDir root;
   WriteText(root / "proc/self/cgroup", "0::/kubepods/pod1/ctr2\n");
@@ -757,7 +757,7 @@ TEST(Oom, WalksUpWhenTheCgroupPathIsNotMountedAsIs) {
   EXPECT_EQ(ReadOomKillCount(root.path()), 4u);
 }
 
-TEST(Oom, ReadsCgroupV1OomControl) {
+TEST(ReportOom, ReadsCgroupV1OomControl) {
   ReportTempDir root;
   WriteText(root / "proc/self/cgroup", "4:memory:/process_api/abc\n0::/\n");
   WriteText(root / "sys/fs/cgroup/memory/process_api/abc/memory.oom_control",
@@ -768,7 +768,7 @@ TEST(Oom, ReadsCgroupV1OomControl) {
   EXPECT_EQ(s->source, "cgroup memory.oom_control");
 }
 
-TEST(Oom, FallsBackToVmstatThenNothing) {
+TEST(ReportOom, FallsBackToVmstatThenNothing) {
   ReportTempDir root;
   WriteText(root / "proc/self/cgroup", "0::/x\n");
   WriteText(root / "proc/vmstat", "pgfault 5\noom_kill 12\n");
@@ -781,7 +781,7 @@ TEST(Oom, FallsBackToVmstatThenNothing) {
   EXPECT_FALSE(ReadOomKillSample(empty.path()).has_value());
 }
 
-TEST(Oom, RealSystemReadDoesNotCrash) {
+TEST(ReportOom, RealSystemReadDoesNotCrash) {
   // Whatever this machine has; only the shape is checked.
   auto s = ReadOomKillSample();
   if (s) {
@@ -789,7 +789,7 @@ TEST(Oom, RealSystemReadDoesNotCrash) {
   }
 }
 
-TEST(Oom, LikelyOomKilledRule) {
+TEST(ReportOom, LikelyOomKilledRule) {
   std::optional<OomKillSample> before = OomKillSample{2, "cgroup memory.events"};
   std::optional<OomKillSample> after = OomKillSample{3, "cgroup memory.events"};
   std::optional<OomKillSample> same = OomKillSample{2, "cgroup memory.events"};
