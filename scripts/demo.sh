@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The demo: a real 4-worker data-parallel LibTorch training job under ctrun. Rank 2 crashes at
+# step 40; ctrun kills the survivors, restarts everyone, and training resumes from the latest
+# snapshot (step 30), finishing with the same parameters an uninterrupted run produces.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh" -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=OFF
+build="${CTRUN_BUILD_DIR:-$root/build}"
+snapshots="$(mktemp -d /tmp/ctrun_demo_XXXXXX)"
+trap 'rm -rf "$snapshots"' EXIT
+set -x
+"$build/ctrun" --standalone --nproc_per_node=4 --max_restarts=3 \
+  "$build/examples/train" --epochs 2 --batch-size 16 --snapshot-dir "$snapshots" --snapshot-every 10 \
+  --fail-at-step 40 --fail-rank 2
