@@ -84,6 +84,14 @@ UniqueFd TryConnect(const addrinfo* ai, TimePoint deadline, int* err) {
   return fd;
 }
 
+Request MakeRequest(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
+  Request r;
+  r.op = op;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  return r;
+}
+
 std::string KeyList(const std::vector<std::string>& keys) {
   std::string s = "[";
   for (size_t i = 0; i < keys.size() && i < 8; ++i) s += (i ? ", " : "") + keys[i];
@@ -250,13 +258,13 @@ StatusOr<std::string> StoreClient::ReadBytesReply(TimePoint deadline) {
   return value;
 }
 
-Status StoreClient::Set(std::string_view key, std::string_view value) {
+Status StoreClient::SendOnly(const Request& req) {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kSet;
-  r.keys = {std::string(key)};
-  r.values = {std::string(value)};
-  return SendRequest(r, Now() + opts_.timeout);
+  return SendRequest(req, Now() + opts_.timeout);
+}
+
+Status StoreClient::Set(std::string_view key, std::string_view value) {
+  return SendOnly(MakeRequest(Op::kSet, {std::string(key)}, {std::string(value)}));
 }
 
 StatusOr<std::string> StoreClient::Get(std::string_view key) { return Get(key, opts_.timeout); }
@@ -267,9 +275,7 @@ StatusOr<std::string> StoreClient::Get(std::string_view key, Duration timeout) {
   auto ready = WaitLocked(keys, timeout);
   if (!ready.ok()) return ready.status();
   if (!*ready) return Status::Error("store wait timed out: key " + keys[0] + " not set");
-  Request r;
-  r.op = Op::kGet;
-  r.keys = std::move(keys);
+  Request r = MakeRequest(Op::kGet, std::move(keys));
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   return ReadBytesReply(deadline);
@@ -277,9 +283,7 @@ StatusOr<std::string> StoreClient::Get(std::string_view key, Duration timeout) {
 
 StatusOr<int64_t> StoreClient::Add(std::string_view key, int64_t delta) {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kAdd;
-  r.keys = {std::string(key)};
+  Request r = MakeRequest(Op::kAdd, {std::string(key)});
   r.delta = delta;
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
@@ -289,19 +293,15 @@ StatusOr<int64_t> StoreClient::Add(std::string_view key, int64_t delta) {
 StatusOr<std::string> StoreClient::CompareSet(std::string_view key, std::string_view expected,
                                               std::string_view desired) {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kCompareSet;
-  r.keys = {std::string(key)};
-  r.values = {std::string(expected), std::string(desired)};
+  Request r = MakeRequest(Op::kCompareSet, {std::string(key)},
+                          {std::string(expected), std::string(desired)});
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   return ReadBytesReply(deadline);
 }
 
 StatusOr<bool> StoreClient::WaitLocked(const std::vector<std::string>& keys, Duration timeout) {
-  Request r;
-  r.op = Op::kWait;
-  r.keys = keys;
+  Request r = MakeRequest(Op::kWait, keys);
   TimePoint deadline = Now() + timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   std::string b;
@@ -317,8 +317,7 @@ StatusOr<bool> StoreClient::WaitLocked(const std::vector<std::string>& keys, Dur
     return false;
   }
   // Unpark on the server. A STOP_WAITING may race ahead of WAIT_CANCELED: then the keys did arrive.
-  Request cancel;
-  cancel.op = Op::kCancelWait;
+  Request cancel = MakeRequest(Op::kCancelWait);
   TimePoint grace = Now() + kCancelGrace;
   if (Status s2 = SendRequest(cancel, grace); !s2.ok()) return false;
   bool satisfied = false;
@@ -353,9 +352,7 @@ StatusOr<bool> StoreClient::TryWait(const std::vector<std::string>& keys, Durati
 
 StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kCheck;
-  r.keys = keys;
+  Request r = MakeRequest(Op::kCheck, keys);
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   auto reply = ReadU8Reply(deadline);
@@ -365,9 +362,7 @@ StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys) {
 
 StatusOr<bool> StoreClient::DeleteKey(std::string_view key) {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kDeleteKey;
-  r.keys = {std::string(key)};
+  Request r = MakeRequest(Op::kDeleteKey, {std::string(key)});
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   auto n = ReadI64Reply(deadline);
@@ -377,8 +372,7 @@ StatusOr<bool> StoreClient::DeleteKey(std::string_view key) {
 
 StatusOr<int64_t> StoreClient::NumKeys() {
   std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kNumKeys;
+  Request r = MakeRequest(Op::kNumKeys);
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   return ReadI64Reply(deadline);
@@ -389,9 +383,7 @@ StatusOr<std::vector<std::string>> StoreClient::MultiGet(const std::vector<std::
   auto ready = WaitLocked(keys, opts_.timeout);
   if (!ready.ok()) return ready.status();
   if (!*ready) return Status::Error("store wait timed out: keys " + KeyList(keys) + " not set");
-  Request r;
-  r.op = Op::kMultiGet;
-  r.keys = keys;
+  Request r = MakeRequest(Op::kMultiGet, keys);
   TimePoint deadline = Now() + opts_.timeout;
   if (Status st = SendRequest(r, deadline); !st.ok()) return st;
   std::vector<std::string> values;
@@ -407,21 +399,11 @@ StatusOr<std::vector<std::string>> StoreClient::MultiGet(const std::vector<std::
 Status StoreClient::MultiSet(const std::vector<std::string>& keys,
                              const std::vector<std::string>& values) {
   if (keys.size() != values.size()) return Status::Error("store: MultiSet needs one value per key");
-  std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kMultiSet;
-  r.keys = keys;
-  r.values = values;
-  return SendRequest(r, Now() + opts_.timeout);
+  return SendOnly(MakeRequest(Op::kMultiSet, keys, values));
 }
 
 Status StoreClient::Append(std::string_view key, std::string_view value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Request r;
-  r.op = Op::kAppend;
-  r.keys = {std::string(key)};
-  r.values = {std::string(value)};
-  return SendRequest(r, Now() + opts_.timeout);
+  return SendOnly(MakeRequest(Op::kAppend, {std::string(key)}, {std::string(value)}));
 }
 
 Status StoreClient::Ping() {

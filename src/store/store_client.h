@@ -82,6 +82,7 @@ class StoreClient {
   // Sends one request; on failure the connection is dropped.
   Status SendRequest(const Request& req, TimePoint deadline);
   Status SendRaw(std::string_view bytes, TimePoint deadline);
+  Status SendOnly(const Request& req);  // locks; for requests without a reply
   // Reads exactly n reply bytes into *out.
   Status ReadExact(size_t n, std::string* out, TimePoint deadline);
   StatusOr<uint8_t> ReadU8Reply(TimePoint deadline);
