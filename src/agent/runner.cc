@@ -21,6 +21,7 @@
 #include "sys/event_loop.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
+#include "store/store_server.h"
 
 namespace ctrun {
 namespace {
@@ -47,15 +48,7 @@ class RealHooks final : public AgentHooks {
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
 
   Status PrepareAttempt(int attempt, AttemptInfo* info) override {
-    if (config_.standalone) {
-      info->master_addr = "127.0.0.1";
-      info->master_port = FindFreePort();
-      if (info->master_port == 0) return Status::Error("cannot find a free port on 127.0.0.1");
-    } else {
-      info->master_addr = config_.master_addr;
-      info->master_port = config_.master_port.value_or(29500);
-    }
-    info->use_agent_store = false;
+    if (Status s = PrepareStore(info); !s.ok()) return s;
     Status s = PrepareErrorFiles(attempt, info);
     if (!s.ok()) return s;
     oom_before_ = ReadOomKillSample();
@@ -93,6 +86,39 @@ class RealHooks final : public AgentHooks {
   const std::optional<OomKillSample>& oom_before() const { return oom_before_; }
 
  private:
+  // MASTER_ADDR/MASTER_PORT for the attempt. With the agent store (default) ctrun hosts the
+  // workers' TCPStore itself: bound once before the first attempt, so no worker ever races for
+  // the port, and emptied between attempts (torch >= 2.1 uses no per-attempt key prefix).
+  // Standalone binds a free loopback port; otherwise --master_addr:--master_port, like torchrun's
+  // static backend. Without it (--no-agent-store), worker rank 0 hosts the store, as in torch 1.13.
+  Status PrepareStore(AttemptInfo* info) {
+    info->master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
+    const int wanted_port = config_.standalone ? 0 : config_.master_port.value_or(29500);
+    if (!config_.agent_store) {
+      info->use_agent_store = false;
+      info->master_port = wanted_port != 0 ? wanted_port : FindFreePort();
+      if (info->master_port == 0) return Status::Error("cannot find a free port on 127.0.0.1");
+      return Status::Ok();
+    }
+    if (!store_) {
+      store::ServerOptions opts;
+      opts.bind_host = config_.standalone ? "127.0.0.1" : config_.master_addr;
+      opts.port = wanted_port;
+      auto server = store::StoreServer::Start(loop_, opts);
+      if (!server.ok())
+        return Status::Error("cannot host the workers' store on " + opts.bind_host + ":" + std::to_string(wanted_port) +
+                             ": " + server.message() +
+                             (wanted_port ? " (is another job using this port? pick another --master_port)" : ""));
+      store_ = std::move(server.value());
+      spdlog::debug("agent store listening on {}:{}", opts.bind_host, store_->port());
+    } else {
+      store_->Clear();
+    }
+    info->use_agent_store = true;
+    info->master_port = store_->port();
+    return Status::Ok();
+  }
+
   Status PrepareErrorFiles(int attempt, AttemptInfo* info) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -121,6 +147,7 @@ class RealHooks final : public AgentHooks {
   std::map<pid_t, UniqueFd> pidfds_;
   std::string base_dir_;
   std::optional<OomKillSample> oom_before_;
+  std::unique_ptr<store::StoreServer> store_;
 };
 
 std::string EntrypointName(const LaunchConfig& config) {

@@ -53,6 +53,22 @@ TEST(Compat, GlooAllReduceWithFourWorkers) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=4", Script("ddp_gloo.py")}, kPyEnv, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("all_reduce ok world_size=4"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("agent_store=True"), std::string::npos) << r.out;
+}
+
+TEST(Compat, GlooAllReduceWithWorkerHostedStore) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  for (const std::vector<std::string>& how : {std::vector<std::string>{"--no-agent-store"},
+                                              std::vector<std::string>{}}) {
+    std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=2"};
+    argv.insert(argv.end(), how.begin(), how.end());
+    argv.push_back(Script("ddp_gloo.py"));
+    std::vector<std::string> env = kPyEnv;
+    if (how.empty()) env.push_back("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1");
+    auto r = RunCommand(argv, env, 180s);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("all_reduce ok world_size=2"), std::string::npos) << r.out << r.err;
+  }
 }
 
 TEST(Compat, GlooAllReduceAcrossRestarts) {

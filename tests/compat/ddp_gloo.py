@@ -19,7 +19,8 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
 model(torch.ones(2, 4)).sum().backward()
 dist.barrier()
 if rank == 0:
-    print(f"all_reduce ok world_size={world} restart={os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
+    print(f"all_reduce ok world_size={world} restart={os.environ['TORCHELASTIC_RESTART_COUNT']} "
+          f"agent_store={os.environ['TORCHELASTIC_USE_AGENT_STORE']}", flush=True)
 fail_attempt = os.environ.get("CTRUN_TEST_FAIL_UNTIL_ATTEMPT")
 if fail_attempt is not None and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(fail_attempt) and rank == world - 1:
     sys.exit(9)
