@@ -164,8 +164,11 @@ void StoreServer::OnAccept() {
     UniqueFd fd(raw);
     std::string peer = PeerName(ss);
     if (conns_.size() >= opts_.max_connections) {
-      spdlog::warn("store: refused connection from {}: limit of {} connections reached", peer,
-                   opts_.max_connections);
+      // A flood must not turn into a log flood: the first refusal and every 1000th are logged.
+      if (refused_over_limit_++ % 1000 == 0) {
+        spdlog::warn("store: refused connection from {}: limit of {} connections reached ({} so far)",
+                     peer, opts_.max_connections, refused_over_limit_);
+      }
       continue;  // fd closes here
     }
     int one = 1;

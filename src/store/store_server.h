@@ -100,6 +100,7 @@ class StoreServer {
   UniqueFd listen_fd_;
   int port_ = 0;
   TimerQueue::TimerId accept_retry_timer_ = 0;
+  uint64_t refused_over_limit_ = 0;
 
   std::unordered_map<ConnId, std::unique_ptr<Conn>> conns_;
   ConnId next_id_ = 1;
