@@ -1,0 +1,164 @@
+// End-to-end: the examples under the real ctrun binary. The same `train` job ends with
+// bit-identical parameters with no failure, with failures injected at several steps on different
+// ranks, and with a rank SIGKILLed from outside at a random time; the same for train.py.
+// Skipped (with a message) while CTRUN_BINARY cannot run a trivial job yet.
+#include <dirent.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::worker {
+namespace {
+
+using namespace std::chrono_literals;
+using ctrun::testing::BackgroundProcess;
+using ctrun::testing::ReadFileOr;
+using ctrun::testing::RunCommand;
+using ctrun::testing::RunResult;
+using ctrun::testing::TempDir;
+using ctrun::testing::WaitFor;
+
+void SkipUnlessCtrunRunsJobs() {
+  static const std::string why = [] {
+    if (!std::filesystem::exists(CTRUN_BINARY)) return std::string("ctrun binary not built");
+    RunResult r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=1", "/bin/true"}, {}, 30s);
+    if (r.exit_code != 0) return "ctrun cannot run a trivial job yet (exit " + std::to_string(r.exit_code) + "): " + r.err;
+    return std::string();
+  }();
+  if (!why.empty()) GTEST_SKIP() << why;
+}
+
+std::vector<std::string> Ctrun(int nproc, int max_restarts, std::vector<std::string> cmd) {
+  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
+                                "--max_restarts=" + std::to_string(max_restarts)};
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  return argv;
+}
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+int CountOf(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// Direct children of `parent` whose command line contains `name`.
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string base = e.path().filename().string();
+    if (base.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = ReadFileOr(e.path().string() + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent || state == 'Z') continue;
+    if (ReadFileOr(e.path().string() + "/cmdline").find(name) == std::string::npos) continue;
+    out.push_back(static_cast<pid_t>(std::stol(base)));
+  }
+  return out;
+}
+
+bool HasSnapshot(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".ctsnap" || e.path().extension() == ".ptsnap") return true;
+  }
+  return false;
+}
+
+class TrainDeterminism : public ::testing::Test {
+ protected:
+  void SetUp() override { SkipUnlessCtrunRunsJobs(); }
+  TempDir dir_;
+};
+
+const std::vector<std::string> kTrainArgs{"--epochs", "3", "--batch-size", "16", "--quiet"};
+
+TEST_F(TrainDeterminism, CppTrainIsBitIdenticalWithInjectedFailuresAndAnExternalKill) {
+  const std::vector<std::string> train = Concat({TRAIN_BINARY}, kTrainArgs);
+  // 1. Reference: no failure, no snapshots.
+  RunResult ref = RunCommand(Ctrun(2, 0, Concat(train, {"--out", dir_ / "ref.txt"})), {}, 120s);
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const std::string expected = ReadFileOr(dir_ / "ref.txt");
+  ASSERT_FALSE(expected.empty());
+
+  // 2. Three injected crashes on alternating ranks, one per attempt; each restart resumes.
+  RunResult inj = RunCommand(Ctrun(2, 3, Concat(train, {"--snapshot-dir", dir_ / "snap1", "--snapshot-every", "5",
+                                                 "--fail-at-step", "7,22,40", "--fail-rank", "1,0,1",
+                                                 "--out", dir_ / "inj.txt"})),
+                      {}, 150s);
+  ASSERT_EQ(inj.exit_code, 0) << inj.out << inj.err;
+  EXPECT_EQ(CountOf(inj.out, "resumed from snapshot"), 3) << inj.out;
+  EXPECT_NE(inj.out.find("resumed from snapshot at step 5 "), std::string::npos) << inj.out;
+  EXPECT_NE(inj.out.find("resumed from snapshot at step 40 "), std::string::npos) << inj.out;
+  EXPECT_EQ(ReadFileOr(dir_ / "inj.txt"), expected) << "parameters differ after injected failures";
+
+  // 3. A worker SIGKILLed from outside at a random time after the first snapshot.
+  BackgroundProcess job(Ctrun(2, 3, Concat(train, {"--snapshot-dir", dir_ / "snap2", "--snapshot-every", "4",
+                                                   "--step-ms", "25", "--out", dir_ / "kill.txt"})),
+                        {}, dir_ / "kill.out", dir_ / "kill.err");
+  ASSERT_TRUE(WaitFor([&] { return HasSnapshot(dir_ / "snap2/rank1"); }, 60s)) << ReadFileOr(dir_ / "kill.err");
+  std::mt19937 rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 600)(rng)));
+  std::vector<pid_t> workers = ChildrenNamed(job.pid(), "train");
+  ASSERT_EQ(workers.size(), 2u) << ReadFileOr(dir_ / "kill.err");
+  const pid_t victim = workers[std::uniform_int_distribution<size_t>(0, 1)(rng)];
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_EQ(job.Wait(120s), 0) << ReadFileOr(dir_ / "kill.out") << ReadFileOr(dir_ / "kill.err");
+  const std::string out = ReadFileOr(dir_ / "kill.out");
+  // Usually resumed from a snapshot; if the victim died after the last step, attempt 0 finished.
+  EXPECT_TRUE(out.find("resumed from snapshot") != std::string::npos || out.find("attempt 0\n") != std::string::npos)
+      << out;
+  EXPECT_EQ(ReadFileOr(dir_ / "kill.txt"), expected) << "parameters differ after SIGKILL of pid " << victim;
+}
+
+TEST_F(TrainDeterminism, PythonTrainIsBitIdenticalWithInjectedFailures) {
+  {
+    RunResult probe = RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}, {}, 60s);
+    if (probe.exit_code != 0) GTEST_SKIP() << "Debian python3-torch not importable: " << probe.err;
+  }
+  const std::vector<std::string> train = Concat({"/usr/bin/python3", TRAIN_PY}, kTrainArgs);
+  RunResult ref = RunCommand(Ctrun(2, 0, Concat(train, {"--out", dir_ / "ref.txt"})), {}, 150s);
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const std::string expected = ReadFileOr(dir_ / "ref.txt");
+  ASSERT_FALSE(expected.empty());
+  RunResult inj = RunCommand(Ctrun(2, 2, Concat(train, {"--snapshot-dir", dir_ / "snap", "--snapshot-every", "5",
+                                                 "--fail-at-step", "9,33", "--fail-rank", "0,1",
+                                                 "--out", dir_ / "inj.txt"})),
+                      {}, 180s);
+  ASSERT_EQ(inj.exit_code, 0) << inj.out << inj.err;
+  EXPECT_EQ(CountOf(inj.out, "resumed from snapshot"), 2) << inj.out;
+  EXPECT_EQ(ReadFileOr(dir_ / "inj.txt"), expected) << "train.py parameters differ after injected failures";
+}
+
+TEST(ExamplesUnderCtrun, GlooAllreduceSumsToWorldSize) {
+  SkipUnlessCtrunRunsJobs();
+  RunResult r = RunCommand(Ctrun(3, 0, {GLOO_ALLREDUCE}), {}, 90s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(CountOf(r.out, "sum == world size"), 3) << r.out;
+}
+
+TEST(ExamplesUnderCtrun, FailedTrainLeavesTorchelasticErrorFileForTheSummary) {
+  SkipUnlessCtrunRunsJobs();
+  TempDir dir;
+  RunResult r = RunCommand(Ctrun(2, 0, {TRAIN_BINARY, "--epochs", "1", "--quiet", "--fail-at-step", "2", "--fail-rank", "1"}),
+                    {}, 90s);
+  EXPECT_NE(r.exit_code, 0);
+  // The launcher reads the worker's error file: its message shows up in the failure report.
+  EXPECT_NE((r.out + r.err).find("injected failure at step 2 on rank 1"), std::string::npos) << r.out << r.err;
+}
+
+}  // namespace
+}  // namespace ctrun::worker

@@ -1,0 +1,74 @@
+// Heartbeats: off by default; FILE and FD modes write the documented records.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::worker {
+namespace {
+
+using ctrun::testing::ReadFileOr;
+using ctrun::testing::RunCommand;
+using ctrun::testing::TempDir;
+
+TEST(Heartbeat, NoOpWithoutLauncherRequest) {
+  auto r = RunCommand({WORKER_HELPER, "heartbeat", "5"}, {"CTRUN_HEARTBEAT_FILE=", "CTRUN_HEARTBEAT_FD="});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0\n");
+}
+
+TEST(Heartbeat, FileModeRewritesOneFixedWidthRecord) {
+  TempDir dir;
+  const std::string path = dir / "hb";
+  auto r = RunCommand({WORKER_HELPER, "heartbeat", "7"}, {"CTRUN_HEARTBEAT_FILE=" + path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "7\n");
+  const std::string rec = ReadFileOr(path);
+  ASSERT_EQ(rec.size(), 42u) << rec;
+  EXPECT_TRUE(std::regex_match(rec, std::regex("00000000000000000007 [0-9]{20}\n"))) << rec;
+  const double ns = std::stod(rec.substr(21, 20));
+  EXPECT_NEAR(ns / 1e9, static_cast<double>(std::time(nullptr)), 60.0);
+}
+
+TEST(Heartbeat, FdModeWritesOneLinePerBeat) {
+  TempDir dir;
+  const std::string path = dir / "hb.log";
+  // The helper inherits fd 9 -> the log file (a pipe in the real agent; a file works the same).
+  auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat 3", WORKER_HELPER},
+               {"CTRUN_HEARTBEAT_FD=9"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "3\n");
+  auto lines = ctrun::testing::SplitLines(ReadFileOr(path));
+  ASSERT_EQ(lines.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(std::regex_match(lines[i], std::regex(std::to_string(i + 1) + " [0-9]+"))) << lines[i];
+  }
+}
+
+TEST(Heartbeat, ClosedPipeReaderDoesNotKillTheWorker) {
+  // fd 9 is a pipe whose read end is already closed: every beat gets EPIPE, never SIGPIPE.
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  ::close(p[0]);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(p[1], 9);  // dup2 clears CLOEXEC on the new fd
+    ::setenv("CTRUN_HEARTBEAT_FD", "9", 1);
+    ::execl(WORKER_HELPER, WORKER_HELPER, "heartbeat", "3", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(p[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace ctrun::worker

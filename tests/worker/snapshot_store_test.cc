@@ -1,0 +1,195 @@
+// SnapshotStore: round trip, retention, corruption handling, async save, zstd, CRC32C.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "crc32c.h"
+#include "ctrun/snapshot_store.h"
+#include "helpers/test_util.h"
+#include "worker/pattern.h"
+
+namespace ctrun::worker {
+namespace {
+
+using ctrun::testing::Pattern;
+using ctrun::testing::TempDir;
+
+std::vector<std::byte> Bytes(const std::string& s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+SnapshotOptions Opts(const std::string& dir, int keep = 3, int zstd = 0) {
+  SnapshotOptions o;
+  o.dir = dir;
+  o.keep_last = keep;
+  o.zstd_level = zstd;
+  return o;
+}
+
+void Corrupt(const std::string& path, off_t offset) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  unsigned char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, offset), 1);
+  c ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &c, 1, offset), 1);
+  ::close(fd);
+}
+
+TEST(Crc32c, KnownValuesAndHardwareMatchesSoftware) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  std::vector<std::byte> data = Pattern(7);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095}, data.size()}) {
+    EXPECT_EQ(crc32c(data.data(), n), crc32c_software(0, data.data(), n)) << n;
+  }
+  // Extending is concatenation.
+  const uint32_t whole = crc32c(data.data(), 1000);
+  EXPECT_EQ(crc32c_extend(crc32c(data.data(), 333), data.data() + 333, 667), whole);
+}
+
+TEST(SnapshotStore, EmptyDirectoryLoadsNothing) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir / "snaps"));
+  EXPECT_FALSE(store.load_latest().snapshot);
+  EXPECT_TRUE(store.list_steps().empty());
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "snaps"));  // created
+}
+
+TEST(SnapshotStore, RoundTripAndNewestWins) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path()));
+  store.save(5, Bytes("five"));
+  store.save(12, Bytes("twelve"));
+  store.save(9, Bytes("nine"));
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 12u);
+  EXPECT_EQ(r.snapshot->data, Bytes("twelve"));
+  EXPECT_TRUE(r.skipped.empty());
+  auto nine = store.load(9);
+  ASSERT_TRUE(nine);
+  EXPECT_EQ(nine->data, Bytes("nine"));
+  EXPECT_FALSE(store.load(10));
+  EXPECT_EQ(store.load_latest(11).snapshot->step, 9u);  // bounded search
+  EXPECT_FALSE(store.load_latest(4).snapshot);
+  store.save(13, std::vector<std::byte>{});  // empty payload is legal
+  EXPECT_TRUE(store.load(13)->data.empty());
+}
+
+TEST(SnapshotStore, KeepsOnlyTheLastK) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path(), 2));
+  for (uint64_t s = 1; s <= 6; ++s) store.save(s * 10, Bytes("s" + std::to_string(s)));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{50, 60}));
+}
+
+TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path(), 10));
+  for (uint64_t s = 1; s <= 5; ++s) store.save(s, Pattern(s));
+  Corrupt(store.path_for(5), 64 + 1000);        // payload bit flip
+  Corrupt(store.path_for(4), 20);               // header bit flip
+  std::filesystem::resize_file(store.path_for(3), 64 + 100);  // torn (truncated) file
+  // A file whose header is valid but names another step (copied over).
+  std::filesystem::copy_file(store.path_for(1), store.path_for(6));
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 2u);
+  EXPECT_EQ(r.snapshot->data, Pattern(2));
+  ASSERT_EQ(r.skipped.size(), 4u);
+  EXPECT_NE(r.skipped[0].find("header step"), std::string::npos) << r.skipped[0];
+  EXPECT_NE(r.skipped[1].find("payload checksum"), std::string::npos) << r.skipped[1];
+  EXPECT_NE(r.skipped[2].find("header checksum"), std::string::npos) << r.skipped[2];
+  EXPECT_NE(r.skipped[3].find("length mismatch"), std::string::npos) << r.skipped[3];
+  // Loads never delete evidence.
+  EXPECT_EQ(store.list_steps().size(), 6u);
+  // Garbage and truncated-header files.
+  std::ofstream(store.path_for(7)) << "not a snapshot at all, but long enough to have a header..................";
+  std::ofstream(store.path_for(8)) << "short";
+  r = store.load_latest();
+  EXPECT_EQ(r.snapshot->step, 2u);
+  EXPECT_NE(r.skipped[0].find("truncated header"), std::string::npos) << r.skipped[0];
+  EXPECT_NE(r.skipped[1].find("bad magic"), std::string::npos) << r.skipped[1];
+}
+
+TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {
+  TempDir dir;
+  { SnapshotStore store(Opts(dir.path())); store.save(1, Bytes("one")); }
+  // A temp file of a writer that is gone: the pid of a child we have reaped.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale = dir / (".tmp-snapshot-00000000000000000002.ctsnap-" + std::to_string(dead) + "-0");
+  const std::string live = dir / (".tmp-snapshot-00000000000000000003.ctsnap-" + std::to_string(::getppid()) + "-0");
+  std::ofstream(stale) << "partial";
+  std::ofstream(live) << "partial";
+  SnapshotStore store(Opts(dir.path()));
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));  // its writer may still be running
+  EXPECT_EQ(store.load_latest().snapshot->step, 1u);
+  EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{1});
+}
+
+TEST(SnapshotStore, AsyncSaveIsDurableAfterWaitAndKeepsOrder) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path(), 3));
+  for (uint64_t s = 1; s <= 8; ++s) {
+    std::vector<std::byte> buf = Pattern(s);
+    store.save_async(s, std::move(buf));  // returns while the write runs; waits if one is in flight
+  }
+  store.wait();
+  EXPECT_FALSE(store.busy());
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{6, 7, 8}));
+  EXPECT_EQ(store.load_latest().snapshot->data, Pattern(8));
+  // A sync save after async ones waits for them first.
+  store.save_async(9, Pattern(9));
+  store.save(10, Bytes("ten"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{8, 9, 10}));
+}
+
+TEST(SnapshotStore, AsyncErrorSurfacesOnWait) {
+  TempDir dir;
+  SnapshotStore store(Opts(dir / "d"));
+  std::filesystem::remove_all(dir / "d");  // the background write will fail to create its temp file
+  store.save_async(1, Bytes("x"));
+  EXPECT_THROW(store.wait(), SnapshotError);
+  store.wait();  // the error is reported once
+}
+
+TEST(SnapshotStore, ZstdRoundTripCompresses) {
+  if (!snapshot_compression_available()) GTEST_SKIP() << "built without zstd";
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path(), 3, /*zstd=*/3));
+  std::vector<std::byte> data(4u << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i / 64) % 7);
+  store.save(1, data);
+  EXPECT_LT(std::filesystem::file_size(store.path_for(1)), data.size() / 10);
+  EXPECT_EQ(store.load_latest().snapshot->data, data);
+  // A raw store reads compressed files too (the flag is per file).
+  SnapshotStore raw(Opts(dir.path()));
+  EXPECT_EQ(raw.load(1)->data, data);
+  // Corruption inside the compressed payload is caught by the checksum.
+  Corrupt(store.path_for(1), 64 + 10);
+  EXPECT_FALSE(store.load(1));
+}
+
+TEST(SnapshotStore, RejectsBadOptions) {
+  TempDir dir;
+  EXPECT_THROW(SnapshotStore(Opts("")), SnapshotError);
+  EXPECT_THROW(SnapshotStore(Opts(dir.path(), 0)), SnapshotError);
+}
+
+}  // namespace
+}  // namespace ctrun::worker

@@ -1,0 +1,46 @@
+// ctrun_worker_helper: a child program for the worker-library tests (tests run it, then kill or
+// inspect it).
+//   snapshot-writer DIR [START]  saves snapshots START, START+1, ... forever (sync, fsync on);
+//                                payload of step s is Pattern(s) (1..6 MiB); after each save
+//                                prints "saved <s>" (line-buffered). Killed by the test.
+//   heartbeat N                  calls ctrun::heartbeat() N times, prints the last counter.
+//   throw                        installs the terminate handler and throws std::runtime_error.
+//   record MESSAGE               record_error(MESSAGE) with a backtrace; exit 0 if written.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "ctrun/worker.h"
+#include "worker/pattern.h"
+
+int main(int argc, char** argv) {
+  namespace cw = ctrun::worker;
+  if (argc < 2) return 2;
+  const std::string mode = argv[1];
+  if (mode == "snapshot-writer" && argc >= 3) {
+    cw::SnapshotOptions o;
+    o.dir = argv[2];
+    o.keep_last = 2;
+    cw::SnapshotStore store(o);
+    uint64_t step = argc >= 4 ? std::strtoull(argv[3], nullptr, 10) : 1;
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    for (;; ++step) {
+      store.save(step, ctrun::testing::Pattern(step));
+      std::printf("saved %llu\n", static_cast<unsigned long long>(step));
+    }
+  }
+  if (mode == "heartbeat" && argc >= 3) {
+    uint64_t last = 0;
+    for (int i = 0; i < std::atoi(argv[2]); ++i) last = ctrun::heartbeat();
+    std::printf("%llu\n", static_cast<unsigned long long>(last));
+    return 0;
+  }
+  if (mode == "throw") {
+    cw::install_terminate_handler();
+    throw std::runtime_error("boom from the helper");
+  }
+  if (mode == "record" && argc >= 3) return cw::record_error(argv[2], cw::native_backtrace()) ? 0 : 1;
+  return 2;
+}
