@@ -214,6 +214,7 @@ void StoreServer::OnConnEvent(ConnId id, uint32_t events) {
     }
     if (alive && (events & (EPOLLIN | EPOLLHUP)) && !c.paused) ReadFrom(c);
   }
+  UpdateCounts();  // before the replies go out, so a client never sees counts older than them
   FlushDirty();
   if (auto again = conns_.find(id); again != conns_.end()) UpdateInterest(*again->second);
   UpdateCounts();

@@ -449,6 +449,7 @@ TEST(StoreRobustness, SlowReaderIsPausedNotBuffered) {
   auto c = MustConnect(st.port());
   std::string value(1u << 20, 'v');
   ASSERT_TRUE(c->Set("big", value).ok());
+  ASSERT_TRUE(c->Wait({"big"}, 10s).ok());  // SET has no reply: make sure it landed first
   auto raw = RawConnect(st.port());
   std::string gets;
   const int kGets = 48;
