@@ -37,8 +37,7 @@ void ConsoleWriter::WriteSomeLocked() {
   while (head_ < buf_.size()) {
     ssize_t n = RetryOnEintr([&] { return ::write(out_fd(), buf_.data() + head_, buf_.size() - head_); });
     if (n > 0) {
-      head_ += static_cast<size_t>(n);
-      if (nb_fd_.valid()) continue;  // non-blocking: go on until EAGAIN
+      head_ += static_cast<size_t>(n);  // short write: try again (non-blocking: until EAGAIN)
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;

@@ -42,6 +42,11 @@ class LineSplitter {
   void Finish(Emit&& emit);
 
   size_t pending_bytes() const { return partial_.size(); }
+  // The buffered partial line (without a trailing '\r' that may still turn into "\r\n").
+  std::string_view pending() const {
+    std::string_view p(partial_);
+    return cr_pending_ ? p.substr(0, p.size() - 1) : p;
+  }
 
  private:
   template <typename Emit>

@@ -25,6 +25,7 @@ struct OutputRelay::StreamState {
   std::string prefix;               // coloured when the console is
   LineSplitter splitter;
   bool registered = false;          // in the EventLoop (false while paused)
+  std::optional<TimerQueue::TimerId> show_timer;  // TTY: draws the pending partial line
   StreamState(size_t max_line) : splitter(max_line) {}
 };
 
@@ -92,6 +93,7 @@ OutputRelay::~OutputRelay() {
   if (opt_.route_diagnostics) UnrouteDiagnostics(&stderr_console());
   for (auto& [key, s] : streams_) {
     if (s->registered) loop_.RemoveFd(s->fd.get());
+    if (s->show_timer) loop_.CancelTimer(*s->show_timer);
   }
 }
 
@@ -168,7 +170,25 @@ void OutputRelay::Process(StreamState& s, std::string_view data) {
       Render(b, dirty, true, s.prefix, u);
     });
     if (has_held) Render(b, dirty, true, s.prefix, LineUnit{held, LineEnd::kReturn, false});
+    if (!s.splitter.pending().empty() && !s.show_timer) {
+      int rank = s.local_rank;
+      Stream stream = s.stream;
+      s.show_timer = loop_.AddTimerAfter(opt_.pending_show, [this, rank, stream] { ShowPending(rank, stream); });
+    }
   }
+  w.Commit(lock);
+}
+
+void OutputRelay::ShowPending(int local_rank, Stream stream) {
+  StreamState* s = Find(local_rank, stream);
+  if (s == nullptr) return;
+  s->show_timer.reset();
+  std::string_view text = s->splitter.pending();
+  if (text.empty() || s->writer == nullptr) return;
+  ConsoleWriter& w = *s->writer;
+  auto lock = w.Lock();
+  // Drawn like a '\r' update: the next line from anyone (this line, completed, included) erases it.
+  Render(w.buffer(), w.line_dirty(), true, s->prefix, LineUnit{text, LineEnd::kReturn, false});
   w.Commit(lock);
 }
 
@@ -197,6 +217,7 @@ void OutputRelay::Close(StreamState& s, bool notify) {
     w.Commit(lock);
   }
   if (s.registered) loop_.RemoveFd(s.fd.get());
+  if (s.show_timer) loop_.CancelTimer(*s.show_timer);
   int rank = s.local_rank;
   streams_.erase({rank, static_cast<int>(s.stream)});  // destroys s
   if (notify && on_drained_ && WorkerDrained(rank)) on_drained_(rank);

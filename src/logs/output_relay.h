@@ -11,6 +11,8 @@
 //    "prefix text\r", the next line from anyone first erases it ("\x1b[K"), and a burst of
 //    updates from one read is coalesced to the last one; empty updates are dropped. Elsewhere a
 //    bare '\r' becomes '\n' (each update one prefixed line; line tools see one rank per line).
+//    On a TTY a partial line still pending after pending_show is drawn as a transient status
+//    line (erased by the next line), so the current progress bar is visible at once.
 //  - Lines over max_line are cut (a trailing '\\' marks the cut); memory per stream is bounded.
 //  - Back-pressure: when a console buffer is over its high water mark, the streams feeding it are
 //    removed from the loop (their workers block in write(2)) until it drains. Memory stays under
@@ -51,6 +53,7 @@ struct ConsoleOptions {
   size_t stderr_tail_bytes = 8192;
   int stderr_tail_lines = 20;
   bool route_diagnostics = false;   // send ctrun's spdlog output through the stderr writer
+  Duration pending_show = std::chrono::milliseconds(50);  // TTY only, see above
 };
 
 struct Sinks {
@@ -95,6 +98,7 @@ class OutputRelay {
  private:
   struct StreamState;
   void OnReadable(StreamState& s);
+  void ShowPending(int local_rank, Stream stream);
   void Process(StreamState& s, std::string_view data);
   void Close(StreamState& s, bool notify);
   void PauseFor(ConsoleWriter* w);

@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "logs_test_util.h"
+#include "helpers/test_util.h"
 
 namespace ctrun::logs {
 namespace {
 namespace fs = std::filesystem;
-using testing::TempDir;
+using ctrun::testing::TempDir;
 
 TEST(LogDir, TorchrunLayoutAndAttemptRecreation) {
   TempDir tmp;

@@ -19,14 +19,13 @@
 #include <vector>
 
 #include "logs/logging.h"
-#include "logs_test_util.h"
+#include "helpers/test_util.h"
 #include "sys/posix_util.h"
 
 namespace ctrun::logs {
 namespace {
 
-using testing::Slurp;
-using testing::TempDir;
+using ctrun::testing::TempDir;
 using namespace std::chrono_literals;
 
 struct Pipe {
@@ -111,6 +110,24 @@ void CheckNumbered(const std::string& text, int ranks, int n) {
   EXPECT_EQ(lines, static_cast<size_t>(ranks) * static_cast<size_t>(n));
 }
 
+std::string Slurp(const std::string& path) { return ctrun::testing::ReadFileOr(path); }
+
+// A relay whose console is two regular files (or one, when shared) in a temp dir.
+struct FileConsole {
+  TempDir tmp;
+  UniqueFd out, err;
+  ConsoleOptions opt;
+  explicit FileConsole(bool shared = false) {
+    out.reset(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    err.reset(shared ? ::dup(out.get())
+                     : ::open((tmp / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    opt.stdout_fd = out.get();
+    opt.stderr_fd = err.get();
+  }
+  std::string Out() const { return Slurp(tmp / "out"); }
+  std::string Err() const { return Slurp(tmp / "err"); }
+};
+
 Sinks ConsoleSink(int rank) {
   Sinks s;
   s.console = true;
@@ -120,14 +137,9 @@ Sinks ConsoleSink(int rank) {
 }
 
 TEST(OutputRelay, EightWritersEveryLineOnceInPerRankOrder) {
-  TempDir tmp;
-  UniqueFd out(::open((tmp / "console").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  UniqueFd err(::open((tmp / "console_err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileConsole console;
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = out.get();
-  opt.stderr_fd = err.get();
-  OutputRelay relay(loop, opt);
+  OutputRelay relay(loop, console.opt);
   int drained = 0;
   relay.SetOnWorkerDrained([&](int) { ++drained; });
   constexpr int kRanks = 8, kLines = 100000;
@@ -140,19 +152,15 @@ TEST(OutputRelay, EightWritersEveryLineOnceInPerRankOrder) {
   ASSERT_TRUE(RunUntil(loop, [&] { return drained == kRanks; }, 50s));
   for (pid_t pid : pids) ExpectChildOk(pid);
   EXPECT_TRUE(relay.Idle());
-  CheckNumbered(Slurp(tmp / "console"), kRanks, kLines);
-  EXPECT_EQ(Slurp(tmp / "console_err"), "");
+  CheckNumbered(console.Out(), kRanks, kLines);
+  EXPECT_EQ(console.Err(), "");
 }
 
 TEST(OutputRelay, CrashingWorkersLastPartialLineIsKept) {
-  TempDir tmp;
-  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  UniqueFd err(::open((tmp / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileConsole console;
+  const TempDir& tmp = console.tmp;
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = out.get();
-  opt.stderr_fd = err.get();
-  OutputRelay relay(loop, opt);
+  OutputRelay relay(loop, console.opt);
   std::vector<int> drained;
   relay.SetOnWorkerDrained([&](int r) { drained.push_back(r); });
 
@@ -177,8 +185,8 @@ TEST(OutputRelay, CrashingWorkersLastPartialLineIsKept) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   EXPECT_EQ(drained, std::vector<int>{3});
   EXPECT_TRUE(relay.WorkerDrained(3));
-  EXPECT_EQ(Slurp(tmp / "out"), "[r3] step 1\n[r3] step\n");
-  EXPECT_EQ(Slurp(tmp / "err"),
+  EXPECT_EQ(console.Out(), "[r3] step 1\n[r3] step\n");
+  EXPECT_EQ(console.Err(),
             "[r3] Traceback (most recent call last):\n[r3]   File x\n[r3] RuntimeError: CUDA error: boom\n");
   EXPECT_EQ(Slurp(tmp / "stderr.log"), said);  // the file gets the raw bytes
   EXPECT_EQ(relay.StderrTail(3), said);
@@ -234,14 +242,10 @@ TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {
 }
 
 TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
-  TempDir tmp;
-  UniqueFd out(::open((tmp / "console").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  UniqueFd out2(::dup(out.get()));
+  FileConsole console(/*shared=*/true);  // same file: one writer for both streams
   ASSERT_TRUE(SetupLogging("info").ok());
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = out.get();
-  opt.stderr_fd = out2.get();  // same file: one writer for both
+  ConsoleOptions opt = console.opt;
   opt.route_diagnostics = true;
   {
     OutputRelay relay(loop, opt);
@@ -257,7 +261,7 @@ TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
     ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
   }
   spdlog::info("after the relay");
-  std::string text = Slurp(tmp / "console");
+  std::string text = console.Out();
   auto lines = std::vector<std::string>();
   for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) lines.push_back(text.substr(pos, nl - pos));
   ASSERT_EQ(lines.size(), 2u) << text;
@@ -304,6 +308,7 @@ TEST(OutputRelay, ProgressBarsOnATerminalStayOnTheirOwnLine) {
   opt.stdout_fd = pty.slave.get();
   opt.stderr_fd = pty.slave.get();
   opt.color = ConsoleOptions::Color::kNever;
+  opt.pending_show = std::chrono::hours(1);  // no transient partial lines in this test
   OutputRelay relay(loop, opt);
   ASSERT_TRUE(relay.console_is_tty());
   Pipe p0, p1;
@@ -322,14 +327,37 @@ TEST(OutputRelay, ProgressBarsOnATerminalStayOnTheirOwnLine) {
   EXPECT_EQ(pty.Read(want.size(), 5s), want);
 }
 
-TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
-  TempDir tmp;
-  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+TEST(OutputRelay, PendingProgressBarIsShownAtOnceOnATerminal) {
+  Pty pty;
+  if (!pty.slave) GTEST_SKIP() << "no pseudo-terminal available";
   EventLoop loop;
   ConsoleOptions opt;
-  opt.stdout_fd = out.get();
-  opt.stderr_fd = out.get();
+  opt.stdout_fd = pty.slave.get();
+  opt.stderr_fd = pty.slave.get();
+  opt.color = ConsoleOptions::Color::kNever;
+  opt.pending_show = 10ms;
   OutputRelay relay(loop, opt);
+  Pipe p;
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(p.r), ConsoleSink(0)).ok());
+  WriteAll(p.w.get(), "\r 42%", 5);  // tqdm: the bar follows the '\r', no terminator yet
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (got.find("42%") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    loop.RunOnce(5ms);
+    got += pty.Read(1, 1ms);
+  }
+  EXPECT_EQ(got, "[r0]  42%\r");  // transient: drawn, cursor back at column 0
+  WriteAll(p.w.get(), "\n", 1);
+  p.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
+  const std::string rest = "\x1b[K[r0]  42%\n";
+  EXPECT_EQ(pty.Read(rest.size(), 5s), rest);
+}
+
+TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
+  FileConsole console(/*shared=*/true);
+  EventLoop loop;
+  OutputRelay relay(loop, console.opt);
   Pipe held;  // like a pipe kept open by an orphaned grandchild: never EOF
   ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(held.r), ConsoleSink(0)).ok());
   WriteAll(held.w.get(), "line\nno newline", 15);
@@ -338,7 +366,7 @@ TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, 3s);
   EXPECT_TRUE(relay.Idle());
-  EXPECT_EQ(Slurp(tmp / "out"), "[r0] line\n[r0] no newline\n");
+  EXPECT_EQ(console.Out(), "[r0] line\n[r0] no newline\n");
   EXPECT_EQ(relay.StderrTail(0), "line\nno newline");
 
   // A restart re-adds the rank: the old tail is gone, the new stream works.
@@ -349,16 +377,13 @@ TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
   again.w.reset();
   ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
   EXPECT_EQ(relay.StderrTail(0), "second\n");
-  EXPECT_EQ(relay.StderrTail(1, tmp / "out"), "[r0] line\n[r0] no newline\n[r0] second\n");
+  EXPECT_EQ(relay.StderrTail(1, console.tmp / "out"), "[r0] line\n[r0] no newline\n[r0] second\n");
 }
 
 TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
-  TempDir tmp;
-  UniqueFd out(::open((tmp / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileConsole console(/*shared=*/true);
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = out.get();
-  opt.stderr_fd = out.get();
+  ConsoleOptions opt = console.opt;
   opt.max_line = 1024;
   OutputRelay relay(loop, opt);
   Pipe p;
@@ -377,7 +402,7 @@ TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
   for (int i = 0; i < 4; ++i) want += "[r0] " + std::string(1024, 'x') + "\\\n";
   want += "[r0] " + std::string(904, 'x') + "\n";
   want += "[r0] " + bin + "\n";
-  EXPECT_EQ(Slurp(tmp / "out"), want);
+  EXPECT_EQ(console.Out(), want);
 }
 
 }  // namespace
