@@ -1,0 +1,115 @@
+#include "gpu/gpu_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "agent/launch_checks.h"
+
+namespace ctrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FakeProbe : GpuProbe {
+  int n = 0;
+  GpuCount Count() override { return {n, n ? "fake" : "none"}; }
+};
+
+auto NoEnv() {
+  return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+}
+
+TEST(GpuProbe, CudaVisibleDevicesCountsLikeTheRuntime) {
+  EXPECT_EQ(CountVisibleDevices("0,1,2,3"), 4);
+  EXPECT_EQ(CountVisibleDevices(""), 0);
+  EXPECT_EQ(CountVisibleDevices("-1"), 0);
+  EXPECT_EQ(CountVisibleDevices("0,-1,2"), 1);
+  EXPECT_EQ(CountVisibleDevices("GPU-8a1b,GPU-77c2"), 2);
+  SystemGpuProbe p([](const std::string& k) -> std::optional<std::string> {
+    if (k == "CUDA_VISIBLE_DEVICES") return "2,3";
+    return std::nullopt;
+  });
+  EXPECT_EQ(p.Count().count, 2);
+  EXPECT_EQ(p.Count().source, "CUDA_VISIBLE_DEVICES");
+}
+
+class SysfsFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("ctrun_gpu_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void PciDevice(const std::string& name, const std::string& vendor, const std::string& cls) {
+    fs::path d = root_ / "sys/bus/pci/devices" / name;
+    fs::create_directories(d);
+    std::ofstream(d / "vendor") << vendor << "\n";
+    std::ofstream(d / "class") << cls << "\n";
+  }
+  fs::path root_;
+};
+
+TEST_F(SysfsFixture, CountsNvidiaDisplayAnd3dControllers) {
+  PciDevice("0000:01:00.0", "0x10de", "0x030200");
+  PciDevice("0000:02:00.0", "0x10de", "0x030000");
+  PciDevice("0000:02:00.1", "0x10de", "0x040300");  // its HDMI audio function
+  PciDevice("0000:03:00.0", "0x8086", "0x030000");  // not NVIDIA
+  SystemGpuProbe p(NoEnv(), root_.string(), /*use_nvml=*/false);
+  EXPECT_EQ(p.Count().count, 2);
+  EXPECT_EQ(p.Count().source, "sysfs");
+}
+
+TEST_F(SysfsFixture, ProcDriverWinsOverSysfs) {
+  fs::create_directories(root_ / "proc/driver/nvidia/gpus/0000:01:00.0");
+  PciDevice("0000:01:00.0", "0x10de", "0x030200");
+  PciDevice("0000:02:00.0", "0x10de", "0x030200");
+  SystemGpuProbe p(NoEnv(), root_.string(), false);
+  EXPECT_EQ(p.Count().count, 1);
+  EXPECT_EQ(p.Count().source, "procfs");
+}
+
+TEST_F(SysfsFixture, NothingMeansZero) {
+  SystemGpuProbe p(NoEnv(), root_.string(), false);
+  EXPECT_EQ(p.Count().count, 0);
+}
+
+TEST(ResolveNproc, CountsCpuGpuAuto) {
+  FakeProbe gpus;
+  LaunchConfig c;
+  c.nproc.kind = NprocSpec::Kind::kCpu;
+  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 6);
+  c.nproc.kind = NprocSpec::Kind::kGpu;
+  EXPECT_FALSE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_NE(ResolveNproc(&c, gpus, 6).message().find("no GPU"), std::string::npos);
+  gpus.n = 8;
+  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 8);
+  c.nproc.kind = NprocSpec::Kind::kAuto;
+  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 8);
+  gpus.n = 0;
+  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 6);
+}
+
+TEST(CheckSupported, RefusesWhatIsNotImplementedWithAReason) {
+  LaunchConfig c;
+  EXPECT_TRUE(CheckSupported(c).ok());
+  c.run_path = true;
+  EXPECT_NE(CheckSupported(c).message().find("--run_path"), std::string::npos);
+  c = {};
+  c.max_nodes = 2;
+  EXPECT_NE(CheckSupported(c).message().find("not yet supported"), std::string::npos);
+  c = {};
+  c.rdzv_backend = "etcd";
+  EXPECT_FALSE(CheckSupported(c).ok());
+  c.standalone = true;  // --standalone overrides the backend
+  EXPECT_TRUE(CheckSupported(c).ok());
+}
+
+}  // namespace
+}  // namespace ctrun
