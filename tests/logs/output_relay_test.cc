@@ -284,6 +284,14 @@ struct Pty {
       ::tcsetattr(slave.get(), TCSANOW, &t);
     }
   }
+  // Both console fds on the terminal, no colours.
+  ConsoleOptions Options() const {
+    ConsoleOptions opt;
+    opt.stdout_fd = slave.get();
+    opt.stderr_fd = slave.get();
+    opt.color = ConsoleOptions::Color::kNever;
+    return opt;
+  }
   // Reads until `want` bytes arrived or the deadline passed.
   std::string Read(size_t want, std::chrono::milliseconds timeout) {
     std::string s;
@@ -304,10 +312,7 @@ TEST(OutputRelay, ProgressBarsOnATerminalStayOnTheirOwnLine) {
   Pty pty;
   if (!pty.slave) GTEST_SKIP() << "no pseudo-terminal available";
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = pty.slave.get();
-  opt.stderr_fd = pty.slave.get();
-  opt.color = ConsoleOptions::Color::kNever;
+  ConsoleOptions opt = pty.Options();
   opt.pending_show = std::chrono::hours(1);  // no transient partial lines in this test
   OutputRelay relay(loop, opt);
   ASSERT_TRUE(relay.console_is_tty());
@@ -331,10 +336,7 @@ TEST(OutputRelay, PendingProgressBarIsShownAtOnceOnATerminal) {
   Pty pty;
   if (!pty.slave) GTEST_SKIP() << "no pseudo-terminal available";
   EventLoop loop;
-  ConsoleOptions opt;
-  opt.stdout_fd = pty.slave.get();
-  opt.stderr_fd = pty.slave.get();
-  opt.color = ConsoleOptions::Color::kNever;
+  ConsoleOptions opt = pty.Options();
   opt.pending_show = 10ms;
   OutputRelay relay(loop, opt);
   Pipe p;
