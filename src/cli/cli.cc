@@ -772,17 +772,18 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
     app.parse(args);
     if (!app.remaining().empty())
       return UsageError("unexpected argument '" + app.remaining().front() + "'");
+    // Read the results while `app` (which owns the Option objects) is alive.
+    for (const OptionDef& def : kOptions) {
+      std::string dest(def.dest);
+      if (opts[dest]->count() == 0) continue;
+      if (def.kind == Kind::kFlag) {
+        flags[dest] = true;
+      } else {
+        values[dest] = Raw{texts[dest], tokens.spelled[dest]};
+      }
+    }
   } catch (const CLI::ParseError& e) {
     return UsageError(e.what());
-  }
-  for (const OptionDef& def : kOptions) {
-    std::string dest(def.dest);
-    if (opts[dest]->count() == 0) continue;
-    if (def.kind == Kind::kFlag) {
-      flags[dest] = true;
-    } else {
-      values[dest] = Raw{texts[dest], tokens.spelled[dest]};
-    }
   }
 
   CliOutcome outcome;
