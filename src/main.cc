@@ -1,6 +1,5 @@
 // ctrun: parse, check, run. The only place that catches exceptions (CLI11 and spdlog setup).
 #include <sched.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -14,6 +13,8 @@
 #include "agent/worker_env.h"
 #include "cli/cli.h"
 #include "gpu/gpu_probe.h"
+#include "logs/logging.h"
+#include "logs/output_plan.h"
 
 extern char** environ;
 
@@ -31,13 +32,6 @@ int CpuCount() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-void SetupLogging(const std::string& level) {
-  auto logger = spdlog::stderr_logger_st("ctrun");
-  logger->set_pattern("[ctrun] %^%L%$ %H:%M:%S.%e %v");
-  logger->set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
-  spdlog::set_default_logger(logger);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,7 +44,10 @@ int main(int argc, char** argv) {
       return cli.exit_code;
     }
     ctrun::LaunchConfig config = std::move(cli.config);
-    SetupLogging(config.log_level);
+    if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return UsageError(s.message());
+    if (ctrun::Status s = ctrun::logs::ValidateLogFlags(config, getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"));
+        !s.ok())
+      return UsageError(s.message());
 
     ctrun::RunContext ctx;
     for (char** e = environ; *e; ++e) ctx.environ.emplace_back(*e);

@@ -17,6 +17,9 @@
 #include "process/reaper.h"
 #include "process/spawner.h"
 #include "process/watchdog.h"
+#include "logs/log_dir.h"
+#include "logs/output_plan.h"
+#include "logs/output_relay.h"
 #include "report/run_summary.h"
 #include "sys/event_loop.h"
 #include "sys/posix_util.h"
@@ -42,21 +45,30 @@ int FindFreePort() {
 
 class RealHooks final : public AgentHooks {
  public:
-  RealHooks(const LaunchConfig& config, EventLoop& loop, Watchdog* watchdog)
-      : config_(config), loop_(loop), watchdog_(watchdog) {}
+  RealHooks(const LaunchConfig& config, const RunContext& context, EventLoop& loop, Watchdog* watchdog,
+            logs::LogDir& log_dir, logs::OutputRelay& relay)
+      : config_(config), context_(context), loop_(loop), watchdog_(watchdog), log_dir_(log_dir), relay_(relay) {}
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
 
   Status PrepareAttempt(int attempt, AttemptInfo* info) override {
     if (Status s = PrepareStore(info); !s.ok()) return s;
-    Status s = PrepareErrorFiles(attempt, info);
-    if (!s.ok()) return s;
+    if (Status s = PrepareOutput(attempt, info); !s.ok()) return s;
     oom_before_ = ReadOomKillSample();
     return Status::Ok();
   }
 
-  void OnWorkerStarted(int, const RankInfo&, SpawnedProcess& proc) override {
+  void ConfigureStdio(int local_rank, const RankInfo&, int, SpawnSpec* spec) override {
+    const auto& plan = plans_[static_cast<size_t>(local_rank)];
+    spec->stdout_target = plan.out.target;
+    spec->stderr_target = plan.err.target;
+  }
+
+  void OnWorkerStarted(int local_rank, const RankInfo&, SpawnedProcess& proc) override {
     if (watchdog_) watchdog_->AddGroup(proc.pid);
+    const auto& plan = plans_[static_cast<size_t>(local_rank)];
+    RelayStream(plan, local_rank, logs::Stream::kStdout, plan.out, std::move(proc.stdout_pipe));
+    RelayStream(plan, local_rank, logs::Stream::kStderr, plan.err, std::move(proc.stderr_pipe));
     if (proc.pidfd) {
       int fd = proc.pidfd.get();
       // Readable when the worker exits: the drain reaps it (and anything else that exited).
@@ -75,6 +87,12 @@ class RealHooks final : public AgentHooks {
 
   void OnGroupGone(pid_t pgid) override {
     if (watchdog_) watchdog_->RemoveGroup(pgid);
+  }
+
+  std::string StderrTail(int local_rank) override {
+    if (static_cast<size_t>(local_rank) >= plans_.size()) return "";
+    const auto& t = plans_[static_cast<size_t>(local_rank)].err.target;
+    return relay_.StderrTail(local_rank, t.kind == StdioTarget::Kind::kFile ? t.path : "");
   }
 
   void Log(int level, const std::string& msg) override {
@@ -119,33 +137,50 @@ class RealHooks final : public AgentHooks {
     return Status::Ok();
   }
 
-  Status PrepareErrorFiles(int attempt, AttemptInfo* info) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (base_dir_.empty()) {
-      std::string tmpl = (fs::temp_directory_path(ec) / "torchelastic_XXXXXX").string();
-      std::vector<char> buf(tmpl.begin(), tmpl.end());
-      buf.push_back('\0');
-      if (!::mkdtemp(buf.data())) return Status::Errno("mkdtemp " + tmpl, errno);
-      base_dir_ = buf.data();
-    }
-    fs::path dir = fs::path(base_dir_) / ("attempt_" + std::to_string(attempt));
-    fs::remove_all(dir, ec);
+  // The attempt's log directory (attempt_<n>, recreated) and every worker's output plan: what
+  // fd 1/2 become, what the relay copies where, and TORCHELASTIC_ERROR_FILE.
+  Status PrepareOutput(int attempt, AttemptInfo* info) {
+    auto paths = log_dir_.PrepareAttempt(attempt, config_.nproc_per_node);
+    if (!paths.ok()) return paths.status();
+    paths_ = std::move(paths.value());
+    logs::PlanInputs in;
+    in.nproc = config_.nproc_per_node;
+    in.world_size = config_.max_nodes * config_.nproc_per_node;
+    in.node_rank = config_.node_rank;
+    in.multi_node = config_.max_nodes > 1;
+    in.host = context_.hostname.substr(0, context_.hostname.find('.'));
+    in.paths = &paths_;
+    in.env_template = ::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    auto plans = logs::PlanOutput(config_, in);
+    if (!plans.ok()) return plans.status();
+    plans_ = std::move(plans.value());
     info->error_files.clear();
-    for (int i = 0; i < config_.nproc_per_node; ++i) {
-      fs::create_directories(dir / std::to_string(i), ec);
-      if (ec) return Status::Error("cannot create " + (dir / std::to_string(i)).string() + ": " + ec.message());
-      info->error_files.push_back((dir / std::to_string(i) / "error.json").string());
-    }
+    for (const auto& p : plans_) info->error_files.push_back(p.error_file);
     return Status::Ok();
   }
 
+  void RelayStream(const logs::WorkerOutputPlan& plan, int local_rank, logs::Stream stream,
+                   const logs::StreamPlan& sp, UniqueFd pipe) {
+    if (!sp.relayed() || !pipe) return;
+    auto sinks = logs::MakeSinks(plan, stream);
+    if (!sinks.ok()) {
+      spdlog::warn("rank {}: {}; its output goes nowhere", plan.global_rank, sinks.message());
+      sinks = logs::Sinks{};
+    }
+    if (Status s = relay_.AddStream(local_rank, stream, std::move(pipe), std::move(sinks.value())); !s.ok())
+      spdlog::warn("rank {}: cannot relay its output: {}", plan.global_rank, s.message());
+  }
+
   const LaunchConfig& config_;
+  const RunContext& context_;
   EventLoop& loop_;
   Watchdog* watchdog_;
+  logs::LogDir& log_dir_;
+  logs::OutputRelay& relay_;
+  logs::AttemptPaths paths_;
+  std::vector<logs::WorkerOutputPlan> plans_;
   std::function<void()> drain_;
   std::map<pid_t, UniqueFd> pidfds_;
-  std::string base_dir_;
   std::optional<OomKillSample> oom_before_;
   std::unique_ptr<store::StoreServer> store_;
 };
@@ -178,9 +213,18 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
     spdlog::warn("cannot start the watchdog: {}", w.message());
   }
 
+  auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
+  if (!log_dir.ok()) {
+    spdlog::error("cannot create the log directory: {}", log_dir.message());
+    return 1;
+  }
   EventLoop loop;
+  logs::ConsoleOptions console;
+  console.route_diagnostics = true;
+  // Declared after the loop: destroyed before it (it unregisters its fds).
+  logs::OutputRelay relay(loop, console);
   PosixSpawner spawner;
-  RealHooks hooks(config, loop, watchdog ? &*watchdog : nullptr);
+  RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
   Agent agent(config, context.environ, context.python_exec, spawner, loop, hooks);
 
   const pid_t watchdog_pid = watchdog ? watchdog->pid() : -1;
@@ -203,6 +247,10 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
 
   agent.Start();
   while (!agent.done()) loop.RunOnce();
+
+  // Every worker is gone; whatever is still in their pipes (or held open by an escaped
+  // descendant) is read now, bounded, so the last words of a crashing rank are never lost.
+  relay.FlushAll(loop.Now() + std::chrono::seconds(2));
 
   // ---- report ----
   int code = agent.exit_code();
@@ -241,15 +289,10 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
       if (kv.rfind("TORCHELASTIC_ERROR_FILE=", 0) == 0)
         if (Status s = WriteAgentErrorFile(kv.substr(24), failures, opts); !s.ok())
           spdlog::warn("cannot write the agent's error file: {}", s.message());
-  } else if (!agent.end_message().empty() && code != 0) {
-    // Already logged by the agent (exec failure, prepare failure).
   }
+  // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
-  if (code != 0 && !agent.failures().empty()) {
-    // nothing more
-  } else if (code == 0) {
-    spdlog::info("all workers finished successfully");
-  }
+  if (code == 0) spdlog::info("all workers finished successfully");
 
   // Clean watchdog shutdown: 'Q', close, reap (it exits at once).
   if (watchdog) {

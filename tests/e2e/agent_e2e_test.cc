@@ -179,10 +179,16 @@ TEST(CtrunE2E, Usr1IsForwardedWithoutEndingTheJob) {
 
 TEST(CtrunE2E, GrandchildrenAreGoneAfterRestartAndAfterExit) {
   TempDir d;
-  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
-                     {"--pid-file", d / "pids", "--grandchildren", "2", "--only-rank", "0", "--only-attempt", "0",
-                      "--exit", "1"}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Attempt 0: both workers fork 2 grandchildren, then (once the test says go) rank 0 fails.
+  // Attempt 1: everyone exits 0 at once, leaving grandchildren behind that ctrun must sweep.
+  std::string go = d / "go";
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
+                            {"--pid-file", d / "pids", "--grandchildren", "2", "--wait-file", go, "--only-rank", "0",
+                             "--only-attempt", "0", "--exit", "1"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 6; }, 10s));
+  std::ofstream(go).put('x');
+  ASSERT_EQ(p.Wait(10s), 0) << ReadFileOr(d / "err");
   auto pids = ReadPids(d / "pids");
   EXPECT_EQ(pids.size(), 12u);  // 2 attempts x 2 workers x (1 + 2 grandchildren)
   EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 1s));
