@@ -25,6 +25,19 @@ int UsageError(const std::string& msg) {
   return 2;
 }
 
+// 32 hex digits from the kernel's CSPRNG, like uuid4().hex.
+std::string RandomRunId() {
+  unsigned char b[16] = {0};
+  if (getentropy(b, sizeof b) != 0) return "standalone";
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += hex[c >> 4];
+    s += hex[c & 15];
+  }
+  return s;
+}
+
 int CpuCount() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
@@ -44,6 +57,8 @@ int main(int argc, char** argv) {
       return cli.exit_code;
     }
     ctrun::LaunchConfig config = std::move(cli.config);
+    // torchrun --standalone picks a random run id; an explicit --rdzv_id is kept (ctrun extension).
+    if (config.standalone && config.run_id == "none") config.run_id = RandomRunId();
     if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return UsageError(s.message());
     if (ctrun::Status s = ctrun::logs::ValidateLogFlags(config, getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"));
         !s.ok())

@@ -125,9 +125,12 @@ constexpr std::array kOptions = {
     OptionDef{"forward_signals", 0, Kind::kValue, "", "SIGNALS|none", "SIGUSR1,SIGUSR2", Group::kCtrun,
               "Signals forwarded to every worker without stopping the job (e.g. SLURM's pre-emption "
               "warning). A signal also in --signals-to-handle stops the job instead."},
-    OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|none", "[${role}${local_rank}]:", Group::kCtrun,
-              "Prefix of worker lines on the console; ${role}, ${rank}, ${local_rank} are replaced. "
-              "'none' turns it off. TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured too."},
+    OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|none|inherit", "", Group::kCtrun,
+              "Prefix of worker lines on the console; ${rank}, ${local_rank}, ${role_name}, ${host}, "
+              "${node_rank} and ${world_size} are replaced. 'none': whole lines, no prefix; 'inherit': "
+              "workers write to the console directly (torchrun's behaviour). Without it: "
+              "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else torchrun's [<role><local_rank>]: with --tee, "
+              "else [r<rank>] padded to the world size (and the host in multi-node jobs)."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
               "Only show these global ranks' output on the console, e.g. 0,8."},
     OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "LEVEL", "info", Group::kCtrun,
@@ -729,8 +732,10 @@ std::string HelpText() {
   out += "\nExit codes:\n";
   env_line("0", "every worker succeeded.");
   env_line("N", "the root-cause worker's exit code, or 128+S when it was killed by signal S.");
-  env_line("2", "usage error (bad option or value; nothing was started).");
-  env_line("126, 127", "the entrypoint cannot be executed / was not found.");
+  env_line("2", "usage error: bad option or value, or an entrypoint that does not exist or is not "
+                "executable; nothing was started.");
+  env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
+                       "interpreter): 126 not executable, 127 not found. No restart is attempted.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
   return out;
