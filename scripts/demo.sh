@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: a real 4-worker data-parallel LibTorch training job under ctrun. Rank 2 crashes at
-# step 40; ctrun kills the survivors, restarts everyone, and training resumes from the latest
+# step 37; ctrun kills the survivors, restarts everyone, and training resumes from the latest
 # snapshot (step 30), finishing with the same parameters an uninterrupted run produces.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,5 +11,5 @@ snapshots="$(mktemp -d /tmp/ctrun_demo_XXXXXX)"
 trap 'rm -rf "$snapshots"' EXIT
 set -x
 "$build/ctrun" --standalone --nproc_per_node=4 --max_restarts=3 \
-  "$build/examples/train" --epochs 2 --batch-size 16 --snapshot-dir "$snapshots" --snapshot-every 10 \
-  --fail-at-step 40 --fail-rank 2
+  "$build/examples/train" --epochs 8 --batch-size 16 --snapshot-dir "$snapshots" --snapshot-every 10 \
+  --fail-at-step 37 --fail-rank 2

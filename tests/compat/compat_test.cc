@@ -75,11 +75,14 @@ TEST(Compat, GlooAllReduceAcrossRestarts) {
   if (!HaveTorch()) GTEST_SKIP() << "no torch";
   std::vector<std::string> env = kPyEnv;
   env.push_back("CTRUN_TEST_FAIL_UNTIL_ATTEMPT=3");
-  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=3", Script("ddp_gloo.py")},
-                      env, 180s);
+  // 4 workers with the agent store, three failed attempts (the last rank exits 9 after the
+  // all_reduce), then success: the store must serve every attempt with no stale keys.
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=4", "--max_restarts=3", Script("ddp_gloo.py")},
+                      env, 220s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (int a = 0; a <= 3; ++a)
-    EXPECT_NE(r.out.find("restart=" + std::to_string(a)), std::string::npos) << r.out << r.err;
+    EXPECT_NE(r.out.find("world_size=4 restart=" + std::to_string(a) + " agent_store=True"), std::string::npos)
+        << r.out << r.err;
 }
 
 TEST(Compat, RecordDecoratedTracebackAppearsInSummary) {
