@@ -3,7 +3,8 @@
 //
 // Contract
 //  - serialize_training_state() writes one torch::serialize archive holding: "model" (parameters
-//    and buffers), "optimizer" (Optimizer::save: state and param groups incl. learning rates),
+//    and buffers), "optimizer" (Optimizer::save) plus "optimizer_lrs" (each param group's lr,
+//    restored explicitly because LibTorch 1.13's Optimizer::load does not restore group options),
 //    "scheduler_step_count" (for any torch::optim::LRScheduler), "rng_cpu" (the default CPU
 //    generator state), "progress" (epoch, step, samples_seen) and an optional user archive
 //    "extra". deserialize_training_state() restores all of them in place and returns the progress.

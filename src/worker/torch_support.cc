@@ -196,6 +196,12 @@ std::vector<std::byte> serialize_training_state(const TrainState& state, const T
     torch::serialize::OutputArchive opt;
     state.optimizer->save(opt);
     root.write("optimizer", opt);
+    // LibTorch 1.13's Optimizer::load reads the saved param groups but restores only the
+    // per-parameter state (optim/serialize.h), so a decayed learning rate would silently reset:
+    // keep each group's lr ourselves.
+    std::vector<double> lrs;
+    for (auto& g : state.optimizer->param_groups()) lrs.push_back(g.options().get_lr());
+    root.write("optimizer_lrs", torch::tensor(lrs, torch::kFloat64));
   }
   if (state.scheduler) {
     root.write("scheduler_step_count",
@@ -234,6 +240,16 @@ TrainProgress deserialize_training_state(const TrainState& state, const std::vec
     torch::serialize::InputArchive opt;
     root.read("optimizer", opt);
     state.optimizer->load(opt);
+    at::Tensor lrs;
+    root.read("optimizer_lrs", lrs);
+    auto& groups = state.optimizer->param_groups();
+    if (lrs.numel() != static_cast<int64_t>(groups.size())) {
+      throw std::runtime_error("snapshot has " + std::to_string(lrs.numel()) + " optimizer param groups, model has " +
+                               std::to_string(groups.size()));
+    }
+    for (size_t i = 0; i < groups.size(); ++i) {
+      groups[i].options().set_lr(lrs[static_cast<int64_t>(i)].item<double>());
+    }
   }
   if (state.scheduler) {
     state.scheduler->*SchedulerAccess::StepCount() =

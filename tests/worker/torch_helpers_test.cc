@@ -68,7 +68,9 @@ TEST(TrainingSnapshot, RoundTripRestoresModelOptimizerSchedulerRngAndProgress) {
   torch::optim::SGD opt_a(a.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   torch::optim::StepLR sched_a(opt_a, 1, 0.5);
   TrainOneStep(a, opt_a);
+  sched_a.step();  // LibTorch's StepLR decays on its 2nd step() (count 1), unlike Python's
   sched_a.step();
+  ASSERT_DOUBLE_EQ(opt_a.param_groups()[0].options().get_lr(), 0.05);
   TrainState sa{&a, &opt_a, &sched_a};
   TrainProgress p{3, 17, 1234};
   std::vector<std::byte> bytes = serialize_training_state(sa, p);
