@@ -18,6 +18,8 @@
 //    flight; with one in flight it first waits for it (double buffering: at most one buffer being
 //    written while the caller fills the next). wait() blocks until the in-flight save is durable
 //    and rethrows its error, if any. The destructor waits too (errors are then swallowed).
+//    take_buffer() hands back the last written buffer for reuse (true double buffering: one
+//    buffer being written, one being filled; the store holds at most these two).
 //  - Errors: save/save_async/wait throw SnapshotError (I/O failures, with errno text). Loads do
 //    not throw for bad files, only for an unreadable directory.
 //  - One writer per directory (give each rank its own directory). Not safe to share one
@@ -79,6 +81,9 @@ class SnapshotStore {
     return save(step, data.data(), data.size());
   }
   void save_async(uint64_t step, std::vector<std::byte> data);
+  // The buffer of the last finished async save (size and pages intact), or an empty vector:
+  // filling it instead of a fresh vector avoids re-faulting hundreds of MB per snapshot.
+  std::vector<std::byte> take_buffer();
   void wait();
   bool busy() const;
 

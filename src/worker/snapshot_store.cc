@@ -185,6 +185,7 @@ struct SnapshotStore::Async {
   bool stop = false;
   uint64_t step = 0;
   std::vector<std::byte> data;
+  std::vector<std::byte> spare;  // the last written buffer, handed back by take_buffer()
   std::exception_ptr error;
   std::thread thread;
 };
@@ -297,8 +298,8 @@ void SnapshotStore::save_async(uint64_t step, std::vector<std::byte> data) {
           } catch (...) {
             err = std::current_exception();
           }
-          job = {};  // free the buffer before reporting done
           lock.lock();
+          a->spare = std::move(job);  // keep the pages for the caller's next snapshot
           if (err && !a->error) a->error = err;
           a->has_job = false;
           a->cv.notify_all();
@@ -323,6 +324,12 @@ void SnapshotStore::wait() {
   std::unique_lock lock(async_->mu);
   async_->cv.wait(lock, [&] { return !async_->has_job; });
   if (async_->error) std::rethrow_exception(std::exchange(async_->error, nullptr));
+}
+
+std::vector<std::byte> SnapshotStore::take_buffer() {
+  if (!async_) return {};
+  std::lock_guard lock(async_->mu);
+  return std::exchange(async_->spare, {});
 }
 
 bool SnapshotStore::busy() const {

@@ -151,6 +151,8 @@ TEST(SnapshotStore, AsyncSaveIsDurableAfterWaitAndKeepsOrder) {
   }
   store.wait();
   EXPECT_FALSE(store.busy());
+  EXPECT_EQ(store.take_buffer(), Pattern(8));  // the last written buffer comes back for reuse
+  EXPECT_TRUE(store.take_buffer().empty());
   EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{6, 7, 8}));
   EXPECT_EQ(store.load_latest().snapshot->data, Pattern(8));
   // A sync save after async ones waits for them first.
