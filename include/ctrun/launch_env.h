@@ -3,7 +3,9 @@
 // Contract: LaunchEnv::from_env() reads the variables that ctrun (and torchrun / TorchElastic)
 // set for every worker (torchrun-contract.md section 2) and validates them. It throws
 // ctrun::worker::EnvError with a message that names the missing or malformed variable and says how
-// to launch the program when the process was not started by a launcher. parse() is the same logic
+// to launch the program when the process was not started by a launcher. For debugging, when
+// CTRUN_WAIT_FOR_DEBUGGER_RANK is this rank (or "all"), from_env() prints the pid and waits (up to
+// 600 s) until a debugger is attached (TracerPid != 0). parse() is the same logic
 // over any lookup function (for tests) and reports errors through `error` instead of throwing.
 //
 // Required: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.

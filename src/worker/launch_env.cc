@@ -1,8 +1,14 @@
 #include "ctrun/launch_env.h"
 
+#include <unistd.h>
+
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <thread>
 
 namespace ctrun::worker {
 namespace {
@@ -88,6 +94,38 @@ std::optional<LaunchEnv> LaunchEnv::parse(const Lookup& lookup, std::string* err
   return env;
 }
 
+namespace {
+
+bool TracerAttached() {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool traced = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "TracerPid:", 10) == 0) {
+      traced = std::atoi(line + 10) != 0;
+      break;
+    }
+  }
+  std::fclose(f);
+  return traced;
+}
+
+// CTRUN_WAIT_FOR_DEBUGGER_RANK=<rank>|all: that rank stops here until a debugger attaches.
+void MaybeWaitForDebugger(int rank) {
+  const char* v = std::getenv("CTRUN_WAIT_FOR_DEBUGGER_RANK");
+  if (v == nullptr || *v == '\0') return;
+  if (std::strcmp(v, "all") != 0 && std::atoi(v) != rank) return;
+  std::fprintf(stderr, "ctrun::worker: rank %d (pid %d) waiting up to 600 s for a debugger to attach\n", rank,
+               static_cast<int>(::getpid()));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
+  while (!TracerAttached() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
 LaunchEnv LaunchEnv::from_env() {
   std::string error;
   auto env = parse(
@@ -98,6 +136,7 @@ LaunchEnv LaunchEnv::from_env() {
       },
       &error);
   if (!env) throw EnvError(error);
+  MaybeWaitForDebugger(env->rank);
   return *env;
 }
 
