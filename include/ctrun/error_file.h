@@ -5,7 +5,10 @@
 //   {"message": {"message": "<message>",
 //                "extraInfo": {"py_callstack": "<callstack>", "timestamp": "<epoch seconds>"}}}
 // to $TORCHELASTIC_ERROR_FILE (or to an explicit path). The timestamp is an integer written as a
-// string, as the Python reader requires. A reader never sees a partial file. Without
+// string, as the Python reader requires. extraInfo also carries "ctrun_timestamp_ns" (epoch
+// nanoseconds, a string; torch ignores it): ctrun orders failures that happen within the same
+// second by it, so the rank that failed first is named as the root cause, not a peer that died of
+// "connection closed" a millisecond later. A reader never sees a partial file. Without
 // TORCHELASTIC_ERROR_FILE (or with it empty) record_error() does nothing and returns false.
 // record_error() never throws; it returns whether the file was written.
 //
@@ -23,8 +26,9 @@
 namespace ctrun::worker {
 
 // The JSON document, for tests and for callers that want to write it elsewhere.
+// timestamp_ns < 0: derived from timestamp (whole seconds).
 std::string error_file_json(const std::string& message, const std::string& callstack,
-                            std::time_t timestamp);
+                            std::time_t timestamp, long long timestamp_ns = -1);
 
 bool record_error(const std::string& message, const std::string& callstack = {});
 bool record_error_to(const std::string& path, const std::string& message,

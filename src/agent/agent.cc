@@ -81,6 +81,11 @@ std::vector<pid_t> Agent::live_worker_pids() const {
   return out;
 }
 
+bool Agent::DiedOfOurSignal(const ExitStatus& status) const {
+  const int sig = status.signaled() ? status.signal() : (status.exit_code() > 128 ? status.exit_code() - 128 : 0);
+  return sig == SIGKILL || sig == SIGTERM || sig == stop_signal_;
+}
+
 void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
   FailureRecord f;
   f.local_rank = w.rank.local_rank;
@@ -114,10 +119,11 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         return;
       }
     } else if (state_ == AgentState::kStopping && !status.success()) {
-      // A failure that is a consequence of our own teardown, unless it raced ours: a worker that
-      // failed on its own before the signal reached it still reads as stopped; the root cause is
-      // the first failure recorded while running.
-      RecordFailure(*w, /*stopped_by_ctrun=*/true);
+      // During teardown a worker that died of the signal ctrun sent (or a shell's 128+signal
+      // for it) was stopped by ctrun. Any other failure (its own exception, exit 1 from a
+      // broken collective, SIGABRT) happened on its own, possibly before our signal arrived:
+      // it stays a root-cause candidate, ordered by its error-file time (see run_summary.h).
+      RecordFailure(*w, /*stopped_by_ctrun=*/DiedOfOurSignal(status));
     }
   }
   if (state_ == AgentState::kStopping) CheckStopped();

@@ -110,6 +110,7 @@ class Agent {
   void FinishAttempt();
   void Finish(int code);
   void RecordFailure(const Worker& w, bool stopped_by_ctrun);
+  bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
   void CancelTimers();
 

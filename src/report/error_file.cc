@@ -134,6 +134,7 @@ StatusOr<std::optional<ErrorFileContents>> ReadErrorFile(const std::string& path
       auto stack = extra->find("py_callstack");
       if (stack != extra->end() && stack->is_string()) out.traceback = stack->get<std::string>();
       if (auto ts = extra->find("timestamp"); ts != extra->end()) out.timestamp = ParseTimestamp(*ts);
+      if (auto ns = extra->find("ctrun_timestamp_ns"); ns != extra->end()) out.timestamp_ns = ParseTimestamp(*ns);
     }
     if (out.traceback.empty()) out.traceback = out.message.empty() ? "<N/A>" : out.message;
     auto code = msg.find("errorCode");

@@ -35,6 +35,7 @@ struct ErrorFileContents {
   std::string message;                 // message.message, or the plain-string message
   std::string traceback;               // what the summary shows: py_callstack, else message
   std::optional<int64_t> timestamp;    // epoch seconds, when the file carries a usable one
+  std::optional<int64_t> timestamp_ns; // extraInfo.ctrun_timestamp_ns (ctrun's worker library)
   std::optional<int> error_code;       // message.errorCode, when present (set by a parent agent)
   bool message_is_dict = false;        // the {"message": {...}} form (errorCode can be set)
   std::string raw;                     // the file's text, for copying it on to the parent

@@ -153,6 +153,10 @@ void LoadErrorFiles(std::vector<WorkerFailure>* failures) {
 }
 
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
+  if (f.error_data && f.error_data->timestamp_ns) {
+    return std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(*f.error_data->timestamp_ns)));
+  }
   if (f.error_data && f.error_data->timestamp) {
     return std::chrono::system_clock::time_point(std::chrono::seconds(*f.error_data->timestamp));
   }

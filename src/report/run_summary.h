@@ -54,8 +54,9 @@ struct WorkerFailure {
 void LoadErrorFile(WorkerFailure* f);
 void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 
-// The time the failure is ordered and shown by: the error file's timestamp when it has one, else
-// the detection time.
+// The time the failure is ordered and shown by: the error file's timestamp when it has one (the
+// nanosecond ctrun_timestamp_ns of ctrun's worker library, else torch's whole seconds), else the
+// detection time.
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
 
 // The root cause: the earliest FailureTime() among failures not stopped by ctrun; ties go to the

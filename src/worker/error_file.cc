@@ -1,3 +1,4 @@
+#include <ctime>
 #include "ctrun/error_file.h"
 
 #include <cxxabi.h>
@@ -101,12 +102,14 @@ std::terminate_handler g_previous_terminate = nullptr;
 }  // namespace
 
 std::string error_file_json(const std::string& message, const std::string& callstack,
-                            std::time_t timestamp) {
+                            std::time_t timestamp, long long timestamp_ns) {
+  if (timestamp_ns < 0) timestamp_ns = static_cast<long long>(timestamp) * 1000000000LL;
   std::string out = "{\"message\": {\"message\": ";
   AppendJsonString(&out, message);
   out += ", \"extraInfo\": {\"py_callstack\": ";
   AppendJsonString(&out, callstack);
-  out += ", \"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"}}}\n";
+  out += ", \"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"";
+  out += ", \"ctrun_timestamp_ns\": \"" + std::to_string(timestamp_ns) + "\"}}}\n";
   return out;
 }
 
@@ -114,7 +117,10 @@ bool record_error_to(const std::string& path, const std::string& message,
                      const std::string& callstack) {
   if (path.empty()) return false;
   try {
-    const std::string doc = error_file_json(message, callstack, std::time(nullptr));
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const std::string doc = error_file_json(message, callstack, now.tv_sec,
+                                            static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
     return write_file_atomic(path, {{doc.data(), doc.size()}}).empty();
   } catch (...) {  // bad_alloc while dying: nothing better to do
     return false;

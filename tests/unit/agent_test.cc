@@ -247,3 +247,23 @@ TEST_F(AgentTest, EarlySuccessfulWorkerWaitsForTheRest) {
 
 }  // namespace
 }  // namespace ctrun
+
+namespace ctrun {
+namespace {
+
+TEST_F(AgentTest, FailuresDuringTeardownThatAreNotOurSignalStayRootCauseCandidates) {
+  MakeAgent().Start();
+  Exit(Pid(1), ExitStatus::Exited(1));            // first detected (e.g. "connection closed")
+  Exit(Pid(2), ExitStatus::Signaled(SIGABRT));    // its own crash, detected during teardown
+  Exit(Pid(0), ExitStatus::Signaled(SIGTERM));    // ours
+  Exit(Pid(3), ExitStatus::Exited(128 + SIGTERM));  // a shell wrapper reporting our SIGTERM
+  ASSERT_TRUE(agent->done());
+  ASSERT_EQ(agent->failures().size(), 4u);
+  EXPECT_FALSE(agent->failures()[0].stopped_by_ctrun);
+  EXPECT_FALSE(agent->failures()[1].stopped_by_ctrun);
+  EXPECT_TRUE(agent->failures()[2].stopped_by_ctrun);
+  EXPECT_TRUE(agent->failures()[3].stopped_by_ctrun);
+}
+
+}  // namespace
+}  // namespace ctrun

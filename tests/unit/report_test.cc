@@ -384,6 +384,35 @@ TEST(ReportRootCause, ErrorFileTimestampWinsOverDetectionTime) {
   EXPECT_EQ(JobExitCode(fs), 1);
 }
 
+TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
+  // Rank 2 threw first; rank 1 died of "connection closed" 3 ms later in the same second.
+  std::vector<WorkerFailure> fs = {
+      Failure(1, ExitStatus::Exited(1), At(300)),
+      Failure(2, ExitStatus::Exited(1), At(300, 100)),
+  };
+  for (auto& f : fs) {
+    f.error_data = ErrorFileContents{};
+    f.error_data->timestamp = 299;
+  }
+  fs[0].error_data->timestamp_ns = 299'004'000'000LL;
+  fs[1].error_data->timestamp_ns = 299'001'000'000LL;
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+  // The reader takes it from extraInfo.ctrun_timestamp_ns.
+  char tmpl[] = "/tmp/ctrun_report_ns_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string path = std::string(tmpl) + "/error.json";
+  {
+    std::ofstream f(path);
+    f << R"({"message": {"message": "m", "extraInfo": {"py_callstack": "c", "timestamp": "299", )"
+      << R"("ctrun_timestamp_ns": "299001000000"}}})";
+  }
+  auto read = ReadErrorFile(path);
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(read->has_value());
+  EXPECT_EQ((*read)->timestamp_ns, 299'001'000'000LL);
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(ReportRootCause, TiesGoToTheLowestRank) {
   std::vector<WorkerFailure> fs = {
       Failure(3, ExitStatus::Exited(4), At(100)),

@@ -22,6 +22,9 @@ TEST(ErrorFile, JsonHasTorchelasticShape) {
   EXPECT_EQ(j["message"]["extraInfo"]["py_callstack"], "trace\nline 2");
   ASSERT_TRUE(j["message"]["extraInfo"]["timestamp"].is_string());  // the reader int()s a string
   EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "1700000000");
+  EXPECT_EQ(j["message"]["extraInfo"]["ctrun_timestamp_ns"], "1700000000000000000");
+  auto precise = nlohmann::json::parse(error_file_json("m", "c", 1700000000, 1700000000123456789LL));
+  EXPECT_EQ(precise["message"]["extraInfo"]["ctrun_timestamp_ns"], "1700000000123456789");
 }
 
 TEST(ErrorFile, EscapesControlQuotesAndInvalidUtf8) {
