@@ -386,13 +386,7 @@ class Builder {
       return {};
     });
     Flag("standalone", c.standalone);
-    Text("node_rank", [&](const Raw& r) -> Status {
-      auto v = ParseInt(r.text);
-      if (!v) return v.status();
-      if (*v < 0) return Status::Error("must be >= 0");
-      c.node_rank = *v;
-      return {};
-    });
+    IntAtLeast("node_rank", 0, &c.node_rank);
     Text("master_addr", [&](const Raw& r) -> Status {
       if (r.text.empty()) return Status::Error("the address must not be empty");
       c.master_addr = r.text;
@@ -408,20 +402,8 @@ class Builder {
       c.local_addr = r.text;
       return {};
     });
-    Text("max_restarts", [&](const Raw& r) -> Status {
-      auto v = ParseInt(r.text);
-      if (!v) return v.status();
-      if (*v < 0) return Status::Error("must be >= 0");
-      c.max_restarts = *v;
-      return {};
-    });
-    Text("monitor_interval", [&](const Raw& r) -> Status {
-      auto v = ParseNumber(r.text);
-      if (!v) return v.status();
-      if (*v <= 0) return Status::Error("must be > 0");
-      c.monitor_interval = *v;
-      return {};
-    });
+    IntAtLeast("max_restarts", 0, &c.max_restarts);
+    Seconds("monitor_interval", /*zero_ok=*/false, &c.monitor_interval);
     Text("start_method", [&](const Raw& r) -> Status {
       if (r.text != "spawn" && r.text != "fork" && r.text != "forkserver")
         return Status::Error("expected spawn, fork or forkserver");
@@ -472,13 +454,7 @@ class Builder {
                            "(use --log-dir, --redirects, --tee, --log-prefix)");
     });
     SignalOptions(c);
-    Text("shutdown_timeout", [&](const Raw& r) -> Status {
-      auto v = ParseNumber(r.text);
-      if (!v) return v.status();
-      if (*v < 0) return Status::Error("must be >= 0 seconds");
-      c.shutdown_timeout = *v;
-      return {};
-    });
+    Seconds("shutdown_timeout", /*zero_ok=*/true, &c.shutdown_timeout);
     Text("log_prefix", [&](const Raw& r) -> Status {
       if (r.text.empty()) return Status::Error("empty; use 'none' to turn the prefix off");
       c.log_prefix = r.text;
@@ -533,6 +509,27 @@ class Builder {
     for (const std::string& n : names)
       if (auto v = env_(n)) return Raw{*v, n};
     return std::nullopt;
+  }
+
+  // An integer option that must be >= min.
+  void IntAtLeast(const std::string& dest, int min, int* out) {
+    Text(dest, [=](const Raw& r) -> Status {
+      auto v = ParseInt(r.text);
+      if (!v) return v.status();
+      if (*v < min) return Status::Error("must be >= " + std::to_string(min));
+      *out = *v;
+      return {};
+    });
+  }
+  // A number of seconds: > 0, or >= 0 when zero_ok.
+  void Seconds(const std::string& dest, bool zero_ok, double* out) {
+    Text(dest, [=](const Raw& r) -> Status {
+      auto v = ParseNumber(r.text);
+      if (!v) return v.status();
+      if (zero_ok ? *v < 0 : *v <= 0) return Status::Error(zero_ok ? "must be >= 0 seconds" : "must be > 0");
+      *out = *v;
+      return {};
+    });
   }
 
   template <typename Fn>

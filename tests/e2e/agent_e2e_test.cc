@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 
+#include "helpers/ctrun_command.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -17,13 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::vector<std::string> Ctrun(std::vector<std::string> flags, std::vector<std::string> worker_args) {
-  std::vector<std::string> argv{CTRUN_BINARY};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.push_back(FAKE_WORKER);
-  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return argv;
-}
 
 std::string EnvValue(const std::string& env_dump, const std::string& key) {
   for (const auto& l : SplitLines(env_dump))

@@ -8,6 +8,7 @@
 #include <map>
 #include <regex>
 
+#include "helpers/ctrun_command.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -16,13 +17,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::vector<std::string> Ctrun(std::vector<std::string> flags, std::vector<std::string> worker_args) {
-  std::vector<std::string> argv{CTRUN_BINARY};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.push_back(FAKE_WORKER);
-  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return argv;
-}
 
 // The single <run_id>_XXXXXX directory ctrun made under base.
 std::string RunDir(const std::string& base) {
