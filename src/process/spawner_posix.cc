@@ -80,9 +80,7 @@ bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
       }
       p->parent_end.reset(fds[0]);
       p->child_end.reset(fds[1]);
-      SetNonBlocking(fds[0], true);
-      // A bigger pipe lets a chatty worker run ahead of the relay between loop iterations.
-      ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
+      SetNonBlocking(fds[0], true);  // the pipe's size is the relay's business (ConsoleOptions)
       return true;
     }
     case StdioTarget::Kind::kFile:
