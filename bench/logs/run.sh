@@ -15,7 +15,7 @@ BIN=$BUILD/bench/logs
 WRITER=$BIN/ctrun_bench_writer
 OUT_DIR=${OUT_DIR:-${TMPDIR:-/tmp}}
 OUT=$OUT_DIR/ctrun_relay_bench.$$.out
-TORCHRUN=${TORCHRUN:-/work/shared/bench/torchrun-baseline}
+TORCHRUN=${TORCHRUN:-$ROOT/../shared/bench/torchrun-baseline}
 trap 'rm -f "$OUT"' EXIT
 [[ -x $WRITER && -x $BIN/ctrun_relay_bench ]] || {
   echo "build first: cmake --build $BUILD --target ctrun_relay_bench ctrun_bench_writer" >&2; exit 2; }

@@ -2,7 +2,7 @@
 # Restart-to-first-step time of examples/train: a rank crashes at step S in attempt 0; measure
 # from the crash (the "injecting failure ... unix_ms=" line) to rank 0's first completed step of
 # attempt 1 ("attempt 1 first step done unix_ms="), under ctrun and under torchrun
-# (/work/shared/bench/torchrun-baseline, torch 1.13, whose default --monitor_interval is 5 s; it
+# (../shared/bench/torchrun-baseline beside the checkout, torch 1.13, whose default --monitor_interval is 5 s; it
 # is also measured with --monitor_interval=0.1, the 2.x default).
 # Usage: bench/snapshot/restart_bench.sh BUILD_DIR [RUNS] [NPROC]
 set -euo pipefail
@@ -11,7 +11,7 @@ runs=${2:-3}
 nproc=${3:-2}
 ctrun=$build/ctrun
 train=$build/examples/train
-torchrun=/work/shared/bench/torchrun-baseline
+torchrun=${TORCHRUN:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/bench/torchrun-baseline}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
