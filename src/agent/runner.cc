@@ -293,6 +293,8 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");
+  // The lines just logged went through the relay's console writer: drain it before it goes.
+  relay.FlushAll(loop.Now() + std::chrono::seconds(1));
 
   // Clean watchdog shutdown: 'Q', close, reap (it exits at once).
   if (watchdog) {
