@@ -118,7 +118,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         BeginStopping(StopReason::kSuccess, SIGTERM);
         return;
       }
-    } else if (state_ == AgentState::kStopping && !status.success()) {
+    } else if (state_ == AgentState::kStopping && stop_reason_ != StopReason::kStartError && !status.success()) {
       // During teardown a worker that died of the signal ctrun sent (or a shell's 128+signal
       // for it) was stopped by ctrun. Any other failure (its own exception, exit 1 from a
       // broken collective, SIGABRT) happened on its own, possibly before our signal arrived:

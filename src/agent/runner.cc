@@ -205,6 +205,7 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
     spdlog::error("{}", sigfd.message());
     return 1;
   }
+  RaiseFdLimit();
   if (Status s = BecomeChildSubreaper(); !s.ok()) spdlog::warn("{} (grandchildren may outlive ctrun)", s.message());
   std::optional<Watchdog> watchdog;
   if (auto w = Watchdog::Start(); w.ok()) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -162,6 +163,8 @@ bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError*
   UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
 
   const sigset_t& orig_mask = OriginalSignalMask();
+  struct rlimit orig_nofile;
+  const bool restore_nofile = OriginalFdLimit(&orig_nofile);
   const pid_t parent = ::getpid();
   const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
   const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get(), in_fd = stdin_fd.get();
@@ -191,6 +194,7 @@ bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError*
       if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
     }
     ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
+    if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &orig_nofile);  // the user's limit, not ours
     ::execve(exe.c_str(), argv.data(), envp.data());
     ChildFail(ew, kStageExec);
   }

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "base/unique_fd.h"
 
 namespace ctrun {
@@ -29,6 +31,29 @@ bool ReadFile(const std::string& path, std::string* out) {
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
   }
+}
+
+namespace {
+struct rlimit g_original_nofile;
+bool g_nofile_raised = false;
+}  // namespace
+
+void RaiseFdLimit() {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t want = lim.rlim_max == RLIM_INFINITY ? (1u << 20) : std::min<rlim_t>(lim.rlim_max, 1u << 20);
+  if (lim.rlim_cur >= want) return;
+  struct rlimit raised = lim;
+  raised.rlim_cur = want;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) return;
+  g_original_nofile = lim;
+  g_nofile_raised = true;
+}
+
+bool OriginalFdLimit(struct rlimit* out) {
+  if (!g_nofile_raised) return false;
+  *out = g_original_nofile;
+  return true;
 }
 
 bool SetNonBlocking(int fd, bool on) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cerrno>
+#include <sys/resource.h>
+
 #include <string>
 
 namespace ctrun {
@@ -22,5 +24,13 @@ bool WriteAll(int fd, const void* buf, size_t len);
 // Reads a whole (small) file; false if it cannot be opened.
 bool ReadFile(const std::string& path, std::string* out);
 bool SetNonBlocking(int fd, bool on);
+
+// Raises this process's soft RLIMIT_NOFILE to the hard limit (at most 1<<20): the agent holds a
+// pidfd and up to two pipes per worker plus store connections, which a 1024 soft limit cannot
+// take for large jobs. The original limit is remembered so workers get it back (some programs
+// still use select()).
+void RaiseFdLimit();
+// The soft/hard limits before RaiseFdLimit; false when it was not called or changed nothing.
+bool OriginalFdLimit(struct rlimit* out);
 
 }  // namespace ctrun

@@ -77,6 +77,16 @@ TEST(CtrunE2E, NoExtraFdsInWorkers) {
   }
 }
 
+TEST(CtrunE2E, ManyWorkersUnderALowFdLimitAndWorkersGetTheUsersLimitBack) {
+  TempDir d;
+  // 100 workers need ~300 fds in ctrun (pidfd + 2 pipes each): more than a 256 soft limit.
+  std::string script = "ulimit -Sn 256 && exec " + std::string(CTRUN_BINARY) +
+                       " --standalone --nproc_per_node=100 /bin/sh -c 'ulimit -Sn > " + d.path() + "/lim.$RANK'";
+  auto r = RunCommand({"/bin/sh", "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
+  for (int i : {0, 57, 99}) EXPECT_EQ(ReadFileOr(d / ("lim." + std::to_string(i))), "256\n") << i;
+}
+
 TEST(CtrunE2E, RestartsAfterFailureWithIncrementedRestartCount) {
   TempDir d;
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=2"},

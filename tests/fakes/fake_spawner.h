@@ -20,6 +20,7 @@ class FakeSpawner final : public Spawner {
   };
 
   bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override {
+    if (fail_at_ == spawn_calls_++ && fail_at_err_ != 0) fail_next_with_ = fail_at_err_;
     if (fail_next_with_ != 0) {
       error->err = fail_next_with_;
       error->shell_code = fail_next_with_ == ENOENT ? 127 : 126;
@@ -41,6 +42,11 @@ class FakeSpawner final : public Spawner {
   bool GroupAlive(pid_t pgid) override { return alive_groups.count(pgid) != 0; }
 
   void FailNextSpawn(int err) { fail_next_with_ = err; }
+  // The n-th Spawn call (0-based) fails with err.
+  void FailSpawnNumber(int n, int err) {
+    fail_at_ = n;
+    fail_at_err_ = err;
+  }
   // Signals sent with `sig` since the start.
   int CountSignals(int sig) const {
     int n = 0;
@@ -56,6 +62,9 @@ class FakeSpawner final : public Spawner {
  private:
   pid_t next_pid_ = 1000;
   int fail_next_with_ = 0;
+  int spawn_calls_ = 0;
+  int fail_at_ = -1;
+  int fail_at_err_ = 0;
 };
 
 }  // namespace ctrun::testing

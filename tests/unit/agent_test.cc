@@ -224,6 +224,20 @@ TEST_F(AgentTest, ExecFailureEndsWithoutRestartLoop) {
   EXPECT_TRUE(spawner.specs.empty());
 }
 
+TEST_F(AgentTest, ExecFailureOfALaterWorkerStopsTheStartedOnesWithoutBlamingThem) {
+  config.max_restarts = 3;
+  MakeAgent();
+  spawner.FailSpawnNumber(2, EACCES);  // workers 0 and 1 start, worker 2 cannot be executed
+  agent->Start();
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 2);
+  for (int i : {0, 1}) Exit(Pid(i), ExitStatus::Signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 126);
+  EXPECT_TRUE(agent->failures().empty());  // no worker failed: the summary has nothing to blame
+  EXPECT_EQ(spawner.specs.size(), 2u);     // and no restart
+}
+
 TEST_F(AgentTest, PrepareFailureEndsTheRun) {
   hooks.fail_prepare = true;
   MakeAgent().Start();
