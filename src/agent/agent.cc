@@ -35,8 +35,11 @@ void Agent::StartAttempt() {
   hooks_.Log(0, "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
                     std::to_string(restart_count_) + ", max_restarts=" + std::to_string(config_.max_restarts) +
                     ", MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ")");
+  // Everything is prepared before anything is started; then all workers are started together.
+  std::vector<Worker> planned(static_cast<size_t>(n));
+  std::vector<SpawnSpec> specs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    Worker w;
+    Worker& w = planned[static_cast<size_t>(i)];
     // Single node: group 0 of 1; ranks are contiguous and equal to local ranks.
     w.rank.local_rank = i;
     w.rank.global_rank = config_.node_rank * n + i;
@@ -47,24 +50,32 @@ void Agent::StartAttempt() {
     w.rank.role_world_size = w.rank.world_size;
     w.rank.local_world_size = n;
     w.error_file = static_cast<size_t>(i) < info.error_files.size() ? info.error_files[i] : "";
-
-    SpawnSpec spec;
+    SpawnSpec& spec = specs[static_cast<size_t>(i)];
     spec.argv = BuildWorkerArgv(config_, python_exec_, w.rank, info);
     spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info);
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
-    SpawnedProcess proc;
-    SpawnError err;
-    if (!spawner_.Spawn(spec, &proc, &err)) {
-      // No restart loop on a missing or non-executable entrypoint: the next try would fail alike.
-      end_message_ = err.message;
-      start_error_code_ = err.shell_code;
-      hooks_.Log(2, err.message);
-      BeginStopping(StopReason::kStartError, SIGKILL);
-      return;
+  }
+  std::vector<SpawnResult> results;
+  spawner_.SpawnMany(specs, &results);
+  const SpawnError* first_error = nullptr;
+  for (int i = 0; i < n; ++i) {
+    SpawnResult& r = results[static_cast<size_t>(i)];
+    if (!r.ok) {
+      if (!first_error) first_error = &r.error;
+      continue;
     }
-    w.pid = proc.pid;
+    Worker w = planned[static_cast<size_t>(i)];
+    w.pid = r.process.pid;
     workers_.push_back(w);
-    hooks_.OnWorkerStarted(i, w.rank, proc);
+    hooks_.OnWorkerStarted(i, w.rank, r.process);
+  }
+  if (first_error) {
+    // No restart loop on a missing or non-executable entrypoint: the next try would fail alike.
+    // The workers that did start are killed; they are not failures of their own.
+    end_message_ = first_error->message;
+    start_error_code_ = first_error->shell_code;
+    hooks_.Log(2, first_error->message);
+    BeginStopping(StopReason::kStartError, SIGKILL);
   }
 }
 

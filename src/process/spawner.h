@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -31,11 +32,25 @@ struct SpawnError {
   std::string message;     // "cannot execute ./train: No such file or directory"
 };
 
+struct SpawnResult {
+  bool ok = false;
+  SpawnedProcess process;  // when ok
+  SpawnError error;        // when !ok
+};
+
 class Spawner {
  public:
   virtual ~Spawner() = default;
   // On failure returns false and fills *error; on success fills *out.
   virtual bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) = 0;
+  // Starts every spec; (*results)[i] tells how specs[i] went. Each result obeys Spawn's contract.
+  // The default spawns one after the other.
+  virtual void SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
+    results->clear();
+    results->resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i)
+      (*results)[i].ok = Spawn(specs[i], &(*results)[i].process, &(*results)[i].error);
+  }
   // killpg(pgid, sig). Returns false when the group no longer exists (ESRCH).
   virtual bool SignalGroup(pid_t pgid, int sig) = 0;
   // Whether any process is left in the group (killpg(pgid, 0)).
@@ -45,8 +60,20 @@ class Spawner {
 class PosixSpawner final : public Spawner {
  public:
   bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override;
+  void SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) override;
   bool SignalGroup(pid_t pgid, int sig) override;
   bool GroupAlive(pid_t pgid) override;
+
+ private:
+  // A forked child whose exec is not confirmed yet.
+  struct PendingChild {
+    pid_t pid = -1;
+    std::string argv0;
+    UniqueFd error_pipe;  // read end of the CLOEXEC error pipe
+    SpawnedProcess proc;
+  };
+  bool Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error);
+  bool Collect(PendingChild& child, SpawnedProcess* out, SpawnError* error);
 };
 
 // Resolves argv0 the way execvp would (PATH from `env`, else the agent's PATH); returns argv0

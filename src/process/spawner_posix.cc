@@ -130,7 +130,7 @@ std::string ResolveExecutable(const std::string& argv0, const std::vector<std::s
   return argv0;
 }
 
-bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
+bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
     error->err = err;
     error->shell_code = 1;
@@ -201,31 +201,52 @@ bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError*
 
   // ---- parent ----
   if (spec.new_process_group) ::setpgid(pid, pid);  // also from here: closes the race with killpg
-  err_write.reset();
-  out_p.child_end.reset();
-  err_p.child_end.reset();
-  UniqueFd pidfd = PidfdOpen(pid);
+  out->pid = pid;
+  out->argv0 = spec.argv[0];
+  out->error_pipe = std::move(err_read);
+  out->proc.pid = pid;
+  out->proc.pidfd = PidfdOpen(pid);
+  out->proc.stdout_pipe = std::move(out_p.parent_end);
+  out->proc.stderr_pipe = std::move(err_p.parent_end);
+  return true;  // err_write and the child's stdio ends close here, in the parent
+}
 
+bool PosixSpawner::Collect(PendingChild& child, SpawnedProcess* out, SpawnError* error) {
+  // EOF: the exec succeeded (the write end was CLOEXEC). A record: the child failed and exits.
   ChildError ce{};
-  ssize_t n = RetryOnEintr([&] { return ::read(err_read.get(), &ce, sizeof ce); });
+  ssize_t n = RetryOnEintr([&] { return ::read(child.error_pipe.get(), &ce, sizeof ce); });
   if (n == static_cast<ssize_t>(sizeof ce)) {
     int st;
-    RetryOnEintr([&] { return ::waitpid(pid, &st, 0); });
+    RetryOnEintr([&] { return ::waitpid(child.pid, &st, 0); });
     error->err = ce.err;
     if (ce.stage == kStageExec) {
       error->shell_code = (ce.err == ENOENT) ? 127 : 126;
-      error->message = "cannot execute " + spec.argv[0] + ": " + std::strerror(ce.err);
+      error->message = "cannot execute " + child.argv0 + ": " + std::strerror(ce.err);
     } else {
       error->shell_code = 1;
-      error->message = "cannot start " + spec.argv[0] + ": " + StageName(ce.stage) + ": " + std::strerror(ce.err);
+      error->message = "cannot start " + child.argv0 + ": " + StageName(ce.stage) + ": " + std::strerror(ce.err);
     }
     return false;
   }
-  out->pid = pid;
-  out->pidfd = std::move(pidfd);
-  out->stdout_pipe = std::move(out_p.parent_end);
-  out->stderr_pipe = std::move(err_p.parent_end);
+  *out = std::move(child.proc);
   return true;
+}
+
+bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
+  PendingChild child;
+  return Fork(spec, &child, error) && Collect(child, out, error);
+}
+
+void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
+  // Fork everything first, then collect: the children's exec (and the kernel work of loading
+  // them) overlaps the parent's next forks instead of running one after the other.
+  results->clear();
+  results->resize(specs.size());
+  std::vector<PendingChild> pending(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i)
+    (*results)[i].ok = Fork(specs[i], &pending[i], &(*results)[i].error);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if ((*results)[i].ok) (*results)[i].ok = Collect(pending[i], &(*results)[i].process, &(*results)[i].error);
 }
 
 bool PosixSpawner::SignalGroup(pid_t pgid, int sig) { return ::killpg(pgid, sig) == 0; }

@@ -216,26 +216,28 @@ TEST_F(AgentTest, Usr1IsForwardedWithoutEndingTheJob) {
 TEST_F(AgentTest, ExecFailureEndsWithoutRestartLoop) {
   config.max_restarts = 10;
   MakeAgent();
-  spawner.FailNextSpawn(ENOENT);
+  spawner.FailNextSpawn(ENOENT);  // worker 0 cannot be executed; 1-3 start (spawned together)
   agent->Start();
-  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 3);
+  for (int i : {0, 1, 2}) Exit(Pid(i), ExitStatus::Signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->exit_code(), 127);
   EXPECT_NE(agent->end_message().find("cannot execute ./train"), std::string::npos);
-  EXPECT_TRUE(spawner.specs.empty());
+  EXPECT_EQ(spawner.specs.size(), 3u);  // one attempt only
 }
 
 TEST_F(AgentTest, ExecFailureOfALaterWorkerStopsTheStartedOnesWithoutBlamingThem) {
   config.max_restarts = 3;
   MakeAgent();
-  spawner.FailSpawnNumber(2, EACCES);  // workers 0 and 1 start, worker 2 cannot be executed
+  spawner.FailSpawnNumber(2, EACCES);  // workers 0, 1 and 3 start, worker 2 cannot be executed
   agent->Start();
   EXPECT_EQ(agent->state(), AgentState::kStopping);
-  EXPECT_EQ(spawner.CountSignals(SIGKILL), 2);
-  for (int i : {0, 1}) Exit(Pid(i), ExitStatus::Signaled(SIGKILL));
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 3);
+  for (int i : {0, 1, 2}) Exit(Pid(i), ExitStatus::Signaled(SIGKILL));
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->exit_code(), 126);
   EXPECT_TRUE(agent->failures().empty());  // no worker failed: the summary has nothing to blame
-  EXPECT_EQ(spawner.specs.size(), 2u);     // and no restart
+  EXPECT_EQ(spawner.specs.size(), 3u);     // and no restart
 }
 
 TEST_F(AgentTest, PrepareFailureEndsTheRun) {
