@@ -238,9 +238,13 @@ void Agent::RefreshGroups() {
 }
 
 void Agent::CheckStopped() {
+  // Cheap test first: while a leader is running the attempt cannot be over, and probing every
+  // group (a killpg per worker) on every reaped child would cost O(n^2) syscalls in a teardown.
+  for (const auto& w : workers_)
+    if (!w.exited) return;
   RefreshGroups();
   for (const auto& w : workers_)
-    if (!w.exited || !w.group_gone) return;
+    if (!w.group_gone) return;
   FinishAttempt();
 }
 
