@@ -65,6 +65,18 @@ TEST(CtrunE2E, SetsTorchrunEnvironmentPerRankAndPassesInheritedEnv) {
   EXPECT_GT(std::stoi(*ports.begin()), 0);
 }
 
+TEST(CtrunE2E, HeartbeatVariablesReachWorkers) {
+  // The agent side of hang detection is a later issue; today the contract is that ctrun passes the
+  // worker library's variables through and the library beats into them.
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=1"}, {"--heartbeat", "5"}),
+                      {"CTRUN_HEARTBEAT_FILE=" + (d / "hb")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string rec = ReadFileOr(d / "hb");
+  ASSERT_EQ(rec.size(), 42u) << rec;
+  EXPECT_EQ(std::stoull(rec.substr(0, 20)), 5u) << rec;
+}
+
 TEST(CtrunE2E, NoExtraFdsInWorkers) {
   TempDir d;
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--fd-file", d / "fds"}));

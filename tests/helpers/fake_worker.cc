@@ -22,6 +22,8 @@
 //   --else-hang         ranks/attempts that --only-* excludes hang instead of exiting 0
 //   --wait-file P       before ending, wait (up to 30 s) until P exists
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
+//   --heartbeat N       beat N times through the worker library (CTRUN_HEARTBEAT_FD/FILE)
+//   --heartbeat-ms MS   ... MS apart (default 1)
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -34,6 +36,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "ctrun/heartbeat.h"
 
 extern char** environ;
 
@@ -67,7 +71,8 @@ void SleepMs(long ms) {
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
-  int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0;
+  int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
+  long beat_ms = 1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
   int only_rank = -1, only_attempt = -1;
@@ -92,6 +97,8 @@ int main(int argc, char** argv) {
     else if (o == "--only-attempt") only_attempt = atoi(next().c_str());
     else if (o == "--wait-file") wait_file = next();
     else if (o == "--else-hang") else_hang = true;
+    else if (o == "--heartbeat") beats = atoi(next().c_str());
+    else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
     else {
       fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
@@ -153,6 +160,10 @@ int main(int argc, char** argv) {
   if (!stderr_text.empty()) fprintf(stderr, "%s\n", stderr_text.c_str());
   if (!partial.empty()) fputs(partial.c_str(), stderr);
   fflush(stderr);
+  for (int b = 0; b < beats; ++b) {
+    ctrun::heartbeat();
+    if (b + 1 < beats) SleepMs(beat_ms);
+  }
   if (sleep_ms > 0) SleepMs(sleep_ms);
   if (!wait_file.empty()) {
     struct stat st;
