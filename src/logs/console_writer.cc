@@ -50,7 +50,7 @@ void ConsoleWriter::WriteSomeLocked() {
     buf_.clear();
     head_ = 0;
   } else if (head_ > (1u << 20) && head_ * 2 > buf_.size()) {
-    buf_.erase(0, head_);
+    buf_.erase_front(head_);
     head_ = 0;
   }
 }

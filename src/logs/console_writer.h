@@ -19,7 +19,9 @@
 //    thread. WriteDiagnostic may be called from any thread.
 #pragma once
 
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -30,6 +32,55 @@
 #include "sys/event_loop.h"
 
 namespace ctrun::logs {
+
+// The console's pending bytes: a plain growable byte array. Unlike std::string it can hand out
+// uninitialised room at its end (Room/Grow), so the relay's hot loop renders lines with raw
+// memcpy and one capacity check per line, without zero-filling or per-append checks.
+class OutBuffer {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const char* data() const { return p_.get(); }
+  void clear() { size_ = 0; }
+  // At least n writable bytes after size(); write them, then Grow(k) with k <= n.
+  char* Room(size_t n) {
+    if (cap_ - size_ < n) Reallocate(n);
+    return p_.get() + size_;
+  }
+  void Grow(size_t k) { size_ += k; }
+  void append(const char* s, size_t n) {
+    if (n == 0) return;
+    std::memcpy(Room(n), s, n);
+    size_ += n;
+  }
+  void append(std::string_view s) { append(s.data(), s.size()); }
+  OutBuffer& operator+=(std::string_view s) {
+    append(s);
+    return *this;
+  }
+  void push_back(char c) {
+    *Room(1) = c;
+    ++size_;
+  }
+  void erase_front(size_t n) {
+    std::memmove(p_.get(), p_.get() + n, size_ - n);
+    size_ -= n;
+  }
+  std::string_view view() const { return std::string_view(p_.get(), size_); }
+
+ private:
+  void Reallocate(size_t n) {
+    size_t cap = cap_ < 4096 ? 4096 : cap_;
+    while (cap - size_ < n) cap *= 2;
+    std::unique_ptr<char[]> p(new char[cap]);
+    if (size_ > 0) std::memcpy(p.get(), p_.get(), size_);
+    p_ = std::move(p);
+    cap_ = cap;
+  }
+  std::unique_ptr<char[]> p_;
+  size_t size_ = 0;
+  size_t cap_ = 0;
+};
 
 class ConsoleWriter {
  public:
@@ -46,7 +97,7 @@ class ConsoleWriter {
 
   std::unique_lock<std::mutex> Lock() { return std::unique_lock<std::mutex>(mu_); }
   // Under Lock(): the pending bytes; append whole lines only.
-  std::string& buffer() { return buf_; }
+  OutBuffer& buffer() { return buf_; }
   // Under Lock(): TTY only: the last unit written ended with a bare '\r' (a progress bar is
   // showing); the next writer of a line erases it first ("\x1b[K").
   bool& line_dirty() { return line_dirty_; }
@@ -79,7 +130,7 @@ class ConsoleWriter {
   std::thread::id loop_thread_;
 
   std::mutex mu_;
-  std::string buf_;   // pending bytes are buf_[head_..]
+  OutBuffer buf_;     // pending bytes are buf_[head_..]
   size_t head_ = 0;
   bool line_dirty_ = false;
   bool broken_ = false;
