@@ -26,6 +26,7 @@ struct OutputRelay::StreamState {
   std::string prefix;               // coloured when the console is
   LineSplitter splitter;
   bool registered = false;          // in the EventLoop (false while paused)
+  size_t pipe_bytes = 0;            // counted in OutputRelay::pipe_bytes_
   std::optional<TimerQueue::TimerId> show_timer;  // TTY: draws the pending partial line
   StreamState(size_t max_line) : splitter(max_line) {}
 };
@@ -153,8 +154,18 @@ Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, 
     Close(*old, /*notify=*/false);
   }
   if (!SetNonBlocking(read_end.get(), true)) return Status::Errno("fcntl O_NONBLOCK", errno);
-  if (opt_.pipe_size > 0) (void)::fcntl(read_end.get(), F_SETPIPE_SZ, static_cast<int>(opt_.pipe_size));
   auto s = std::make_unique<StreamState>(opt_.max_line);
+  if (opt_.pipe_size > 0) {
+    size_t want = pipe_bytes_ + opt_.pipe_size <= opt_.pipe_budget ? opt_.pipe_size : opt_.pipe_size_over_budget;
+    int got = want > 0 ? ::fcntl(read_end.get(), F_SETPIPE_SZ, static_cast<int>(want)) : -1;
+    if (got < 0 && want > opt_.pipe_size_over_budget && opt_.pipe_size_over_budget > 0) {
+      // e.g. over /proc/sys/fs/pipe-max-size or the user's pipe limits
+      got = ::fcntl(read_end.get(), F_SETPIPE_SZ, static_cast<int>(opt_.pipe_size_over_budget));
+    }
+    if (got < 0) got = ::fcntl(read_end.get(), F_GETPIPE_SZ);
+    s->pipe_bytes = got > 0 ? static_cast<size_t>(got) : 0;
+    pipe_bytes_ += s->pipe_bytes;
+  }
   s->local_rank = local_rank;
   s->stream = stream;
   s->fd = std::move(read_end);
@@ -169,6 +180,7 @@ Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, 
   if (raw->writer == nullptr || !raw->writer->over_high_water()) {
     Status st = loop_.AddFd(raw->fd.get(), EPOLLIN, [this, raw](uint32_t) { OnReadable(*raw); });
     if (!st.ok()) {
+      pipe_bytes_ -= raw->pipe_bytes;
       streams_.erase({local_rank, static_cast<int>(stream)});
       return st;
     }
@@ -264,6 +276,7 @@ void OutputRelay::Close(StreamState& s, bool notify) {
   if (s.registered) loop_.RemoveFd(s.fd.get());
   if (s.show_timer) loop_.CancelTimer(*s.show_timer);
   int rank = s.local_rank;
+  pipe_bytes_ -= s.pipe_bytes;
   streams_.erase({rank, static_cast<int>(s.stream)});  // destroys s
   if (notify && on_drained_ && WorkerDrained(rank)) on_drained_(rank);
 }

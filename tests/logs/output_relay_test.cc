@@ -407,5 +407,30 @@ TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
   EXPECT_EQ(console.Out(), want);
 }
 
+TEST(OutputRelay, PipesAreEnlargedWithinABudget) {
+  long max_size = std::strtol(Slurp("/proc/sys/fs/pipe-max-size").c_str(), nullptr, 10);
+  if (max_size < (1 << 20) && ::geteuid() != 0) GTEST_SKIP() << "pipe-max-size below 1 MiB";
+  FileConsole console;
+  console.opt.pipe_size = 1 << 20;
+  console.opt.pipe_budget = 2 << 20;
+  console.opt.pipe_size_over_budget = 128 << 10;
+  EventLoop loop;
+  OutputRelay relay(loop, console.opt);
+  Pipe a, b, c;
+  int wa = a.w.get(), wb = b.w.get(), wc = c.w.get();
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(a.r), ConsoleSink(0)).ok());
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStderr, std::move(b.r), ConsoleSink(0)).ok());
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStdout, std::move(c.r), ConsoleSink(1)).ok());
+  EXPECT_EQ(::fcntl(wa, F_GETPIPE_SZ), 1 << 20);
+  EXPECT_EQ(::fcntl(wb, F_GETPIPE_SZ), 1 << 20);
+  EXPECT_EQ(::fcntl(wc, F_GETPIPE_SZ), 128 << 10) << "over the budget";
+  a.w.reset();
+  b.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 10s));
+  Pipe d;  // rank 0's pipes were closed: their bytes are back in the budget
+  ASSERT_TRUE(relay.AddStream(2, Stream::kStdout, std::move(d.r), ConsoleSink(2)).ok());
+  EXPECT_EQ(::fcntl(d.w.get(), F_GETPIPE_SZ), 1 << 20);
+}
+
 }  // namespace
 }  // namespace ctrun::logs
