@@ -2,6 +2,7 @@
 //   ctrun_relay_bench WRITER_BIN WRITERS BYTES_PER_WRITER OUT_FILE MODE [printf]
 // MODE relay: OutputRelay on an EventLoop, "[rNN] " prefixes, console = OUT_FILE (like ctrun's
 //             default multi-worker output redirected to a file)
+// MODE tee:   relay, plus each rank's raw bytes into OUT_FILE.<rank> (like --tee)
 // MODE cat:   each writer piped into its own `cat` appending to OUT_FILE (the no-work baseline)
 // Prints wall time, aggregate throughput, and CPU time (user+sys) of the writers and of the
 // relay (this process) or of the cats.
@@ -45,7 +46,7 @@ pid_t Spawn(const std::vector<std::string>& argv, int in_fd, int out_fd) {
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 7) {
-    std::fprintf(stderr, "usage: %s WRITER_BIN WRITERS BYTES_PER_WRITER OUT_FILE relay|cat\n", argv[0]);
+    std::fprintf(stderr, "usage: %s WRITER_BIN WRITERS BYTES_PER_WRITER OUT_FILE relay|tee|cat\n", argv[0]);
     return 2;
   }
   std::string writer = argv[1];
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
       s.console = true;
       s.prefix = "[r" + std::string(r < 10 ? "0" : "") + std::to_string(r) + "] ";
       s.color_key = r;
+      if (mode == "tee") {
+        std::string path = std::string(argv[4]) + "." + std::to_string(r);
+        s.file.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      }
       if (!relay.AddStream(r, logs::Stream::kStdout, UniqueFd(fds[0]), std::move(s)).ok()) return 1;
     }
   }
