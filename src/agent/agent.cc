@@ -134,7 +134,9 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
       // for it) was stopped by ctrun. Any other failure (its own exception, exit 1 from a
       // broken collective, SIGABRT) happened on its own, possibly before our signal arrived:
       // it stays a root-cause candidate, ordered by its error-file time (see run_summary.h).
-      RecordFailure(*w, /*stopped_by_ctrun=*/DiedOfOurSignal(status));
+      // When the user stopped the job (a signal to ctrun), whatever the workers do in reaction
+      // (Python's KeyboardInterrupt exits 1) is a consequence of that signal too.
+      RecordFailure(*w, /*stopped_by_ctrun=*/stop_reason_ == StopReason::kSignal || DiedOfOurSignal(status));
     }
   }
   if (state_ == AgentState::kStopping) CheckStopped();

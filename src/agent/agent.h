@@ -84,6 +84,8 @@ class Agent {
   int restart_count() const { return restart_count_; }
   // Failures of the last attempt, in detection order (own failures first, then ctrun-stopped).
   const std::vector<FailureRecord>& failures() const { return failures_; }
+  // The signal that ended the run (a terminating signal ctrun received), or 0.
+  int ended_by_signal() const { return done() && stop_reason_ == StopReason::kSignal ? stop_signal_ : 0; }
   // Set when the run ended for a reason other than worker failures (exec error, signal, ...).
   const std::string& end_message() const { return end_message_; }
   // Pids that survived SIGKILL past kFinalWait (D-state), reported at the end.

@@ -278,10 +278,10 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
     SummaryOptions opts;
     opts.oom_before = hooks.oom_before();
     opts.oom_after = oom_after;
-    if (code >= 128 && code - 128 < NSIG && agent.failures().size() &&
-        std::all_of(agent.failures().begin(), agent.failures().end(), [](const FailureRecord& f) { return f.stopped_by_ctrun; }))
-      opts.stop_reason = "ctrun received signal " + std::to_string(code - 128) + " (" + SignalName(code - 128) + ")";
-    bool signal_exit = !opts.stop_reason.empty();
+    // Stopped by a signal to ctrun: its exit code is 128+signal whatever the workers did.
+    const int stop_sig = agent.ended_by_signal();
+    if (stop_sig != 0) opts.stop_reason = "ctrun received signal " + std::to_string(stop_sig) + " (" + SignalName(stop_sig) + ")";
+    const bool signal_exit = stop_sig != 0;
     std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
     std::fflush(stdout);
     std::fputs(text.c_str(), stderr);

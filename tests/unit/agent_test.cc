@@ -283,3 +283,31 @@ TEST_F(AgentTest, FailuresDuringTeardownThatAreNotOurSignalStayRootCauseCandidat
 
 }  // namespace
 }  // namespace ctrun
+
+namespace ctrun {
+namespace {
+
+TEST_F(AgentTest, WorkersReactingToOurSignalAreNotBlamed) {
+  MakeAgent().Start();
+  agent->OnSignal(SIGINT);
+  Exit(Pid(0), ExitStatus::Exited(1));    // Python: KeyboardInterrupt -> exit 1
+  Exit(Pid(1), ExitStatus::Exited(130));  // a shell: 128+SIGINT
+  Exit(Pid(2), ExitStatus::Signaled(SIGINT));
+  Exit(Pid(3), ExitStatus::Exited(0));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGINT);
+  EXPECT_EQ(agent->ended_by_signal(), SIGINT);
+  ASSERT_EQ(agent->failures().size(), 3u);
+  for (const auto& f : agent->failures()) EXPECT_TRUE(f.stopped_by_ctrun) << f.rank.global_rank;
+}
+
+TEST_F(AgentTest, EndedBySignalIsZeroForOrdinaryFailures) {
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(2));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->ended_by_signal(), 0);
+}
+
+}  // namespace
+}  // namespace ctrun
