@@ -14,6 +14,7 @@
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
+#include "worker/atomic_file.h"
 
 namespace ctrun {
 namespace {
@@ -53,13 +54,6 @@ std::string ShortJsonError(const char* what) {
     if (close != std::string::npos) s.erase(0, close + 2);
   }
   return s;
-}
-
-std::string DirName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 std::string SerializeRecord(const ErrorFileRecord& r) {
@@ -152,31 +146,8 @@ StatusOr<std::optional<ErrorFileContents>> ReadErrorFile(const std::string& path
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   if (path.empty()) return Status::Error("empty path");
-  std::string dir = DirName(path);
-  std::string tmpl = path + ".tmp.XXXXXX";
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  UniqueFd fd(::mkostemp(name.data(), O_CLOEXEC));
-  if (!fd) return Status::Errno("cannot create a temporary file next to " + path, errno);
-  std::string tmp(name.data());
-  auto fail = [&](const std::string& what, int err) {
-    ::unlink(tmp.c_str());
-    return Status::Errno(what + " " + tmp, err);
-  };
-  // mkostemp creates 0600; the file is for the scheduler/user, like torch's open(..., "w").
-  if (::fchmod(fd.get(), 0644) != 0) return fail("cannot chmod", errno);
-  if (!WriteAll(fd.get(), contents.data(), contents.size())) return fail("cannot write", errno);
-  if (RetryOnEintr([&] { return ::fsync(fd.get()); }) != 0) return fail("cannot fsync", errno);
-  fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::Errno("cannot rename " + tmp + " to " + path, err);
-  }
-  // The rename is durable only once the directory is; failure here loses nothing already visible.
-  UniqueFd dfd(RetryOnEintr([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
-  if (dfd) RetryOnEintr([&] { return ::fsync(dfd.get()); });
-  return Status::Ok();
+  std::string err = worker::write_file_atomic(path, {{contents.data(), contents.size()}});
+  return err.empty() ? Status::Ok() : Status::Error(err);
 }
 
 Status WriteErrorFile(const std::string& path, const ErrorFileRecord& record) {

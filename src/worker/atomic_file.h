@@ -1,5 +1,5 @@
 // atomic_file.h — durable whole-file replacement, shared by the error file and the snapshot store
-// (private to ctrun_worker).
+// of ctrun_worker and by the agent's report module (src/report/error_file.cc). Not installed.
 //
 // Contract: write_file_atomic(path, parts) writes the concatenation of `parts` to a new temp file
 // "<dir>/.tmp-<name>-<pid>-<n>" (O_EXCL|O_CLOEXEC, mode 0644), fsyncs it, renames it over `path`,
