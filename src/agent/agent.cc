@@ -14,9 +14,97 @@ Agent::Agent(const LaunchConfig& config, std::vector<std::string> base_env, std:
       timers_(timers),
       hooks_(hooks) {}
 
+void Agent::AttachRendezvous(rdzv::Rendezvous* rendezvous) {
+  rdzv_ = rendezvous;
+  rdzv_->SetListener(this);
+}
+
 void Agent::Start() {
   restart_count_ = 0;
+  if (rdzv_) {
+    JoinRendezvous();
+    return;
+  }
   StartAttempt();
+}
+
+void Agent::JoinRendezvous() {
+  state_ = AgentState::kRendezvous;
+  rdzv::NodeDesc self;
+  self.nproc = config_.nproc_per_node;
+  self.declared_rank = config_.rdzv.backend == "static" ? config_.node_rank : -1;
+  if (Status s = hooks_.PrepareJoin(&self); !s.ok()) {
+    end_message_ = s.message();
+    hooks_.Log(2, s.message());
+    rdzv_->Leave();
+    Finish(1);
+    return;
+  }
+  rdzv_->Join(std::move(self));
+}
+
+void Agent::OnRoundReady(const rdzv::RoundInfo& round) {
+  if (state_ != AgentState::kRendezvous) return;
+  round_ = round;
+  restart_count_ = round.restart_count;
+  std::string nodes;
+  for (const auto& n : round.nodes) nodes += (nodes.empty() ? "" : ", ") + n.host;
+  hooks_.Log(0, "rendezvous round " + std::to_string(round.round) + " complete: node rank " +
+                    std::to_string(round.node_rank) + " of " + std::to_string(round.num_nodes) + " (" + nodes +
+                    "), world size " + std::to_string(round.world_size));
+  hooks_.OnRound(round);
+  StartAttempt();
+}
+
+void Agent::OnRoundStopping(const std::string& why) {
+  switch (state_) {
+    case AgentState::kRunning:
+      hooks_.Log(1, "stopping the workers: " + why);
+      BeginStopping(StopReason::kRemote, SIGTERM);
+      return;
+    case AgentState::kRendezvous:
+      JoinRendezvous();  // our workers had already finished: join the next round at once
+      return;
+    default:
+      return;  // already stopping: the rendezvous is joined again once the workers are gone
+  }
+}
+
+void Agent::OnJobEnd(const rdzv::JobEnd& end) {
+  job_end_ = end;
+  if (end.rendezvous_error) hooks_.Log(2, end.message);
+  switch (state_) {
+    case AgentState::kRunning:
+      BeginStopping(StopReason::kRemote, SIGTERM);
+      return;
+    case AgentState::kStopping:
+      return;  // FinishAttempt ends the run with job_end_
+    case AgentState::kDone:
+      return;
+    default:
+      Finish(end.exit_code);
+  }
+}
+
+void Agent::FillRank(int i, RankInfo* r) const {
+  const int n = config_.nproc_per_node;
+  r->local_rank = i;
+  r->local_world_size = n;
+  if (round_) {
+    r->global_rank = round_->base_rank + i;
+    r->group_rank = round_->node_rank;
+    r->group_world_size = round_->num_nodes;
+    r->world_size = round_->world_size;
+  } else {
+    // Single node: group 0 of 1; ranks are contiguous and equal to local ranks.
+    r->global_rank = config_.node_rank * n + i;
+    r->group_rank = config_.node_rank;
+    r->group_world_size = config_.max_nodes;
+    r->world_size = config_.max_nodes * n;
+  }
+  // One role per job: role ranks are the global ranks.
+  r->role_rank = r->global_rank;
+  r->role_world_size = r->world_size;
 }
 
 void Agent::StartAttempt() {
@@ -26,8 +114,13 @@ void Agent::StartAttempt() {
   const int n = config_.nproc_per_node;
   AttemptInfo info;
   info.restart_count = restart_count_;
-  if (Status s = hooks_.PrepareAttempt(restart_count_, &info); !s.ok()) {
+  // attempt_<n> log dirs: single node counts restarts; multi-node counts every round this node ran
+  // (a membership change starts a round without counting a restart).
+  const int attempt = rdzv_ ? attempts_started_++ : restart_count_;
+  if (Status s = hooks_.PrepareAttempt(attempt, &info); !s.ok()) {
     end_message_ = s.message();
+    hooks_.Log(2, s.message());
+    if (rdzv_) rdzv_->Leave();
     Finish(1);
     return;
   }
@@ -40,15 +133,7 @@ void Agent::StartAttempt() {
   std::vector<SpawnSpec> specs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     Worker& w = planned[static_cast<size_t>(i)];
-    // Single node: group 0 of 1; ranks are contiguous and equal to local ranks.
-    w.rank.local_rank = i;
-    w.rank.global_rank = config_.node_rank * n + i;
-    w.rank.role_rank = w.rank.global_rank;
-    w.rank.group_rank = config_.node_rank;
-    w.rank.group_world_size = config_.max_nodes;
-    w.rank.world_size = config_.max_nodes * n;
-    w.rank.role_world_size = w.rank.world_size;
-    w.rank.local_world_size = n;
+    FillRank(i, &w.rank);
     w.error_file = static_cast<size_t>(i) < info.error_files.size() ? info.error_files[i] : "";
     SpawnSpec& spec = specs[static_cast<size_t>(i)];
     spec.argv = BuildWorkerArgv(config_, python_exec_, w.rank, info);
@@ -75,6 +160,13 @@ void Agent::StartAttempt() {
     end_message_ = first_error->message;
     start_error_code_ = first_error->shell_code;
     hooks_.Log(2, first_error->message);
+    if (rdzv_) {
+      rdzv::Cause c;
+      c.what = first_error->message;
+      c.exit_code = first_error->shell_code;
+      c.fatal = true;
+      rdzv_->ReportFailure(c);
+    }
     BeginStopping(StopReason::kStartError, SIGKILL);
   }
 }
@@ -121,6 +213,14 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
                           status.ToString() + "; stopping the other workers");
         RecordFailure(*w, /*stopped_by_ctrun=*/false);
+        if (rdzv_) {
+          rdzv::Cause c;
+          c.rank = w->rank.global_rank;
+          c.local_rank = w->rank.local_rank;
+          c.what = status.ToString();
+          c.exit_code = status.ShellCode();
+          rdzv_->ReportFailure(c);
+        }
         BeginStopping(StopReason::kFailure, SIGTERM);
         return;
       }
@@ -146,6 +246,17 @@ void Agent::OnSignal(int sig) {
   if (state_ == AgentState::kDone || state_ == AgentState::kIdle) return;
   const bool forward_only = std::find(config_.forward_only_signals.begin(), config_.forward_only_signals.end(),
                                       sig) != config_.forward_only_signals.end();
+  if (!forward_only && rdzv_) {
+    // Leave without closing the job: the other nodes go on without this one if enough remain.
+    rdzv_->Leave();
+    if (state_ == AgentState::kRendezvous) {
+      hooks_.Log(1, "received " + SignalName(sig) + " while waiting for the rendezvous: leaving");
+      stop_reason_ = StopReason::kSignal;
+      stop_signal_ = sig;
+      Finish(128 + sig);
+      return;
+    }
+  }
   if (forward_only) {
     hooks_.Log(0, "forwarding " + SignalName(sig) + " to the workers");
     for (const auto& w : workers_)
@@ -259,6 +370,10 @@ void Agent::CancelTimers() {
 
 void Agent::FinishAttempt() {
   CancelTimers();
+  if (rdzv_) {
+    FinishMultiNodeAttempt();
+    return;
+  }
   switch (stop_reason_) {
     case StopReason::kSuccess:
       Finish(0);
@@ -269,6 +384,7 @@ void Agent::FinishAttempt() {
     case StopReason::kStartError:
       Finish(start_error_code_);
       return;
+    case StopReason::kRemote:  // only with a rendezvous
     case StopReason::kFailure:
       if (restart_count_ < config_.max_restarts) {
         ++restart_count_;
@@ -289,6 +405,27 @@ void Agent::FinishAttempt() {
       }
       return;
   }
+}
+
+// Every worker of the round is gone. The rendezvous decides what comes next: a signal ends this
+// agent; an agreed outcome (or a rendezvous error) that arrived meanwhile ends it with that code;
+// success waits in the exit barrier; anything else joins the next round.
+void Agent::FinishMultiNodeAttempt() {
+  if (stop_reason_ == StopReason::kSignal) {
+    Finish(128 + stop_signal_);
+    return;
+  }
+  if (job_end_) {
+    Finish(job_end_->exit_code);
+    return;
+  }
+  if (stop_reason_ == StopReason::kSuccess) {
+    state_ = AgentState::kRendezvous;
+    hooks_.Log(0, "all workers on this node succeeded; waiting for the other nodes");
+    rdzv_->ReportSucceeded();
+    return;
+  }
+  JoinRendezvous();
 }
 
 void Agent::Finish(int code) {

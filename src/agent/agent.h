@@ -1,6 +1,13 @@
-// Agent: the single-node elastic agent's state machine (architecture-sketch.md "Agent states").
+// Agent: the elastic agent's state machine.
 //
-//   Idle -> Running -> Stopping -> { Running (restart) | Done }
+//   single node:  Idle -> Running -> Stopping -> { Running (restart) | Done }
+//   multi-node:   Idle -> Rendezvous -> Running -> Stopping -> { Rendezvous | Done }
+//
+// With a Rendezvous attached (AttachRendezvous) the agent never decides a restart or the exit
+// code itself: it reports its workers' failure or success to the rendezvous, stops its workers
+// when the rendezvous says a round is over (a failure on any node, a node joining or lost), joins
+// the next round once they are gone, and ends with the outcome every agent agreed on
+// (RendezvousListener::OnJobEnd). Without one it is the single-node agent it always was.
 //
 // It owns no fds and never blocks: the real wiring (agent/runner.cc) feeds it reaped children
 // (OnChildExit) and signals (OnSignal) from the event loop; timers come from a TimerQueue; processes
@@ -26,6 +33,7 @@
 #include "config/launch_config.h"
 #include "process/exit_status.h"
 #include "process/spawner.h"
+#include "rendezvous/rendezvous.h"
 #include "sys/event_loop.h"
 
 namespace ctrun {
@@ -36,6 +44,11 @@ class AgentHooks {
   // Before each attempt's workers start: fills master address/port, store mode, error files,
   // extra env. An error ends the run (no restart).
   virtual Status PrepareAttempt(int attempt, AttemptInfo* info) = 0;
+  // Multi-node, before each Join: fills this node's address and the port of its workers' store
+  // for the coming round (it serves it if it becomes node rank 0). An error ends the run.
+  virtual Status PrepareJoin(rdzv::NodeDesc* /*self*/) { return Status::Ok(); }
+  // Multi-node, when a round is complete, before PrepareAttempt of its workers.
+  virtual void OnRound(const rdzv::RoundInfo& /*round*/) {}
   // Decides fd 1/2 of a worker (pipes for the relay, files, or the console).
   virtual void ConfigureStdio(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
   // A worker started: take its pidfd and pipes (wire them into the loop / relay / watchdog).
@@ -61,9 +74,9 @@ struct FailureRecord {
   bool stopped_by_ctrun = false;
 };
 
-enum class AgentState { kIdle, kRunning, kStopping, kDone };
+enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kDone };
 
-class Agent {
+class Agent final : public rdzv::RendezvousListener {
  public:
   // Bound on the wait after SIGKILL before a survivor is reported as unkillable.
   static constexpr std::chrono::seconds kFinalWait{5};
@@ -71,6 +84,8 @@ class Agent {
   Agent(const LaunchConfig& config, std::vector<std::string> base_env, std::string python_exec,
         Spawner& spawner, TimerQueue& timers, AgentHooks& hooks);
 
+  // Multi-node: the rendezvous that decides rounds, restarts and the outcome (before Start()).
+  void AttachRendezvous(rdzv::Rendezvous* rendezvous);
   void Start();
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
@@ -91,9 +106,19 @@ class Agent {
   // Pids that survived SIGKILL past kFinalWait (D-state), reported at the end.
   const std::vector<pid_t>& unkillable() const { return unkillable_; }
   std::vector<pid_t> live_worker_pids() const;
+  // Multi-node: how the job ended (set when done() after an agreed outcome or a rendezvous error).
+  const std::optional<rdzv::JobEnd>& job_end() const { return job_end_; }
+  bool multi_node() const { return rdzv_ != nullptr; }
+
+  // rdzv::RendezvousListener
+  void OnRoundReady(const rdzv::RoundInfo& round) override;
+  void OnRoundStopping(const std::string& why) override;
+  void OnJobEnd(const rdzv::JobEnd& end) override;
+  void OnRendezvousLog(int level, const std::string& msg) override { hooks_.Log(level, msg); }
 
  private:
-  enum class StopReason { kFailure, kSignal, kSuccess, kStartError };
+  // kRemote: the rendezvous ended the round (another node failed, membership changed, job over).
+  enum class StopReason { kFailure, kSignal, kSuccess, kStartError, kRemote };
   struct Worker {
     RankInfo rank;
     pid_t pid = -1;
@@ -104,6 +129,9 @@ class Agent {
   };
 
   void StartAttempt();
+  void JoinRendezvous();
+  void FinishMultiNodeAttempt();
+  void FillRank(int local_rank, RankInfo* rank) const;
   void BeginStopping(StopReason reason, int sig);
   void OnGraceExpired();
   void OnFinalWaitExpired();
@@ -136,6 +164,10 @@ class Agent {
   std::optional<TimerQueue::TimerId> grace_timer_;
   std::optional<TimerQueue::TimerId> final_timer_;
   bool killed_ = false;  // SIGKILL already sent in this stop
+  rdzv::Rendezvous* rdzv_ = nullptr;
+  std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
+  int attempts_started_ = 0;              // multi-node: numbers attempt_<n> log dirs
+  std::optional<rdzv::JobEnd> job_end_;
 };
 
 }  // namespace ctrun

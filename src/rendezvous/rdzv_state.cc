@@ -1,0 +1,353 @@
+#include "rendezvous/rdzv_state.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace ctrun::rdzv {
+namespace {
+
+using Json = nlohmann::json;
+
+bool Contains(const std::vector<std::string>& v, std::string_view id) {
+  return std::find(v.begin(), v.end(), id) != v.end();
+}
+
+template <typename T, typename Pred>
+bool EraseIf(std::vector<T>* v, Pred pred) {
+  auto it = std::remove_if(v->begin(), v->end(), pred);
+  const bool any = it != v->end();
+  v->erase(it, v->end());
+  return any;
+}
+
+bool EraseId(std::vector<NodeDesc>* v, std::string_view id) {
+  return EraseIf(v, [&](const NodeDesc& n) { return n.id == id; });
+}
+bool EraseId(std::vector<std::string>* v, std::string_view id) {
+  return EraseIf(v, [&](const std::string& x) { return x == id; });
+}
+
+// kRun(r) -> kJoin(r+1). `expected` are the ids whose arrival completes the new round early.
+void StartNextRound(State* s, std::vector<std::string> expected, std::string reason) {
+  s->round += 1;
+  s->phase = Phase::kJoin;
+  s->members.clear();
+  s->waiting.clear();
+  s->done.clear();
+  s->expected = std::move(expected);
+  s->reason = std::move(reason);
+}
+
+std::vector<std::string> Ids(const std::vector<NodeDesc>& a, const std::vector<NodeDesc>& b = {}) {
+  std::vector<std::string> out;
+  for (const auto& n : a) out.push_back(n.id);
+  for (const auto& n : b) out.push_back(n.id);
+  return out;
+}
+
+// Node-rank order of a completed round: static backends use the declared ranks; elastic ones keep
+// the order of the previous round (`expected` lists it) and put newcomers after, by arrival.
+void OrderMembers(State* s, const Params& p) {
+  if (p.static_ranks) {
+    std::stable_sort(s->members.begin(), s->members.end(),
+                     [](const NodeDesc& a, const NodeDesc& b) { return a.declared_rank < b.declared_rank; });
+    return;
+  }
+  auto key = [&](const NodeDesc& n) {
+    auto it = std::find(s->expected.begin(), s->expected.end(), n.id);
+    return static_cast<size_t>(it - s->expected.begin());  // newcomers: expected.size()
+  };
+  std::stable_sort(s->members.begin(), s->members.end(),
+                   [&](const NodeDesc& a, const NodeDesc& b) { return key(a) < key(b); });
+}
+
+void CompleteRound(State* s, const Params& p) {
+  OrderMembers(s, p);
+  s->phase = Phase::kRun;
+  s->expected.clear();
+}
+
+// A kJoin round completes at max nodes, or once every expected node is back (and min is met).
+void MaybeComplete(State* s, const Params& p) {
+  const int n = static_cast<int>(s->members.size());
+  if (n >= p.max_nodes) {
+    CompleteRound(s, p);
+    return;
+  }
+  if (n < p.min_nodes || s->expected.empty()) return;
+  for (const auto& id : s->expected)
+    if (!s->FindMember(id)) return;
+  CompleteRound(s, p);
+}
+
+void Close(State* s, int code, std::string message) {
+  s->phase = Phase::kClosed;
+  s->exit_code = code;
+  s->message = std::move(message);
+  s->expected.clear();
+  s->waiting.clear();
+}
+
+std::optional<State> ApplyJoin(const State& in, const NodeDesc& n, const Params& p) {
+  if (in.phase == Phase::kClosed || in.FindMember(n.id) || in.IsWaiting(n.id)) return std::nullopt;
+  if (!JoinBlocker(in, n, p).empty()) return std::nullopt;
+  State s = in;
+  if (s.phase == Phase::kJoin) {
+    s.members.push_back(n);
+    MaybeComplete(&s, p);
+    return s;
+  }
+  // kRun: a newcomer. With room for it, the round is stopped so the next one includes it (a
+  // membership change, not a counted restart); a full job keeps it waiting for the next round.
+  if (static_cast<int>(s.members.size() + s.waiting.size()) >= p.max_nodes) {
+    s.waiting.push_back(n);
+    return s;
+  }
+  std::vector<std::string> expected = Ids(s.members, s.waiting);
+  StartNextRound(&s, std::move(expected), "node " + n.host + " joined");
+  s.members.push_back(n);
+  MaybeComplete(&s, p);
+  return s;
+}
+
+std::optional<State> ApplyFail(const State& in, const Transition& t, const Params& p) {
+  if (in.phase != Phase::kRun || in.round != t.round || !in.FindMember(t.id)) return std::nullopt;
+  State s = in;
+  Cause c = t.cause;
+  c.node_rank = s.NodeRank(t.id);
+  s.cause = c;
+  if (c.fatal || s.restarts >= p.max_restarts) {
+    std::string why = c.Describe();
+    if (!c.fatal && p.max_restarts > 0) why += " (no restarts left, max_restarts=" + std::to_string(p.max_restarts) + ")";
+    Close(&s, c.exit_code == 0 ? 1 : c.exit_code, why);
+    return s;
+  }
+  s.restarts += 1;
+  std::vector<std::string> expected = Ids(s.members, s.waiting);
+  StartNextRound(&s, std::move(expected), "restart after " + c.Describe());
+  return s;
+}
+
+std::optional<State> ApplySucceed(const State& in, const Transition& t) {
+  if (in.phase != Phase::kRun || in.round != t.round || !in.FindMember(t.id) || Contains(in.done, t.id))
+    return std::nullopt;
+  State s = in;
+  s.done.push_back(t.id);
+  if (s.done.size() == s.members.size()) Close(&s, 0, "every worker on every node succeeded");
+  return s;
+}
+
+std::optional<State> ApplyGone(const State& in, const std::string& id, const char* how, const Params& p) {
+  if (in.phase == Phase::kClosed) return std::nullopt;
+  const NodeDesc* m = in.FindMember(id);
+  const bool listed = m || in.IsWaiting(id) || Contains(in.expected, id);
+  if (!listed) return std::nullopt;
+  State s = in;
+  const std::string host = m ? m->host : id;
+  EraseId(&s.waiting, id);
+  EraseId(&s.expected, id);
+  if (s.phase == Phase::kRun && m) {
+    EraseId(&s.members, id);
+    std::vector<std::string> expected = Ids(s.members, s.waiting);
+    StartNextRound(&s, std::move(expected), "node " + host + " " + how);
+    return s;
+  }
+  EraseId(&s.members, id);
+  EraseId(&s.done, id);
+  if (s.phase == Phase::kJoin) MaybeComplete(&s, p);
+  return s;
+}
+
+Json NodeToJson(const NodeDesc& n) {
+  Json j = {{"id", n.id}, {"host", n.host}, {"addr", n.addr}, {"port", n.store_port}, {"nproc", n.nproc}};
+  if (n.declared_rank >= 0) j["rank"] = n.declared_rank;
+  return j;
+}
+
+NodeDesc NodeFromJson(const Json& j) {
+  NodeDesc n;
+  n.id = j.at("id").get<std::string>();
+  n.host = j.at("host").get<std::string>();
+  n.addr = j.at("addr").get<std::string>();
+  n.store_port = j.at("port").get<int>();
+  n.nproc = j.at("nproc").get<int>();
+  n.declared_rank = j.value("rank", -1);
+  return n;
+}
+
+Json CauseToJson(const Cause& c) {
+  return {{"node", c.node_id}, {"host", c.host}, {"node_rank", c.node_rank}, {"rank", c.rank},
+          {"local_rank", c.local_rank}, {"what", c.what}, {"code", c.exit_code}, {"fatal", c.fatal}};
+}
+
+Cause CauseFromJson(const Json& j) {
+  Cause c;
+  c.node_id = j.at("node").get<std::string>();
+  c.host = j.at("host").get<std::string>();
+  c.node_rank = j.at("node_rank").get<int>();
+  c.rank = j.at("rank").get<int>();
+  c.local_rank = j.at("local_rank").get<int>();
+  c.what = j.at("what").get<std::string>();
+  c.exit_code = j.at("code").get<int>();
+  c.fatal = j.at("fatal").get<bool>();
+  return c;
+}
+
+}  // namespace
+
+std::string Cause::Describe() const {
+  std::string s;
+  if (node_rank >= 0) s += "node " + std::to_string(node_rank) + " ";
+  s += "(" + host + "): ";
+  if (rank >= 0) s += "rank " + std::to_string(rank) + " ";
+  return s + what;
+}
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kJoin: return "join";
+    case Phase::kRun: return "run";
+    case Phase::kClosed: return "closed";
+  }
+  return "?";
+}
+
+const NodeDesc* State::FindMember(std::string_view id) const {
+  for (const auto& n : members)
+    if (n.id == id) return &n;
+  return nullptr;
+}
+
+bool State::IsWaiting(std::string_view id) const {
+  return std::any_of(waiting.begin(), waiting.end(), [&](const NodeDesc& n) { return n.id == id; });
+}
+
+int State::NodeRank(std::string_view id) const {
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].id == id) return static_cast<int>(i);
+  return -1;
+}
+
+Transition Transition::Join(NodeDesc n) {
+  Transition t;
+  t.kind = Kind::kJoin;
+  t.node = std::move(n);
+  return t;
+}
+Transition Transition::Complete(uint64_t round) {
+  Transition t;
+  t.kind = Kind::kComplete;
+  t.round = round;
+  return t;
+}
+Transition Transition::Fail(uint64_t round, std::string id, Cause cause) {
+  Transition t;
+  t.kind = Kind::kFail;
+  t.round = round;
+  t.id = std::move(id);
+  t.cause = std::move(cause);
+  return t;
+}
+Transition Transition::Succeed(uint64_t round, std::string id) {
+  Transition t;
+  t.kind = Kind::kSucceed;
+  t.round = round;
+  t.id = std::move(id);
+  return t;
+}
+Transition Transition::Leave(std::string id) {
+  Transition t;
+  t.kind = Kind::kLeave;
+  t.id = std::move(id);
+  return t;
+}
+Transition Transition::Lost(std::string id) {
+  Transition t;
+  t.kind = Kind::kLost;
+  t.id = std::move(id);
+  return t;
+}
+
+std::string JoinBlocker(const State& s, const NodeDesc& n, const Params& p) {
+  if (s.phase == Phase::kClosed) return "the job has ended";
+  if (!p.static_ranks) return "";
+  if (s.phase == Phase::kRun) return "";  // waits for the next round (static jobs are always full)
+  for (const auto& m : s.members)
+    if (m.declared_rank == n.declared_rank && m.id != n.id)
+      return "node rank " + std::to_string(n.declared_rank) + " is already taken by " + m.host + " (" + m.id +
+             "): two agents with the same --node_rank?";
+  return "";
+}
+
+std::optional<State> Apply(const State& s, const Transition& t, const Params& p) {
+  switch (t.kind) {
+    case Transition::Kind::kJoin:
+      return ApplyJoin(s, t.node, p);
+    case Transition::Kind::kComplete: {
+      if (s.phase != Phase::kJoin || s.round != t.round || static_cast<int>(s.members.size()) < p.min_nodes)
+        return std::nullopt;
+      State out = s;
+      CompleteRound(&out, p);
+      return out;
+    }
+    case Transition::Kind::kFail:
+      return ApplyFail(s, t, p);
+    case Transition::Kind::kSucceed:
+      return ApplySucceed(s, t);
+    case Transition::Kind::kLeave:
+      return ApplyGone(s, t.id, "left", p);
+    case Transition::Kind::kLost:
+      return ApplyGone(s, t.id, "was lost (no heartbeat)", p);
+  }
+  return std::nullopt;
+}
+
+std::string Encode(const State& s) {
+  Json j;
+  j["v"] = 1;
+  j["round"] = s.round;
+  j["phase"] = PhaseName(s.phase);
+  j["members"] = Json::array();
+  for (const auto& n : s.members) j["members"].push_back(NodeToJson(n));
+  j["expected"] = s.expected;
+  j["waiting"] = Json::array();
+  for (const auto& n : s.waiting) j["waiting"].push_back(NodeToJson(n));
+  j["done"] = s.done;
+  j["restarts"] = s.restarts;
+  j["reason"] = s.reason;
+  if (s.cause) j["cause"] = CauseToJson(*s.cause);
+  j["exit_code"] = s.exit_code;
+  j["message"] = s.message;
+  j["writer"] = s.writer;
+  return j.dump();
+}
+
+StatusOr<State> Decode(std::string_view text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Error("rendezvous state is not a JSON object");
+  try {
+    if (j.at("v").get<int>() != 1) return Status::Error("rendezvous state has an unknown version");
+    State s;
+    s.round = j.at("round").get<uint64_t>();
+    const std::string phase = j.at("phase").get<std::string>();
+    if (phase == "join") s.phase = Phase::kJoin;
+    else if (phase == "run") s.phase = Phase::kRun;
+    else if (phase == "closed") s.phase = Phase::kClosed;
+    else return Status::Error("rendezvous state has an unknown phase '" + phase + "'");
+    for (const auto& n : j.at("members")) s.members.push_back(NodeFromJson(n));
+    s.expected = j.at("expected").get<std::vector<std::string>>();
+    for (const auto& n : j.at("waiting")) s.waiting.push_back(NodeFromJson(n));
+    s.done = j.at("done").get<std::vector<std::string>>();
+    s.restarts = j.at("restarts").get<int>();
+    s.reason = j.at("reason").get<std::string>();
+    if (j.contains("cause")) s.cause = CauseFromJson(j.at("cause"));
+    s.exit_code = j.at("exit_code").get<int>();
+    s.message = j.at("message").get<std::string>();
+    s.writer = j.at("writer").get<std::string>();
+    return s;
+  } catch (const Json::exception& e) {
+    return Status::Error(std::string("malformed rendezvous state: ") + e.what());
+  }
+}
+
+}  // namespace ctrun::rdzv

@@ -1,0 +1,290 @@
+#include "rendezvous/rendezvous.h"
+
+#include <cmath>
+
+namespace ctrun::rdzv {
+namespace {
+
+std::string SecondsText(Duration d) {
+  const double s = ToSeconds(d);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s == std::floor(s) ? "%.0f s" : "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
+
+Rendezvous::Rendezvous(std::unique_ptr<RendezvousLog> log, TimerQueue& timers, RendezvousOptions options,
+                       std::string self_id)
+    : log_(std::move(log)), timers_(timers), options_(std::move(options)), self_id_(std::move(self_id)) {
+  std::weak_ptr<bool> alive = alive_;
+  log_->SetOnLost([this, alive](const std::string& id) {
+    if (alive.expired() || id == self_id_) return;
+    if (listener_) listener_->OnRendezvousLog(1, "node " + id + " missed its heartbeat deadline; dropping it");
+    Enqueue(Transition::Lost(id));
+  });
+  log_->StartLiveness(self_id_, options_.liveness);
+  State initial;
+  initial.writer = "init";
+  log_->Head(Encode(initial), [this, alive](StatusOr<LogEntry> head) {
+    if (!alive.expired()) OnHead(std::move(head));
+  });
+}
+
+Rendezvous::~Rendezvous() {
+  *alive_ = false;
+  if (join_timer_) timers_.CancelTimer(*join_timer_);
+  if (last_call_timer_) timers_.CancelTimer(*last_call_timer_);
+}
+
+void Rendezvous::Join(NodeDesc self) {
+  if (mode_ == Mode::kEnded || left_) return;
+  self_ = std::move(self);
+  self_.id = self_id_;
+  mode_ = Mode::kJoining;
+  want_join_ = true;
+  if (join_timer_) timers_.CancelTimer(*join_timer_);
+  join_timer_ = timers_.AddTimerAfter(options_.join_timeout, [this] {
+    join_timer_.reset();
+    OnJoinTimeout();
+  });
+  React();
+  Pump();
+}
+
+void Rendezvous::ReportFailure(Cause cause) {
+  if (!has_active_round_ || left_) return;
+  cause.node_id = self_id_;
+  cause.host = self_.host;
+  Enqueue(Transition::Fail(active_round_, self_id_, std::move(cause)));
+}
+
+void Rendezvous::ReportSucceeded() {
+  if (mode_ != Mode::kActive) return;
+  mode_ = Mode::kSucceeded;
+  Enqueue(Transition::Succeed(active_round_, self_id_));
+  React();  // the round may already have moved on while the workers finished
+}
+
+void Rendezvous::Leave() {
+  if (left_) return;
+  left_ = true;
+  want_join_ = false;
+  Enqueue(Transition::Leave(self_id_));
+  log_->StopLiveness();
+}
+
+void Rendezvous::OnHead(StatusOr<LogEntry> head) {
+  if (!head.ok()) {
+    Fatal("cannot read the rendezvous state: " + head.message());
+    return;
+  }
+  OnEntry(head->index, head->value);
+  Pump();
+}
+
+// Entries are applied strictly in index order; one learned twice (from our own Append and from
+// the Wait) is ignored the second time.
+void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
+  if (head_ && index <= head_index_) return;
+  auto state = Decode(value);
+  if (!state.ok()) {
+    Fatal("entry " + std::to_string(index) + " of the rendezvous log: " + state.message());
+    return;
+  }
+  head_ = std::move(state.value());
+  head_index_ = index;
+  std::weak_ptr<bool> alive = alive_;
+  log_->Wait(index + 1, [this, alive, next = index + 1](StatusOr<std::string> v) {
+    if (alive.expired()) return;
+    if (!v.ok()) {
+      Fatal(v.message());
+      return;
+    }
+    OnEntry(next, *v);
+    Pump();
+  });
+  std::vector<std::string> watch;
+  for (const auto& n : head_->members) watch.push_back(n.id);
+  for (const auto& n : head_->waiting) watch.push_back(n.id);
+  for (const auto& id : head_->expected) watch.push_back(id);
+  log_->WatchMembers(watch);
+  React();
+}
+
+void Rendezvous::React() {
+  if (!head_ || mode_ == Mode::kEnded) return;
+  switch (mode_) {
+    case Mode::kJoining:
+      ReactWhileJoining();
+      return;
+    case Mode::kActive:
+    case Mode::kSucceeded:
+      ReactWhileRunning();
+      return;
+    default:
+      return;
+  }
+}
+
+void Rendezvous::ReactWhileJoining() {
+  const State& s = *head_;
+  if (s.phase == Phase::kClosed) {
+    JobEnd end;
+    end.exit_code = s.exit_code;
+    end.message = s.message;
+    end.cause = s.cause;
+    end.cause_is_local = s.cause && s.cause->node_id == self_id_;
+    End(std::move(end));
+    return;
+  }
+  const bool member = s.FindMember(self_id_) != nullptr;
+  if (s.phase == Phase::kRun && member && (!has_active_round_ || s.round > active_round_)) {
+    mode_ = Mode::kActive;
+    want_join_ = false;
+    active_round_ = s.round;
+    has_active_round_ = true;
+    if (join_timer_) timers_.CancelTimer(*join_timer_);
+    join_timer_.reset();
+    if (listener_) listener_->OnRoundReady(MakeRound());
+    return;
+  }
+  if (s.phase == Phase::kJoin && member && static_cast<int>(s.members.size()) >= options_.params.min_nodes)
+    ArmLastCall();
+}
+
+void Rendezvous::ReactWhileRunning() {
+  const State& s = *head_;
+  std::string why;
+  if (s.phase == Phase::kClosed) {
+    why = s.message;
+  } else if (s.round > active_round_) {
+    why = s.reason.empty() ? "a new rendezvous round started" : s.reason;
+  } else if (s.phase == Phase::kRun && !s.FindMember(self_id_)) {
+    why = "this node was dropped from the rendezvous (its heartbeats did not arrive in time)";
+  } else {
+    return;
+  }
+  if (mode_ == Mode::kSucceeded && s.phase == Phase::kClosed) {
+    mode_ = Mode::kJoining;  // nothing left to stop: read the outcome
+    ReactWhileJoining();
+    return;
+  }
+  mode_ = Mode::kStopping;
+  if (listener_) listener_->OnRoundStopping(why);
+}
+
+void Rendezvous::Enqueue(Transition t) {
+  intents_.push_back(std::move(t));
+  Pump();
+}
+
+// At most one append is in flight. Queued transitions go first, in order; each is re-applied to
+// the newest state, and dropped once it changes nothing. The standing wish to join comes last.
+void Rendezvous::Pump() {
+  while (head_ && !appending_) {
+    std::optional<State> next;
+    const bool from_intent = !intents_.empty();
+    if (from_intent) {
+      next = Apply(*head_, intents_.front(), options_.params);
+      if (!next) {
+        intents_.pop_front();
+        continue;
+      }
+    } else if (want_join_ && mode_ == Mode::kJoining) {
+      next = Apply(*head_, Transition::Join(self_), options_.params);
+      if (!next) return;
+    } else {
+      return;
+    }
+    next->writer = self_id_ + "#" + std::to_string(++seq_);
+    appending_ = true;
+    const uint64_t index = head_index_ + 1;
+    std::weak_ptr<bool> alive = alive_;
+    log_->Append(index, Encode(*next), [this, alive, index, from_intent](StatusOr<AppendResult> r) {
+      if (alive.expired()) return;
+      appending_ = false;
+      if (!r.ok()) {
+        Fatal("cannot write to the rendezvous log: " + r.message());
+        return;
+      }
+      if (r->won && from_intent && !intents_.empty()) intents_.pop_front();
+      OnEntry(index, r->value);
+      Pump();
+    });
+  }
+}
+
+void Rendezvous::ArmLastCall() {
+  if (last_call_round_ == head_->round) return;
+  last_call_round_ = head_->round;
+  if (last_call_timer_) timers_.CancelTimer(*last_call_timer_);
+  last_call_timer_ = timers_.AddTimerAfter(options_.last_call, [this, round = head_->round] {
+    last_call_timer_.reset();
+    Enqueue(Transition::Complete(round));
+  });
+}
+
+void Rendezvous::OnJoinTimeout() {
+  if (mode_ != Mode::kJoining) return;
+  std::string msg = "rendezvous timed out after " + SecondsText(options_.join_timeout) + " (" + log_->Describe() + ")";
+  if (head_) {
+    const State& s = *head_;
+    msg += ": " + std::to_string(s.members.size()) + " node(s) joined round " + std::to_string(s.round);
+    if (!s.members.empty()) msg += " (" + Members() + ")";
+    msg += ", need at least " + std::to_string(options_.params.min_nodes);
+    if (std::string b = JoinBlocker(s, self_, options_.params); !b.empty()) msg += "; this node could not join: " + b;
+  }
+  Enqueue(Transition::Leave(self_id_));
+  Fatal(msg);
+}
+
+void Rendezvous::Fatal(const std::string& what) {
+  if (mode_ == Mode::kEnded) return;
+  JobEnd end;
+  end.exit_code = kExitRendezvous;
+  end.message = what;
+  end.rendezvous_error = true;
+  End(std::move(end));
+}
+
+void Rendezvous::End(JobEnd end) {
+  mode_ = Mode::kEnded;
+  want_join_ = false;
+  if (join_timer_) timers_.CancelTimer(*join_timer_);
+  if (last_call_timer_) timers_.CancelTimer(*last_call_timer_);
+  join_timer_.reset();
+  last_call_timer_.reset();
+  if (listener_) listener_->OnJobEnd(end);
+}
+
+RoundInfo Rendezvous::MakeRound() const {
+  const State& s = *head_;
+  RoundInfo r;
+  r.round = s.round;
+  r.nodes = s.members;
+  r.num_nodes = static_cast<int>(s.members.size());
+  r.restart_count = s.restarts;
+  r.reason = s.reason;
+  r.node_rank = s.NodeRank(self_id_);
+  r.world_size = 0;
+  for (int i = 0; i < r.num_nodes; ++i) {
+    if (i == r.node_rank) r.base_rank = r.world_size;
+    r.world_size += s.members[static_cast<size_t>(i)].nproc;
+  }
+  r.master_addr = s.members.front().addr;
+  r.master_port = s.members.front().store_port;
+  return r;
+}
+
+std::string Rendezvous::Members() const {
+  std::string out;
+  for (const auto& n : head_->members) {
+    if (!out.empty()) out += ", ";
+    out += n.host;
+    if (n.declared_rank >= 0) out += " (node " + std::to_string(n.declared_rank) + ")";
+  }
+  return out;
+}
+
+}  // namespace ctrun::rdzv

@@ -1,0 +1,207 @@
+#include "rendezvous/rdzv_state.h"
+
+#include <gtest/gtest.h>
+
+namespace ctrun::rdzv {
+namespace {
+
+NodeDesc Node(const std::string& id, int nproc = 2, int declared = -1) {
+  NodeDesc n;
+  n.id = id;
+  n.host = "host-" + id;
+  n.addr = "10.0.0." + std::to_string(id.size());
+  n.store_port = 1000 + static_cast<int>(id.size());
+  n.nproc = nproc;
+  n.declared_rank = declared;
+  return n;
+}
+
+Params Elastic(int min, int max, int restarts = 3) { return Params{min, max, restarts, false}; }
+
+State Must(const std::optional<State>& s) {
+  EXPECT_TRUE(s.has_value());
+  return s.value_or(State{});
+}
+
+State JoinAll(State s, const Params& p, const std::vector<NodeDesc>& nodes) {
+  for (const auto& n : nodes) s = Must(Apply(s, Transition::Join(n), p));
+  return s;
+}
+
+std::vector<std::string> MemberIds(const State& s) {
+  std::vector<std::string> out;
+  for (const auto& n : s.members) out.push_back(n.id);
+  return out;
+}
+
+Cause Failure(int rank, int code) {
+  Cause c;
+  c.host = "host-b";
+  c.rank = rank;
+  c.what = "exited with code " + std::to_string(code);
+  c.exit_code = code;
+  return c;
+}
+
+TEST(RdzvState, RoundCompletesAtMaxNodesInArrivalOrder) {
+  Params p = Elastic(2, 3);
+  State s = JoinAll(State{}, p, {Node("b"), Node("a")});
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  s = Must(Apply(s, Transition::Join(Node("c")), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_EQ(s.NodeRank("a"), 1);
+  // Joining twice changes nothing.
+  EXPECT_FALSE(Apply(s, Transition::Join(Node("a")), p));
+}
+
+TEST(RdzvState, LastCallCompletesOnlyWithMinNodes) {
+  Params p = Elastic(2, 4);
+  State s = JoinAll(State{}, p, {Node("a")});
+  EXPECT_FALSE(Apply(s, Transition::Complete(0), p));
+  s = JoinAll(s, p, {Node("b")});
+  EXPECT_FALSE(Apply(s, Transition::Complete(1), p)) << "another round's last call";
+  s = Must(Apply(s, Transition::Complete(0), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(s.members.size(), 2u);
+}
+
+TEST(RdzvState, StaticRanksAreTheDeclaredOnesAndConflictsAreNamed) {
+  Params p{3, 3, 0, true};
+  State s = JoinAll(State{}, p, {Node("x", 1, 2), Node("y", 1, 0)});
+  EXPECT_FALSE(Apply(s, Transition::Join(Node("z", 1, 2)), p));
+  EXPECT_NE(JoinBlocker(s, Node("z", 1, 2), p).find("node rank 2 is already taken by host-x"), std::string::npos);
+  s = Must(Apply(s, Transition::Join(Node("w", 1, 1)), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"y", "w", "x"}));
+}
+
+TEST(RdzvState, FailureWithRestartsLeftStartsACountedRoundThatCompletesWhenAllAreBack) {
+  Params p = Elastic(2, 4, 2);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Fail(0, "b", Failure(3, 1)), p));
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  EXPECT_EQ(s.round, 1u);
+  EXPECT_EQ(s.restarts, 1);
+  ASSERT_TRUE(s.cause);
+  EXPECT_EQ(s.cause->node_rank, 1);
+  EXPECT_NE(s.reason.find("node 1 (host-b): rank 3 exited with code 1"), std::string::npos) << s.reason;
+  // A second failure report of the finished round changes nothing (one restart per round).
+  EXPECT_FALSE(Apply(s, Transition::Fail(0, "a", Failure(0, 1)), p));
+  // Everyone expected is back: complete at once (no last call), previous order kept.
+  s = JoinAll(s, p, {Node("c"), Node("a")});
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  s = JoinAll(s, p, {Node("b")});
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(RdzvState, FailureWithoutRestartsClosesWithItsExitCode) {
+  Params p = Elastic(2, 2, 1);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Fail(0, "b", Failure(2, 7)), p));
+  s = JoinAll(s, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Fail(1, "a", Failure(0, 137)), p));
+  EXPECT_EQ(s.phase, Phase::kClosed);
+  EXPECT_EQ(s.exit_code, 137);
+  EXPECT_NE(s.message.find("no restarts left"), std::string::npos);
+  EXPECT_FALSE(Apply(s, Transition::Join(Node("a")), p));
+}
+
+TEST(RdzvState, FatalFailureClosesEvenWithRestartsLeft) {
+  Params p = Elastic(1, 1, 5);
+  State s = JoinAll(State{}, p, {Node("a")});
+  Cause c = Failure(0, 127);
+  c.fatal = true;
+  s = Must(Apply(s, Transition::Fail(0, "a", c), p));
+  EXPECT_EQ(s.phase, Phase::kClosed);
+  EXPECT_EQ(s.exit_code, 127);
+}
+
+TEST(RdzvState, JobSucceedsWhenEveryMemberSucceeded) {
+  Params p = Elastic(2, 2);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Succeed(0, "a"), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_FALSE(Apply(s, Transition::Succeed(0, "a"), p));
+  s = Must(Apply(s, Transition::Succeed(0, "b"), p));
+  EXPECT_EQ(s.phase, Phase::kClosed);
+  EXPECT_EQ(s.exit_code, 0);
+}
+
+TEST(RdzvState, NewcomerRestartsTheJobWithoutCountingWhenThereIsRoom) {
+  Params p = Elastic(2, 3, 0);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Join(Node("c")), p));
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  EXPECT_EQ(s.round, 1u);
+  EXPECT_EQ(s.restarts, 0);
+  s = JoinAll(s, p, {Node("b"), Node("a")});
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"a", "b", "c"}));
+  // Full now: a fourth node waits.
+  s = Must(Apply(s, Transition::Join(Node("d")), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_TRUE(s.IsWaiting("d"));
+}
+
+TEST(RdzvState, LostMemberRestartsWithTheSurvivors) {
+  Params p = Elastic(2, 4, 0);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Lost("b"), p));
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  EXPECT_EQ(s.restarts, 0);
+  EXPECT_EQ(s.expected, (std::vector<std::string>{"a", "c"}));
+  EXPECT_FALSE(Apply(s, Transition::Lost("b"), p));
+  s = JoinAll(s, p, {Node("c"), Node("a")});
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"a", "c"}));
+}
+
+TEST(RdzvState, LossWhileJoiningLetsTheOthersComplete) {
+  Params p = Elastic(2, 4, 0);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Fail(0, "a", Failure(0, 1)), p));
+  EXPECT_EQ(s.phase, Phase::kClosed) << "max_restarts=0";
+  p.max_restarts = 1;
+  s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Fail(0, "a", Failure(0, 1)), p));
+  s = JoinAll(s, p, {Node("a"), Node("c")});
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  s = Must(Apply(s, Transition::Leave("b"), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"a", "c"}));
+}
+
+TEST(RdzvState, EncodeDecodeRoundTrip) {
+  Params p = Elastic(2, 4, 3);
+  State s = JoinAll(State{}, p, {Node("a", 4, -1), Node("b", 2, -1), Node("c")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Fail(0, "b", Failure(5, 3)), p));
+  s = JoinAll(s, p, {Node("a", 4, -1)});
+  s.writer = "a#7";
+  auto back = Decode(Encode(s));
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(*back, s);
+}
+
+TEST(RdzvState, DecodeRejectsGarbageWithAMessage) {
+  EXPECT_FALSE(Decode("").ok());
+  EXPECT_FALSE(Decode("[1,2]").ok());
+  EXPECT_FALSE(Decode("{\"v\":1}").ok());
+  auto r = Decode("{\"v\":2}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("version"), std::string::npos);
+  State s;
+  std::string text = Encode(s);
+  text.replace(text.find("\"join\""), 6, "\"zzzz\"");
+  EXPECT_FALSE(Decode(text).ok());
+}
+
+}  // namespace
+}  // namespace ctrun::rdzv

@@ -1,0 +1,294 @@
+#include "rendezvous/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "fakes/fake_rendezvous_log.h"
+#include "fakes/fake_timer_queue.h"
+
+namespace ctrun::rdzv {
+namespace {
+
+using testing::FakeLogServer;
+using testing::FakeRendezvousLog;
+using testing::FakeTimerQueue;
+
+// One agent: its Rendezvous and what it was told. By default it "stops its workers" at once
+// when told to and joins the next round, like an agent whose workers die instantly.
+struct Node : RendezvousListener {
+  std::string id;
+  int nproc;
+  std::unique_ptr<Rendezvous> rdzv;
+  std::vector<RoundInfo> rounds;
+  std::vector<std::string> stops;
+  std::optional<JobEnd> end;
+  bool auto_rejoin = true;
+
+  void OnRoundReady(const RoundInfo& r) override { rounds.push_back(r); }
+  void OnRoundStopping(const std::string& why) override {
+    stops.push_back(why);
+    if (auto_rejoin) JoinNow();
+  }
+  void OnJobEnd(const JobEnd& e) override { end = e; }
+  void JoinNow() {
+    NodeDesc d;
+    d.host = "host-" + id;
+    d.addr = "10.0.0." + id;
+    d.store_port = 5000 + static_cast<int>(rounds.size());
+    d.nproc = nproc;
+    rdzv->Join(d);
+  }
+};
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  Node& Add(const std::string& id, int nproc = 2) {
+    auto n = std::make_unique<Node>();
+    n->id = id;
+    n->nproc = nproc;
+    n->rdzv = std::make_unique<Rendezvous>(std::make_unique<FakeRendezvousLog>(server_, timers_), timers_, options_,
+                                           id);
+    n->rdzv->SetListener(n.get());
+    nodes_.push_back(std::move(n));
+    return *nodes_.back();
+  }
+  void Settle() { timers_.Advance(Duration::zero()); }
+
+  std::shared_ptr<FakeLogServer> server_ = std::make_shared<FakeLogServer>();
+  FakeTimerQueue timers_;
+  RendezvousOptions options_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(RendezvousTest, TwoNodesGetContiguousRanksAndNodeZerosStore) {
+  options_.params = Params{2, 2, 0, false};
+  Node& a = Add("1", 4);
+  Node& b = Add("2", 2);
+  a.JoinNow();
+  Settle();
+  b.JoinNow();
+  Settle();
+  ASSERT_EQ(a.rounds.size(), 1u);
+  ASSERT_EQ(b.rounds.size(), 1u);
+  EXPECT_EQ(a.rounds[0].node_rank, 0);
+  EXPECT_EQ(b.rounds[0].node_rank, 1);
+  EXPECT_EQ(b.rounds[0].base_rank, 4);
+  EXPECT_EQ(a.rounds[0].world_size, 6);
+  EXPECT_EQ(b.rounds[0].num_nodes, 2);
+  EXPECT_EQ(b.rounds[0].master_addr, "10.0.0.1");
+  EXPECT_EQ(b.rounds[0].master_port, 5000);
+}
+
+TEST_F(RendezvousTest, AFailureOnOneNodeRestartsEveryNodeWithOneJobWideCount) {
+  options_.params = Params{2, 2, 3, false};
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  ASSERT_EQ(a.rounds.size(), 1u);
+  Cause c;
+  c.host = "host-2";
+  c.rank = 3;
+  c.what = "exited with code 1";
+  b.rdzv->ReportFailure(c);
+  b.JoinNow();  // its own workers are stopped by its agent
+  Settle();
+  ASSERT_EQ(a.stops.size(), 1u);
+  EXPECT_NE(a.stops[0].find("node 1 (host-2): rank 3 exited with code 1"), std::string::npos) << a.stops[0];
+  ASSERT_EQ(a.rounds.size(), 2u);
+  ASSERT_EQ(b.rounds.size(), 2u);
+  EXPECT_EQ(a.rounds[1].restart_count, 1);
+  EXPECT_EQ(b.rounds[1].restart_count, 1);
+  EXPECT_EQ(a.rounds[1].node_rank, 0) << "ranks are stable across restarts";
+  EXPECT_EQ(b.rounds[1].master_port, 5001) << "the new round's store of node 0";
+}
+
+TEST_F(RendezvousTest, NoRestartsLeftEveryAgentEndsWithTheRootCausesCode) {
+  options_.params = Params{2, 2, 0, false};
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  Cause c;
+  c.host = "host-1";
+  c.rank = 1;
+  c.what = "was killed by signal 9 (SIGKILL)";
+  c.exit_code = 137;
+  a.rdzv->ReportFailure(c);
+  a.JoinNow();
+  Settle();
+  ASSERT_TRUE(a.end);
+  ASSERT_TRUE(b.end);
+  EXPECT_EQ(a.end->exit_code, 137);
+  EXPECT_EQ(b.end->exit_code, 137);
+  EXPECT_TRUE(a.end->cause_is_local);
+  EXPECT_FALSE(b.end->cause_is_local);
+  ASSERT_TRUE(b.end->cause);
+  EXPECT_EQ(b.end->cause->node_rank, 0);
+  EXPECT_FALSE(b.end->rendezvous_error);
+}
+
+TEST_F(RendezvousTest, SuccessWaitsForEveryNode) {
+  options_.params = Params{2, 2, 0, false};
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  a.rdzv->ReportSucceeded();
+  Settle();
+  EXPECT_FALSE(a.end) << "exit barrier: node 2 is still running";
+  b.rdzv->ReportSucceeded();
+  Settle();
+  ASSERT_TRUE(a.end);
+  ASSERT_TRUE(b.end);
+  EXPECT_EQ(a.end->exit_code, 0);
+  EXPECT_EQ(b.end->exit_code, 0);
+}
+
+TEST_F(RendezvousTest, SucceededNodeRestartsWhenAnotherFails) {
+  options_.params = Params{2, 2, 1, false};
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  a.rdzv->ReportSucceeded();
+  Settle();
+  Cause c;
+  c.host = "host-2";
+  b.rdzv->ReportFailure(c);
+  b.JoinNow();
+  Settle();
+  EXPECT_EQ(a.rounds.size(), 2u);
+  EXPECT_EQ(b.rounds.size(), 2u);
+  EXPECT_FALSE(a.end);
+}
+
+TEST_F(RendezvousTest, JoinTimeoutNamesWhoJoined) {
+  options_.params = Params{3, 3, 0, false};
+  options_.join_timeout = Seconds(10);
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  timers_.Advance(Seconds(11));
+  ASSERT_TRUE(a.end);
+  EXPECT_TRUE(a.end->rendezvous_error);
+  EXPECT_EQ(a.end->exit_code, kExitRendezvous);
+  EXPECT_NE(a.end->message.find("timed out after 10 s"), std::string::npos) << a.end->message;
+  EXPECT_NE(a.end->message.find("2 node(s) joined round 0 (host-1, host-2), need at least 3"), std::string::npos)
+      << a.end->message;
+}
+
+TEST_F(RendezvousTest, LastCallCompletesAnElasticRoundAboveMin) {
+  options_.params = Params{2, 4, 0, false};
+  options_.last_call = Seconds(2);
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  EXPECT_TRUE(a.rounds.empty());
+  timers_.Advance(Seconds(2));
+  ASSERT_EQ(a.rounds.size(), 1u);
+  ASSERT_EQ(b.rounds.size(), 1u);
+  EXPECT_EQ(a.rounds[0].num_nodes, 2);
+}
+
+TEST_F(RendezvousTest, LostNodeLeavesTheOthersRunningAsASmallerJobWithoutCounting) {
+  options_.params = Params{2, 4, 0, false};
+  options_.last_call = Seconds(1);
+  Node& a = Add("1");
+  Node& b = Add("2");
+  Node& c = Add("3");
+  a.JoinNow();
+  b.JoinNow();
+  c.JoinNow();
+  Settle();
+  timers_.Advance(Seconds(1));
+  ASSERT_EQ(a.rounds.size(), 1u);
+  // Node 3 dies: its Rendezvous is gone, and the liveness deadline reports it.
+  c.rdzv.reset();
+  testing::LoseNode(*server_, timers_, "3");
+  Settle();
+  ASSERT_EQ(a.rounds.size(), 2u);
+  ASSERT_EQ(b.rounds.size(), 2u);
+  EXPECT_EQ(a.rounds[1].num_nodes, 2);
+  EXPECT_EQ(a.rounds[1].restart_count, 0);
+  EXPECT_NE(a.stops[0].find("host-3"), std::string::npos) << a.stops[0];
+}
+
+TEST_F(RendezvousTest, NewNodeJoinsARunningJobAndEveryoneRestartsAsBiggerWithoutCounting) {
+  options_.params = Params{2, 4, 0, false};
+  options_.last_call = Seconds(1);
+  Node& a = Add("1");
+  Node& b = Add("2");
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  timers_.Advance(Seconds(1));
+  ASSERT_EQ(a.rounds.size(), 1u);
+  Node& c = Add("3");
+  c.JoinNow();
+  Settle();
+  ASSERT_EQ(a.rounds.size(), 2u);
+  ASSERT_EQ(c.rounds.size(), 1u);
+  EXPECT_EQ(c.rounds[0].num_nodes, 3);
+  EXPECT_EQ(c.rounds[0].node_rank, 2);
+  EXPECT_EQ(c.rounds[0].restart_count, 0);
+}
+
+TEST_F(RendezvousTest, LeaveOfOneAgentRestartsTheOthersWhenMinRemains) {
+  options_.params = Params{2, 3, 0, false};
+  options_.last_call = Seconds(1);
+  Node& a = Add("1");
+  Node& b = Add("2");
+  Node& c = Add("3");
+  a.JoinNow();
+  b.JoinNow();
+  c.JoinNow();
+  Settle();
+  ASSERT_EQ(a.rounds.size(), 1u);
+  c.rdzv->Leave();
+  Settle();
+  EXPECT_TRUE(c.rdzv->idle());
+  ASSERT_EQ(a.rounds.size(), 2u);
+  EXPECT_EQ(a.rounds[1].num_nodes, 2);
+  EXPECT_FALSE(a.end);
+}
+
+TEST_F(RendezvousTest, ABrokenLogEndsTheAgentWithARendezvousError) {
+  options_.params = Params{2, 2, 0, false};
+  Node& a = Add("1");
+  a.JoinNow();
+  Settle();
+  server_->broken = true;
+  Node& b = Add("2");
+  Settle();
+  ASSERT_TRUE(b.end);
+  EXPECT_TRUE(b.end->rendezvous_error);
+  EXPECT_NE(b.end->message.find("fake log broken"), std::string::npos);
+}
+
+TEST_F(RendezvousTest, ManyNodesConverge) {
+  options_.params = Params{16, 16, 0, false};
+  std::vector<Node*> all;
+  for (int i = 0; i < 16; ++i) all.push_back(&Add(std::to_string(i + 1)));
+  for (auto* n : all) n->JoinNow();
+  Settle();
+  std::vector<bool> seen(16, false);
+  for (auto* n : all) {
+    ASSERT_EQ(n->rounds.size(), 1u) << n->id;
+    seen[static_cast<size_t>(n->rounds[0].node_rank)] = true;
+    EXPECT_EQ(n->rounds[0].world_size, 32);
+  }
+  for (bool s : seen) EXPECT_TRUE(s);
+}
+
+}  // namespace
+}  // namespace ctrun::rdzv

@@ -1,0 +1,244 @@
+// Multi-node agents: real Agents and Rendezvous over an in-memory log, fake spawners and one fake
+// clock. No fork, no socket, no sleep: the whole cross-node protocol is exercised in-process.
+#include <gtest/gtest.h>
+
+#include "agent/agent.h"
+#include "fakes/fake_rendezvous_log.h"
+#include "fakes/fake_spawner.h"
+#include "fakes/fake_timer_queue.h"
+
+namespace ctrun {
+namespace {
+
+using testing::FakeLogServer;
+using testing::FakeRendezvousLog;
+using testing::FakeSpawner;
+using testing::FakeTimerQueue;
+
+class NodeHooks : public AgentHooks {
+ public:
+  Status PrepareAttempt(int attempt, AttemptInfo* info) override {
+    attempts.push_back(attempt);
+    info->master_addr = round.master_addr;
+    info->master_port = round.master_port;
+    info->use_agent_store = true;
+    return Status::Ok();
+  }
+  Status PrepareJoin(rdzv::NodeDesc* self) override {
+    self->host = host;
+    self->addr = "10.0.0." + std::to_string(index);
+    self->store_port = 7000 + 10 * index + joins++;
+    return Status::Ok();
+  }
+  void OnRound(const rdzv::RoundInfo& r) override { round = r; }
+  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
+  bool Logged(const std::string& part) const {
+    for (const auto& l : logs)
+      if (l.find(part) != std::string::npos) return true;
+    return false;
+  }
+
+  int index = 0;
+  std::string host;
+  int joins = 0;
+  rdzv::RoundInfo round;
+  std::vector<int> attempts;
+  std::vector<std::string> logs;
+};
+
+struct Node {
+  LaunchConfig config;
+  FakeSpawner spawner;
+  NodeHooks hooks;
+  std::unique_ptr<rdzv::Rendezvous> rdzv;
+  std::unique_ptr<Agent> agent;
+  size_t first_spec = 0;  // spawner.specs index of the current attempt's first worker
+
+  std::string Env(size_t worker, const std::string& key) const {
+    const std::string* kv = FindEnv(spawner.specs.at(first_spec + worker).env, key);
+    return kv ? kv->substr(key.size() + 1) : "<unset>";
+  }
+  pid_t Pid(size_t worker) const { return 1000 + static_cast<pid_t>(first_spec + worker); }
+  void Exit(size_t worker, ExitStatus st) {
+    spawner.alive_groups.erase(Pid(worker));
+    agent->OnChildExit(Pid(worker), st);
+  }
+  // Every worker still running dies of the signal it was sent.
+  void DieOfSignals() {
+    for (size_t i = first_spec; i < spawner.specs.size(); ++i) {
+      pid_t pid = 1000 + static_cast<pid_t>(i);
+      if (!spawner.alive_groups.count(pid)) continue;
+      spawner.alive_groups.erase(pid);
+      agent->OnChildExit(pid, ExitStatus::Signaled(SIGTERM));
+    }
+  }
+  void NextAttempt() { first_spec = spawner.specs.size(); }
+};
+
+class MultiNodeAgentTest : public ::testing::Test {
+ protected:
+  Node& Add(int nproc, int min_nodes, int max_nodes, int max_restarts = 0) {
+    auto n = std::make_unique<Node>();
+    n->config.nproc_per_node = nproc;
+    n->config.entrypoint = "./train";
+    n->config.min_nodes = min_nodes;
+    n->config.max_nodes = max_nodes;
+    n->config.max_restarts = max_restarts;
+    n->config.run_id = "job1";
+    n->config.rdzv.backend = "c10d";
+    n->config.rdzv.multi_node = true;
+    n->hooks.index = static_cast<int>(nodes_.size());
+    n->hooks.host = "host-" + std::string(1, static_cast<char>('a' + nodes_.size()));
+    rdzv::RendezvousOptions o;
+    o.params = rdzv::Params{min_nodes, max_nodes, max_restarts, false};
+    o.last_call = Seconds(1);
+    n->rdzv = std::make_unique<rdzv::Rendezvous>(std::make_unique<FakeRendezvousLog>(server_, timers_), timers_, o,
+                                                 n->hooks.host + "/1");
+    n->agent = std::make_unique<Agent>(n->config, std::vector<std::string>{"PATH=/bin"}, "python3", n->spawner,
+                                       timers_, n->hooks);
+    n->agent->AttachRendezvous(n->rdzv.get());
+    nodes_.push_back(std::move(n));
+    return *nodes_.back();
+  }
+  void Settle() { timers_.Advance(Duration::zero()); }
+
+  std::shared_ptr<FakeLogServer> server_ = std::make_shared<FakeLogServer>();
+  FakeTimerQueue timers_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(MultiNodeAgentTest, RanksAreContiguousPerNodeAndTheEnvNamesTheWholeJob) {
+  Node& a = Add(4, 2, 2);
+  Node& b = Add(2, 2, 2);
+  a.agent->Start();
+  Settle();
+  EXPECT_EQ(a.agent->state(), AgentState::kRendezvous);
+  EXPECT_TRUE(a.spawner.specs.empty()) << "no worker before the round is complete";
+  b.agent->Start();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 4u);
+  ASSERT_EQ(b.spawner.specs.size(), 2u);
+  EXPECT_EQ(b.Env(0, "RANK"), "4");
+  EXPECT_EQ(b.Env(1, "RANK"), "5");
+  EXPECT_EQ(b.Env(1, "LOCAL_RANK"), "1");
+  EXPECT_EQ(b.Env(0, "WORLD_SIZE"), "6");
+  EXPECT_EQ(b.Env(0, "LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(b.Env(0, "GROUP_RANK"), "1");
+  EXPECT_EQ(b.Env(0, "GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(b.Env(0, "ROLE_RANK"), "4");
+  EXPECT_EQ(b.Env(0, "ROLE_WORLD_SIZE"), "6");
+  EXPECT_EQ(b.Env(0, "TORCHELASTIC_RUN_ID"), "job1");
+  EXPECT_EQ(b.Env(0, "MASTER_ADDR"), "10.0.0.0");
+  EXPECT_EQ(b.Env(0, "MASTER_PORT"), "7000") << "node 0's workers' store of this round";
+  EXPECT_EQ(a.Env(3, "MASTER_PORT"), "7000");
+}
+
+TEST_F(MultiNodeAgentTest, AWorkerFailureOnOneNodeRestartsEveryNodeWithOneCount) {
+  Node& a = Add(2, 2, 2, 3);
+  Node& b = Add(2, 2, 2, 3);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 2u);
+  b.Exit(1, ExitStatus::Exited(1));
+  Settle();
+  EXPECT_EQ(a.agent->state(), AgentState::kStopping) << "node a heard of node b's failure";
+  EXPECT_EQ(a.spawner.CountSignals(SIGTERM), 2);
+  EXPECT_TRUE(a.hooks.Logged("node 1 (host-b): rank 3 exited with code 1")) << a.hooks.logs.back();
+  a.DieOfSignals();
+  b.DieOfSignals();
+  a.NextAttempt();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 4u);
+  ASSERT_EQ(b.spawner.specs.size(), 4u);
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(b.Env(1, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(b.Env(1, "RANK"), "3");
+  EXPECT_EQ(a.Env(0, "MASTER_PORT"), "7001") << "a new store for the new round";
+  EXPECT_EQ(a.hooks.attempts, (std::vector<int>{0, 1}));
+}
+
+TEST_F(MultiNodeAgentTest, NoRestartsLeftEveryAgentExitsWithTheRootCausesCode) {
+  Node& a = Add(2, 2, 2, 0);
+  Node& b = Add(2, 2, 2, 0);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  b.Exit(0, ExitStatus::Signaled(SIGSEGV));
+  Settle();
+  a.DieOfSignals();
+  b.DieOfSignals();
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  ASSERT_TRUE(b.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 128 + SIGSEGV);
+  EXPECT_EQ(b.agent->exit_code(), 128 + SIGSEGV);
+  ASSERT_TRUE(a.agent->job_end());
+  EXPECT_FALSE(a.agent->job_end()->cause_is_local);
+  EXPECT_TRUE(b.agent->job_end()->cause_is_local);
+  // Node a's workers were stopped by ctrun, not failures of their own.
+  for (const auto& f : a.agent->failures()) EXPECT_TRUE(f.stopped_by_ctrun);
+}
+
+TEST_F(MultiNodeAgentTest, SuccessIsAgreedOnlyWhenEveryNodeSucceeded) {
+  Node& a = Add(1, 2, 2);
+  Node& b = Add(1, 2, 2);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.Exit(0, ExitStatus::Exited(0));
+  Settle();
+  EXPECT_FALSE(a.agent->done()) << "exit barrier";
+  b.Exit(0, ExitStatus::Exited(0));
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  ASSERT_TRUE(b.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 0);
+  EXPECT_EQ(b.agent->exit_code(), 0);
+}
+
+TEST_F(MultiNodeAgentTest, SignalledAgentLeavesAndTheOthersGoOnWithoutCounting) {
+  Node& a = Add(1, 1, 3, 0);
+  Node& b = Add(1, 1, 3, 0);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  timers_.Advance(Seconds(1));  // last call
+  ASSERT_EQ(b.spawner.specs.size(), 1u);
+  a.agent->OnSignal(SIGTERM);
+  Settle();
+  a.DieOfSignals();
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 128 + SIGTERM);
+  EXPECT_EQ(b.agent->state(), AgentState::kStopping);
+  b.DieOfSignals();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 2u) << "b restarted alone (min 1)";
+  EXPECT_EQ(b.Env(0, "WORLD_SIZE"), "1");
+  EXPECT_EQ(b.Env(0, "RANK"), "0");
+  EXPECT_EQ(b.Env(0, "TORCHELASTIC_RESTART_COUNT"), "0");
+  EXPECT_FALSE(b.agent->done());
+}
+
+TEST_F(MultiNodeAgentTest, UnexecutableEntrypointEndsEveryNodeWithoutARestartLoop) {
+  Node& a = Add(2, 2, 2, 5);
+  Node& b = Add(2, 2, 2, 5);
+  b.spawner.FailNextSpawn(ENOENT);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.DieOfSignals();
+  b.agent->OnChildExit(b.Pid(0), ExitStatus::Signaled(SIGKILL));  // the one that started, SIGKILLed
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  ASSERT_TRUE(b.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 127);
+  EXPECT_EQ(b.agent->exit_code(), 127);
+  EXPECT_EQ(a.spawner.specs.size(), 2u) << "no restart";
+}
+
+}  // namespace
+}  // namespace ctrun
