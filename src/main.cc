@@ -15,6 +15,7 @@
 #include "gpu/gpu_probe.h"
 #include "logs/logging.h"
 #include "logs/output_plan.h"
+#include "rendezvous/settings.h"
 
 extern char** environ;
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof host - 1);
     ctx.hostname = host;
 
+    if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return UsageError(s.message());
     if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return UsageError(s.message());
     ctrun::SystemGpuProbe gpus(ctrun::ProcessEnvLookup());
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return UsageError(s.message());

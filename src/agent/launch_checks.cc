@@ -16,12 +16,6 @@ Status CheckSupported(const LaunchConfig& c) {
     return Status::Error(
         "--run_path is not supported: it runs the script inside torchrun's Python agent process; "
         "ctrun starts every worker as its own process (drop --run_path)");
-  if (c.max_nodes > 1 || c.min_nodes > 1)
-    return Status::Error("--nnodes=" + std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes) +
-                         ": more than one node is not yet supported by ctrun (single-node jobs only for now)");
-  if (!c.standalone && c.rdzv_backend != "static")
-    return Status::Error("--rdzv_backend=" + c.rdzv_backend +
-                         " is not yet supported by ctrun: use --standalone or the default static backend");
   if (!c.numa_binding.empty()) return Status::Error("--numa-binding is not yet supported by ctrun");
   return Status::Ok();
 }

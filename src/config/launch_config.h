@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/rdzv_settings.h"
+
 namespace ctrun {
 
 // How --nproc_per_node was given; "gpu"/"auto"/"cpu" are resolved at run time (gpu probe).
@@ -32,6 +34,7 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";   // --master_addr
   std::optional<int> master_port;          // --master_port (29500 when static and unset)
   std::string local_addr;                  // --local_addr
+  RdzvSettings rdzv;                       // typed from the flags above (rendezvous/settings.h)
 
   // --- worker group --------------------------------------------------------------------------
   int max_restarts = 0;                    // --max_restarts

@@ -101,14 +101,6 @@ TEST(CheckSupported, RefusesWhatIsNotImplementedWithAReason) {
   EXPECT_TRUE(CheckSupported(c).ok());
   c.run_path = true;
   EXPECT_NE(CheckSupported(c).message().find("--run_path"), std::string::npos);
-  c = {};
-  c.max_nodes = 2;
-  EXPECT_NE(CheckSupported(c).message().find("not yet supported"), std::string::npos);
-  c = {};
-  c.rdzv_backend = "etcd";
-  EXPECT_FALSE(CheckSupported(c).ok());
-  c.standalone = true;  // --standalone overrides the backend
-  EXPECT_TRUE(CheckSupported(c).ok());
 }
 
 }  // namespace

@@ -1,0 +1,206 @@
+#include "rendezvous/settings.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace ctrun::rdzv {
+namespace {
+
+constexpr int kC10dDefaultPort = 29400;
+constexpr int kEtcdDefaultPort = 2379;
+
+StatusOr<double> PositiveSeconds(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(d) || d <= 0 || d > 1e7)
+    return Status::Error("--rdzv_conf " + key + "=" + v + ": expected a positive number of seconds");
+  return d;
+}
+
+StatusOr<bool> Bool(const std::string& key, const std::string& v) {
+  if (v == "1" || v == "true" || v == "True" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "False" || v == "no") return false;
+  return Status::Error("--rdzv_conf " + key + "=" + v + ": expected true/false or 1/0");
+}
+
+using Setter = std::function<Status(RdzvSettings*, const std::string& key, const std::string& value)>;
+
+Setter SecondsField(double RdzvSettings::*field) {
+  return [field](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
+    auto d = PositiveSeconds(k, v);
+    if (!d.ok()) return d.status();
+    s->*field = *d;
+    return {};
+  };
+}
+
+Setter TextField(std::string RdzvSettings::*field) {
+  return [field](RdzvSettings* s, const std::string&, const std::string& v) -> Status {
+    s->*field = v;
+    return {};
+  };
+}
+
+const std::map<std::string, Setter>& Keys() {
+  static const std::map<std::string, Setter> keys = {
+      {"join_timeout", SecondsField(&RdzvSettings::join_timeout)},
+      {"timeout", SecondsField(&RdzvSettings::join_timeout)},  // the static backend's name for it
+      {"last_call_timeout", SecondsField(&RdzvSettings::last_call_timeout)},
+      {"close_timeout", SecondsField(&RdzvSettings::close_timeout)},
+      {"keep_alive_interval", SecondsField(&RdzvSettings::keep_alive_interval)},
+      {"read_timeout", SecondsField(&RdzvSettings::read_timeout)},
+      {"keep_alive_max_attempt",
+       [](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
+         char* end = nullptr;
+         long n = std::strtol(v.c_str(), &end, 10);
+         if (v.empty() || *end != '\0' || n < 1 || n > 1000)
+           return Status::Error("--rdzv_conf " + k + "=" + v + ": expected an integer from 1 to 1000");
+         s->keep_alive_max_attempt = static_cast<int>(n);
+         return {};
+       }},
+      {"is_host",
+       [](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
+         auto b = Bool(k, v);
+         if (!b.ok()) return b.status();
+         s->is_host = *b;
+         return {};
+       }},
+      {"store_type",
+       [](RdzvSettings*, const std::string& k, const std::string& v) -> Status {
+         if (v == "tcp") return {};
+         return Status::Error("--rdzv_conf " + k + "=" + v + ": ctrun's c10d rendezvous runs on its TCP store only");
+       }},
+      {"use_libuv", [](RdzvSettings*, const std::string&, const std::string&) -> Status { return {}; }},
+      {"etcd_prefix", TextField(&RdzvSettings::etcd_prefix)},
+      {"protocol",
+       [](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
+         if (v != "http" && v != "https")
+           return Status::Error("--rdzv_conf " + k + "=" + v + ": expected http or https");
+         s->protocol = v;
+         return {};
+       }},
+      {"cacert", TextField(&RdzvSettings::cacert)},
+      {"cert", TextField(&RdzvSettings::cert)},
+      {"key", TextField(&RdzvSettings::key)},
+      {"username", TextField(&RdzvSettings::username)},
+  };
+  return keys;
+}
+
+Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s) {
+  for (const auto& [k, v] : conf) {
+    auto it = Keys().find(k);
+    if (it == Keys().end()) {
+      std::string known;
+      for (const auto& kv : Keys()) known += (known.empty() ? "" : ", ") + kv.first;
+      return Status::Error("--rdzv_conf: unknown key '" + k + "' (known: " + known + ")");
+    }
+    if (Status st = it->second(s, k, v); !st.ok()) return st;
+  }
+  if (s->cert.empty() != s->key.empty()) return Status::Error("--rdzv_conf: cert and key must be given together");
+  return {};
+}
+
+StatusOr<int> Port(std::string_view text, std::string_view whole) {
+  int port = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9' || port > 65535) return Status::Error("bad port in '" + std::string(whole) + "'");
+    port = port * 10 + (ch - '0');
+  }
+  if (text.empty() || port < 1 || port > 65535)
+    return Status::Error("bad port in '" + std::string(whole) + "' (expected 1-65535)");
+  return port;
+}
+
+Status ResolveEndpoints(LaunchConfig* c, RdzvSettings* s) {
+  if (s->backend == "static") {
+    HostPort master{c->master_addr, c->master_port.value_or(29500)};
+    if (!c->rdzv_endpoint.empty()) {
+      auto hp = ParseHostPort(c->rdzv_endpoint, master.port);
+      if (!hp.ok()) return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint + ": " + hp.message());
+      master = *hp;
+    } else if (auto hp = ParseHostPort(c->master_addr, master.port); hp.ok()) {
+      master.host = hp->host;  // --master_addr=[::1]
+    }
+    s->endpoints = {master};
+    return {};
+  }
+  if (c->rdzv_endpoint.empty())
+    return Status::Error("--rdzv_backend=" + c->rdzv_backend + " needs --rdzv_endpoint=HOST[:PORT]");
+  const int def = s->backend == "etcd" ? kEtcdDefaultPort : kC10dDefaultPort;
+  std::string_view rest = c->rdzv_endpoint;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view one = rest.substr(0, comma);
+    auto hp = ParseHostPort(one, def);
+    if (!hp.ok()) return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint + ": " + hp.message());
+    s->endpoints.push_back(*hp);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (s->backend == "c10d" && s->endpoints.size() != 1)
+    return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint + ": the c10d backend takes one HOST[:PORT]");
+  return {};
+}
+
+}  // namespace
+
+StatusOr<HostPort> ParseHostPort(std::string_view text, int default_port) {
+  if (text.empty()) return Status::Error("empty address");
+  HostPort hp{"", default_port};
+  if (text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos || close == 1) return Status::Error("unbalanced '[' in '" + std::string(text) + "'");
+    hp.host = std::string(text.substr(1, close - 1));
+    std::string_view after = text.substr(close + 1);
+    if (after.empty()) return hp;
+    if (after.front() != ':') return Status::Error("expected ':PORT' after ']' in '" + std::string(text) + "'");
+    auto p = Port(after.substr(1), text);
+    if (!p.ok()) return p.status();
+    hp.port = *p;
+    return hp;
+  }
+  size_t colon = text.find(':');
+  if (colon != std::string_view::npos && text.find(':', colon + 1) != std::string_view::npos) {
+    hp.host = std::string(text);  // a bare IPv6 address: no port
+    return hp;
+  }
+  hp.host = std::string(text.substr(0, colon));
+  if (hp.host.empty()) return Status::Error("no host in '" + std::string(text) + "'");
+  if (colon == std::string_view::npos) return hp;
+  auto p = Port(text.substr(colon + 1), text);
+  if (!p.ok()) return p.status();
+  hp.port = *p;
+  return hp;
+}
+
+Status ResolveSettings(LaunchConfig* c) {
+  RdzvSettings s;
+  s.backend = c->rdzv_backend == "etcd-v2" ? "etcd" : c->rdzv_backend;
+  if (c->standalone) {
+    c->rdzv = s;
+    return {};
+  }
+  if (s.backend != "static" && s.backend != "c10d" && s.backend != "etcd")
+    return Status::Error("--rdzv_backend=" + c->rdzv_backend + ": unknown backend (static, c10d, etcd, etcd-v2)");
+  if (Status st = ApplyConf(c->rdzv_conf, &s); !st.ok()) return st;
+  if (s.backend == "static") {
+    if (c->max_nodes == 1 && c->min_nodes == 1) {
+      c->rdzv = s;  // the single-node agent
+      return {};
+    }
+    if (c->min_nodes != c->max_nodes)
+      return Status::Error("--nnodes=" + std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes) +
+                           ": the static rendezvous needs a fixed node count (use --rdzv_backend=c10d for MIN:MAX)");
+    if (c->node_rank >= c->max_nodes)
+      return Status::Error("--node_rank=" + std::to_string(c->node_rank) + " is out of range for --nnodes=" +
+                           std::to_string(c->max_nodes) + " (0.." + std::to_string(c->max_nodes - 1) + ")");
+  }
+  if (Status st = ResolveEndpoints(c, &s); !st.ok()) return st;
+  s.multi_node = true;
+  c->rdzv = s;
+  return {};
+}
+
+}  // namespace ctrun::rdzv

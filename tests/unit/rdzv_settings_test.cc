@@ -1,0 +1,127 @@
+#include "rendezvous/settings.h"
+
+#include <gtest/gtest.h>
+
+namespace ctrun::rdzv {
+namespace {
+
+TEST(ParseHostPort, AcceptsNamesIPv4AndBracketedIPv6) {
+  auto a = ParseHostPort("node1:1234", 29400);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "node1");
+  EXPECT_EQ(a->port, 1234);
+  auto b = ParseHostPort("10.0.0.1", 29400);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->port, 29400);
+  auto c = ParseHostPort("[::1]:5", 1);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->host, "::1");
+  EXPECT_EQ(c->port, 5);
+  EXPECT_EQ(c->ToString(), "[::1]:5");
+  auto d = ParseHostPort("[fe80::1]", 7);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->port, 7);
+  auto e = ParseHostPort("::1", 7);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->host, "::1");
+  for (const char* bad : {"", "h:", "h:0", "h:65536", "h:12x", "[::1", "[::1]x", ":80", "[]:1"})
+    EXPECT_FALSE(ParseHostPort(bad, 1).ok()) << bad;
+}
+
+LaunchConfig Multi(const std::string& backend, int min, int max) {
+  LaunchConfig c;
+  c.rdzv_backend = backend;
+  c.min_nodes = min;
+  c.max_nodes = max;
+  return c;
+}
+
+TEST(ResolveSettings, StandaloneAndOneStaticNodeStaySingleNode) {
+  LaunchConfig c;
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_FALSE(c.rdzv.multi_node);
+  c = Multi("c10d", 2, 2);
+  c.standalone = true;
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_FALSE(c.rdzv.multi_node);
+}
+
+TEST(ResolveSettings, StaticUsesMasterAddrAndPortLikeTorchrun) {
+  LaunchConfig c = Multi("static", 2, 2);
+  c.master_addr = "10.1.2.3";
+  c.master_port = 1234;
+  c.node_rank = 1;
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_TRUE(c.rdzv.multi_node);
+  ASSERT_EQ(c.rdzv.endpoints.size(), 1u);
+  EXPECT_EQ(c.rdzv.endpoints[0].ToString(), "10.1.2.3:1234");
+  c = Multi("static", 2, 2);
+  c.master_addr = "[::1]";
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.endpoints[0].host, "::1");
+  EXPECT_EQ(c.rdzv.endpoints[0].port, 29500);
+}
+
+TEST(ResolveSettings, StaticRefusesRangesAndOutOfRangeNodeRanks) {
+  LaunchConfig c = Multi("static", 1, 2);
+  auto s = ResolveSettings(&c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fixed node count"), std::string::npos);
+  c = Multi("static", 2, 2);
+  c.node_rank = 2;
+  s = ResolveSettings(&c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--node_rank=2 is out of range"), std::string::npos);
+}
+
+TEST(ResolveSettings, C10dNeedsAnEndpointAndTakesTorchrunsConfKeys) {
+  LaunchConfig c = Multi("c10d", 1, 4);
+  EXPECT_NE(ResolveSettings(&c).message().find("needs --rdzv_endpoint"), std::string::npos);
+  c.rdzv_endpoint = "head";
+  c.rdzv_conf = {{"join_timeout", "30"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "1"},
+                 {"keep_alive_max_attempt", "2"}, {"is_host", "0"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_TRUE(c.rdzv.multi_node);
+  EXPECT_EQ(c.rdzv.endpoints[0].port, 29400);
+  EXPECT_EQ(c.rdzv.join_timeout, 30);
+  EXPECT_EQ(c.rdzv.last_call_timeout, 0.5);
+  EXPECT_EQ(c.rdzv.keep_alive_max_attempt, 2);
+  ASSERT_TRUE(c.rdzv.is_host);
+  EXPECT_FALSE(*c.rdzv.is_host);
+  // One node with c10d is still a rendezvous (torchrun tutorials use --nnodes=1 with c10d).
+  c = Multi("c10d", 1, 1);
+  c.rdzv_endpoint = "localhost:0";
+  ASSERT_FALSE(ResolveSettings(&c).ok()) << "port 0";
+}
+
+TEST(ResolveSettings, EtcdTakesSeveralEndpointsAndV2IsAnAlias) {
+  LaunchConfig c = Multi("etcd-v2", 2, 3);
+  c.rdzv_endpoint = "e1,e2:2390,[::1]";
+  c.rdzv_conf = {{"etcd_prefix", "/jobs"}, {"protocol", "https"}, {"cacert", "/ca.pem"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.backend, "etcd");
+  ASSERT_EQ(c.rdzv.endpoints.size(), 3u);
+  EXPECT_EQ(c.rdzv.endpoints[0].port, 2379);
+  EXPECT_EQ(c.rdzv.endpoints[1].port, 2390);
+  EXPECT_EQ(c.rdzv.etcd_prefix, "/jobs");
+}
+
+TEST(ResolveSettings, BadConfValuesAreOneLineNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"join_timeout", "-1"}, {"join_timeout", "abc"}, {"keep_alive_max_attempt", "0"}, {"is_host", "maybe"},
+      {"store_type", "file"}, {"protocol", "ftp"},     {"no_such_key", "1"},            {"cert", "/c.pem"}};
+  for (const auto& [k, v] : bad) {
+    LaunchConfig c = Multi("c10d", 2, 2);
+    c.rdzv_endpoint = "h";
+    c.rdzv_conf = {{k, v}};
+    auto s = ResolveSettings(&c);
+    ASSERT_FALSE(s.ok()) << k << "=" << v;
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+    EXPECT_NE(s.message().find(k), std::string::npos) << s.message();
+  }
+  LaunchConfig c = Multi("zookeeper", 2, 2);
+  EXPECT_NE(ResolveSettings(&c).message().find("unknown backend"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ctrun::rdzv
