@@ -11,14 +11,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "store/client_util.h"
 #include "sys/posix_util.h"
 
 namespace ctrun::store {
 namespace {
 
 constexpr auto kCancelGrace = std::chrono::seconds(5);
-constexpr auto kMinBackoff = std::chrono::milliseconds(10);
-constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
 
@@ -39,11 +38,6 @@ int PollUntil(int fd, short events, TimePoint deadline) {
     // poll may return early by a tick; loop until the deadline has really passed.
     if (Now() >= deadline) return 0;
   }
-}
-
-bool Retryable(int err) {
-  return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
-         err == ECONNRESET || err == EAGAIN || err == ECONNABORTED || err == EADDRNOTAVAIL;
 }
 
 void SleepUntil(TimePoint t) {
@@ -84,21 +78,6 @@ UniqueFd TryConnect(const addrinfo* ai, TimePoint deadline, int* err) {
   return fd;
 }
 
-Request MakeRequest(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
-  Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
-
-std::string KeyList(const std::vector<std::string>& keys) {
-  std::string s = "[";
-  for (size_t i = 0; i < keys.size() && i < 8; ++i) s += (i ? ", " : "") + keys[i];
-  if (keys.size() > 8) s += ", ...";
-  return s + "]";
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const ClientOptions& opts) {
@@ -119,7 +98,7 @@ Status StoreClient::Fail(Status st) {
 Status StoreClient::EnsureConnected(TimePoint deadline) {
   if (fd_) return Status::Ok();
   const std::string where = opts_.host + ":" + std::to_string(opts_.port);
-  auto backoff = std::chrono::duration_cast<Duration>(kMinBackoff);
+  Duration backoff = kConnectMinBackoff;
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -143,23 +122,20 @@ Status StoreClient::EnsureConnected(TimePoint deadline) {
         return Status::Ok();
       }
       why = std::strerror(err);
-      if (!Retryable(err)) return Status::Error("store: connect " + where + ": " + why);
+      if (!RetryableConnectError(err)) return Status::Error("store: connect " + where + ": " + why);
     }
     if (Now() + backoff >= deadline) {
       return Status::Error("store: could not connect to " + where + " before the timeout: " + why);
     }
     SleepUntil(Now() + backoff);
-    backoff = std::min<Duration>(backoff * 2, kMaxBackoff);
+    backoff = std::min<Duration>(backoff * 2, kConnectMaxBackoff);
   }
 }
 
 Status StoreClient::Handshake(TimePoint deadline) {
   std::string bytes;
   if (!opts_.token.empty()) {
-    Request auth;
-    auth.op = Op::kAuth;
-    auth.values = {opts_.token};
-    EncodeRequest(opts_.dialect, auth, &bytes);
+    EncodeRequest(opts_.dialect, AuthRequest(opts_.token), &bytes);
     if (Status st = SendRaw(bytes, deadline); !st.ok()) return st;
     std::string ack;
     if (Status st = ReadExact(1, &ack, deadline); !st.ok()) {
@@ -169,10 +145,7 @@ Status StoreClient::Handshake(TimePoint deadline) {
     bytes.clear();
   }
   if (opts_.dialect == Dialect::kModern) {
-    Request v;
-    v.op = Op::kValidate;
-    v.u32 = kValidationMagic;
-    EncodeRequest(opts_.dialect, v, &bytes);
+    EncodeRequest(opts_.dialect, ValidateRequest(), &bytes);
     return SendRaw(bytes, deadline);
   }
   return Status::Ok();
