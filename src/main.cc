@@ -12,6 +12,7 @@
 #include "agent/runner.h"
 #include "agent/worker_env.h"
 #include "cli/cli.h"
+#include "cli/cluster_env.h"
 #include "gpu/gpu_probe.h"
 #include "logs/logging.h"
 #include "logs/output_plan.h"
@@ -64,6 +65,15 @@ int main(int argc, char** argv) {
     if (ctrun::Status s = ctrun::logs::ValidateLogFlags(config, getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"));
         !s.ok())
       return UsageError(s.message());
+
+    // Under Slurm's srun with no node flags: nodes, node rank and master from SLURM_*.
+    std::string cluster_notice;
+    if (ctrun::Status s = ctrun::ApplyClusterEnv(&config, ctrun::ProcessEnvLookup(),
+                                                 ctrun::DetectExplicitFlags(args, ctrun::ProcessEnvLookup()),
+                                                 &cluster_notice);
+        !s.ok())
+      return UsageError(s.message());
+    if (!cluster_notice.empty()) spdlog::info("{}", cluster_notice);
 
     ctrun::RunContext ctx;
     for (char** e = environ; *e; ++e) ctx.environ.emplace_back(*e);

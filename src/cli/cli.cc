@@ -42,17 +42,21 @@ struct OptionDef {
 constexpr std::array kOptions = {
     // --- Nodes & rendezvous ---
     OptionDef{"nnodes", 0, Kind::kValue, "PET_NNODES", "N|MIN:MAX", "1:1", Group::kNodes,
-              "Number of nodes, or a MIN:MAX range for an elastic job. More than one node is parsed but "
-              "not yet supported."},
+              "Number of nodes, or a MIN:MAX range for an elastic job (c10d or etcd rendezvous)."},
     OptionDef{"rdzv_backend", 0, Kind::kValue, "PET_RDZV_BACKEND", "NAME", "static", Group::kNodes,
-              "Rendezvous backend: static, c10d, etcd or etcd-v2."},
+              "Rendezvous backend: static (fixed nodes, node rank 0 hosts the store), c10d (ctrun's "
+              "own, on its TCP store; elastic), etcd or etcd-v2 (etcd's v3 API; elastic)."},
     OptionDef{"rdzv_endpoint", 0, Kind::kValue, "PET_RDZV_ENDPOINT", "HOST[:PORT]", "", Group::kNodes,
-              "Rendezvous endpoint. For static with none given: MASTER_ADDR:MASTER_PORT."},
+              "Rendezvous endpoint. c10d: the store, default port 29400; etcd: one or more "
+              "HOST[:PORT] separated by commas, default port 2379; static with none given: "
+              "MASTER_ADDR:MASTER_PORT."},
     OptionDef{"rdzv_id", 0, Kind::kValue, "PET_RDZV_ID", "ID", "none", Group::kNodes,
               "Job id shared by all nodes; becomes TORCHELASTIC_RUN_ID. --run-id is a ctrun alias.",
               "run_id"},
     OptionDef{"rdzv_conf", 0, Kind::kValue, "PET_RDZV_CONF", "K=V,...", "", Group::kNodes,
-              "Extra rendezvous settings, e.g. timeout=900,join_timeout=600."},
+              "Rendezvous settings: join_timeout (600), last_call_timeout (30), "
+              "keep_alive_interval (5), keep_alive_max_attempt (3), read_timeout (60), is_host, "
+              "close_timeout, timeout (static), etcd_prefix, protocol, cacert, cert, key, username."},
     OptionDef{"standalone", 0, Kind::kFlag, "PET_STANDALONE", "", "", Group::kNodes,
               "Single-node job with a local rendezvous on a free port: the rendezvous backend, "
               "endpoint and id are chosen automatically and explicit values are ignored."},
@@ -744,6 +748,24 @@ EnvLookup ProcessEnvLookup() {
     if (!v) return std::nullopt;
     return std::string(v);
   };
+}
+
+std::vector<std::string> ExplicitOptionDests(const std::vector<std::string>& argv, const EnvLookup& env) {
+  const Tokens tokens = Tokenize(argv);
+  std::vector<std::string> dests;
+  for (const OptionDef& def : kOptions) {
+    std::string dest(def.dest);
+    bool given = tokens.spelled.count(dest) > 0;
+    if (!given && !def.env.empty()) {
+      if (std::optional<std::string> v = env(std::string(def.env))) {
+        StatusOr<int> n = ParseInt(*v);
+        given = def.kind == Kind::kValue || !n.ok() || *n != 0;
+      }
+    }
+    if (given) dests.push_back(std::move(dest));
+  }
+  std::sort(dests.begin(), dests.end());
+  return dests;
 }
 
 CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLookup& env) {

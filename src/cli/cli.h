@@ -51,4 +51,12 @@ std::string VersionText();
 // An EnvLookup over the process environment (getenv); for main(). Tests pass a map instead.
 EnvLookup ProcessEnvLookup();
 
+// The dest names ("node_rank", "standalone", ...) of the options the user set explicitly: given on
+// the command line before the entrypoint, in any form ParseCommandLine accepts (--node-rank 1,
+// --node_rank=1, a unique prefix, a short option), or through their environment fallback ([env: X]
+// in --help) when it is set; an on/off option's variable counts unless its value is the integer 0.
+// Arguments ParseCommandLine would reject are skipped (it reports them). Sorted, no duplicates.
+// For code that must not override a choice the user made (src/cli/cluster_env).
+std::vector<std::string> ExplicitOptionDests(const std::vector<std::string>& argv, const EnvLookup& env);
+
 }  // namespace ctrun
