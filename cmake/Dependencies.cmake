@@ -3,6 +3,8 @@ find_package(Threads REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
+# libcurl (multi interface on the agent's event loop) for the etcd v3 rendezvous backend.
+find_package(CURL REQUIRED)
 if(CTRUN_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)
 endif()

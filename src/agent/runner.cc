@@ -20,6 +20,7 @@
 #include "logs/log_dir.h"
 #include "logs/output_plan.h"
 #include "logs/output_relay.h"
+#include "rendezvous/backend.h"
 #include "report/run_summary.h"
 #include "sys/event_loop.h"
 #include "sys/posix_util.h"
@@ -103,6 +104,39 @@ class RealHooks final : public AgentHooks {
 
   const std::optional<OomKillSample>& oom_before() const { return oom_before_; }
 
+  // Multi-node: this node's address as the others reach it (set once before the first join).
+  void set_node_addr(std::string addr) { node_addr_ = std::move(addr); }
+
+  // A fresh workers' store for every round this node joins: if the node becomes rank 0 it serves
+  // it (its port travels in the join record, so no extra round trip), otherwise it is dropped.
+  // Old workers' connections die with the previous round's store, so no key of an old attempt can
+  // reach a new one, and no other node's keys are ever cleared.
+  Status PrepareJoin(rdzv::NodeDesc* self) override {
+    self->host = context_.hostname.substr(0, context_.hostname.find('.'));
+    self->addr = node_addr_;
+    next_store_.reset();
+    const bool v6 = node_addr_.find(':') != std::string::npos;
+    if (!config_.agent_store) {
+      self->store_port = FindFreePort();
+      return self->store_port ? Status::Ok() : Status::Error("cannot find a free port for the workers' store");
+    }
+    store::ServerOptions opts;
+    opts.bind_host = v6 ? "::" : "0.0.0.0";
+    opts.port = 0;
+    auto server = store::StoreServer::Start(loop_, opts);
+    if (!server.ok()) return Status::Error("cannot open the workers' store: " + server.message());
+    next_store_ = std::move(server.value());
+    self->store_port = next_store_->port();
+    return Status::Ok();
+  }
+
+  void OnRound(const rdzv::RoundInfo& round) override {
+    round_ = round;
+    store_.reset();
+    if (round.node_rank == 0) store_ = std::move(next_store_);
+    next_store_.reset();
+  }
+
  private:
   // MASTER_ADDR/MASTER_PORT for the attempt. With the agent store (default) ctrun hosts the
   // workers' TCPStore itself: bound once before the first attempt, so no worker ever races for
@@ -110,6 +144,12 @@ class RealHooks final : public AgentHooks {
   // Standalone binds a free loopback port; otherwise --master_addr:--master_port, like torchrun's
   // static backend. Without it (--no-agent-store), worker rank 0 hosts the store, as in torch 1.13.
   Status PrepareStore(AttemptInfo* info) {
+    if (round_) {
+      info->master_addr = round_->master_addr;
+      info->master_port = round_->master_port;
+      info->use_agent_store = config_.agent_store;
+      return Status::Ok();
+    }
     info->master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
     const int wanted_port = config_.standalone ? 0 : config_.master_port.value_or(29500);
     if (!config_.agent_store) {
@@ -145,10 +185,12 @@ class RealHooks final : public AgentHooks {
     paths_ = std::move(paths.value());
     logs::PlanInputs in;
     in.nproc = config_.nproc_per_node;
-    in.world_size = config_.max_nodes * config_.nproc_per_node;
-    in.node_rank = config_.node_rank;
-    in.multi_node = config_.max_nodes > 1;
+    in.world_size = round_ ? round_->world_size : config_.max_nodes * config_.nproc_per_node;
+    in.node_rank = round_ ? round_->node_rank : config_.node_rank;
+    in.multi_node = round_ ? round_->num_nodes > 1 || config_.max_nodes > 1 : config_.max_nodes > 1;
     in.host = context_.hostname.substr(0, context_.hostname.find('.'));
+    if (round_)  // nodes may differ in nproc: ranks come from the round, not node_rank * nproc
+      for (int i = 0; i < config_.nproc_per_node; ++i) in.global_ranks.push_back(round_->base_rank + i);
     in.paths = &paths_;
     in.env_template = ::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     auto plans = logs::PlanOutput(config_, in);
@@ -183,10 +225,95 @@ class RealHooks final : public AgentHooks {
   std::map<pid_t, UniqueFd> pidfds_;
   std::optional<OomKillSample> oom_before_;
   std::unique_ptr<store::StoreServer> store_;
+  std::unique_ptr<store::StoreServer> next_store_;  // multi-node: advertised in the pending join
+  std::optional<rdzv::RoundInfo> round_;
+  std::string node_addr_;
 };
+
+// After the run: this agent's last transitions (a Leave after a signal) reach the log, and a
+// rendezvous host keeps serving until the other agents have read the outcome and disconnected.
+// Both bounded: the others cope with a vanished host through their own deadlines.
+void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
+  const TimePoint drain_until = loop.Now() + std::chrono::seconds(2);
+  while (!backend->rendezvous->idle() && loop.Now() < drain_until) loop.RunOnce(std::chrono::milliseconds(50));
+  backend->rendezvous.reset();
+  if (!backend->hosted_store) return;
+  const TimePoint linger_until = loop.Now() + std::chrono::seconds(10);
+  while (backend->hosted_store->num_connections() > 0 && loop.Now() < linger_until)
+    loop.RunOnce(std::chrono::milliseconds(50));
+  backend->hosted_store.reset();
+}
 
 std::string EntrypointName(const LaunchConfig& config) {
   return std::filesystem::path(config.entrypoint).filename().string();
+}
+
+// The one place that decides ctrun's exit code: a signal to ctrun, 128+signal; multi-node, the
+// outcome the agents agreed on (or this agent's rendezvous error); single node, the root cause
+// chosen with the error files' timestamps; otherwise what the agent ended with.
+int DecideExitCode(const Agent& agent, const std::vector<WorkerFailure>& failures) {
+  if (agent.ended_by_signal() != 0 || agent.multi_node() || failures.empty()) return agent.exit_code();
+  return JobExitCode(failures);
+}
+
+std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks) {
+  std::vector<WorkerFailure> failures;
+  const auto oom_after = ReadOomKillSample();
+  for (const auto& f : agent.failures()) {
+    WorkerFailure w;
+    w.global_rank = f.rank.global_rank;
+    w.local_rank = f.local_rank;
+    w.role_rank = f.rank.role_rank;
+    w.pid = f.pid;
+    w.status = f.status;
+    w.time = f.time;
+    w.error_file = f.error_file;
+    w.stopped_by_ctrun = f.stopped_by_ctrun;
+    w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
+    w.stderr_tail = hooks.StderrTail(f.local_rank);
+    failures.push_back(std::move(w));
+  }
+  LoadErrorFiles(&failures);
+  std::sort(failures.begin(), failures.end(),
+            [](const WorkerFailure& a, const WorkerFailure& b) { return a.global_rank < b.global_rank; });
+  return failures;
+}
+
+SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks) {
+  SummaryOptions opts;
+  opts.oom_before = hooks.oom_before();
+  opts.oom_after = ReadOomKillSample();
+  if (const int sig = agent.ended_by_signal(); sig != 0) {
+    opts.stop_reason = "ctrun received signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
+  } else if (agent.job_end() && agent.job_end()->cause && !agent.job_end()->cause_is_local) {
+    opts.stop_reason = "stopped because " + agent.job_end()->cause->Describe();
+    opts.remote_root_cause = agent.job_end()->cause->Describe();
+  }
+  return opts;
+}
+
+// The end of the run for the user: the failure summary (torchrun's layout), the agent's own error
+// file, the multi-node outcome. Returns ctrun's exit code.
+int Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks) {
+  const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks);
+  if (!failures.empty()) {
+    const SummaryOptions opts = MakeSummaryOptions(agent, hooks);
+    std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
+    std::fflush(stdout);
+    std::fputs(text.c_str(), stderr);
+    for (const auto& kv : context.environ)
+      if (kv.rfind("TORCHELASTIC_ERROR_FILE=", 0) == 0)
+        if (Status s = WriteAgentErrorFile(kv.substr(24), failures, opts); !s.ok())
+          spdlog::warn("cannot write the agent's error file: {}", s.message());
+  }
+  if (agent.multi_node() && agent.job_end() && agent.ended_by_signal() == 0) {
+    const rdzv::JobEnd& end = *agent.job_end();
+    if (end.cause && !end.cause_is_local && failures.empty())
+      spdlog::error("the job failed on another node: {}", end.cause->Describe());
+    else if (!end.rendezvous_error && end.exit_code != 0 && !end.cause)
+      spdlog::error("{}", end.message);
+  }
+  return DecideExitCode(agent, failures);
 }
 
 }  // namespace
@@ -227,6 +354,17 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   PosixSpawner spawner;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
   Agent agent(config, context.environ, context.python_exec, spawner, loop, hooks);
+  rdzv::Backend backend;
+  if (config.rdzv.multi_node) {
+    auto b = rdzv::MakeBackend(config, loop, context.hostname);
+    if (!b.ok()) {
+      spdlog::error("{}", b.message());
+      return rdzv::kExitRendezvous;
+    }
+    backend = std::move(b.value());
+    hooks.set_node_addr(backend.node_addr);
+    agent.AttachRendezvous(backend.rendezvous.get());
+  }
 
   const pid_t watchdog_pid = watchdog ? watchdog->pid() : -1;
   auto drain = [&] {
@@ -248,49 +386,13 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
 
   agent.Start();
   while (!agent.done()) loop.RunOnce();
+  if (backend.rendezvous) FinishRendezvous(loop, &backend);
 
   // Every worker is gone; whatever is still in their pipes (or held open by an escaped
   // descendant) is read now, bounded, so the last words of a crashing rank are never lost.
   relay.FlushAll(loop.Now() + std::chrono::seconds(2));
 
-  // ---- report ----
-  int code = agent.exit_code();
-  if (!agent.failures().empty()) {
-    std::vector<WorkerFailure> failures;
-    auto oom_after = ReadOomKillSample();
-    for (const auto& f : agent.failures()) {
-      WorkerFailure w;
-      w.global_rank = f.rank.global_rank;
-      w.local_rank = f.local_rank;
-      w.role_rank = f.rank.role_rank;
-      w.pid = f.pid;
-      w.status = f.status;
-      w.time = f.time;
-      w.error_file = f.error_file;
-      w.stopped_by_ctrun = f.stopped_by_ctrun;
-      w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
-      w.stderr_tail = hooks.StderrTail(f.local_rank);
-      failures.push_back(std::move(w));
-    }
-    LoadErrorFiles(&failures);
-    std::sort(failures.begin(), failures.end(),
-              [](const WorkerFailure& a, const WorkerFailure& b) { return a.global_rank < b.global_rank; });
-    SummaryOptions opts;
-    opts.oom_before = hooks.oom_before();
-    opts.oom_after = oom_after;
-    // Stopped by a signal to ctrun: its exit code is 128+signal whatever the workers did.
-    const int stop_sig = agent.ended_by_signal();
-    if (stop_sig != 0) opts.stop_reason = "ctrun received signal " + std::to_string(stop_sig) + " (" + SignalName(stop_sig) + ")";
-    const bool signal_exit = stop_sig != 0;
-    std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
-    std::fflush(stdout);
-    std::fputs(text.c_str(), stderr);
-    if (!signal_exit) code = JobExitCode(failures);
-    for (const auto& kv : context.environ)
-      if (kv.rfind("TORCHELASTIC_ERROR_FILE=", 0) == 0)
-        if (Status s = WriteAgentErrorFile(kv.substr(24), failures, opts); !s.ok())
-          spdlog::warn("cannot write the agent's error file: {}", s.message());
-  }
+  const int code = Report(config, context, agent, hooks);
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");

@@ -199,7 +199,9 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
       others.push_back(std::move(block));
     }
   }
-  if (!root) {
+  if (!root && !options.remote_root_cause.empty()) {
+    root_text = "  on another node: " + options.remote_root_cause;
+  } else if (!root) {
     root_text = "  <NO_ROOT_CAUSE>: every failed worker was stopped by ctrun";
     if (!options.stop_reason.empty()) root_text += "; " + options.stop_reason;
   }

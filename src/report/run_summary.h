@@ -66,6 +66,9 @@ std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures
 struct SummaryOptions {
   // Shown when there is no root cause, e.g. "ctrun received signal 15 (SIGTERM)".
   std::string stop_reason;
+  // Multi-node: the root cause was a worker on another node ("node 1 (host-b): rank 5 exited
+  // with code 1"); the root-cause section names it instead of <NO_ROOT_CAUSE>.
+  std::string remote_root_cause;
   // stderr lines shown for the root cause / for other workers that failed on their own, when they
   // left no error file. Workers stopped by ctrun get none (their stderr is collateral noise).
   size_t root_stderr_lines = 20;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -54,6 +56,29 @@ TEST(Compat, GlooAllReduceWithFourWorkers) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("all_reduce ok world_size=4"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("agent_store=True"), std::string::npos) << r.out;
+}
+
+// Two ctrun agents (c10d rendezvous on loopback) x 2 workers: one gloo world of 4 across the
+// nodes, bootstrapped through node 0's agent store; the last rank fails in attempt 0 and every
+// node restarts.
+TEST(Compat, GlooAllReduceAcrossTwoNodesWithARestart) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  TempDir d;
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  std::vector<std::string> env = kPyEnv;
+  env.push_back("CTRUN_TEST_FAIL_UNTIL_ATTEMPT=1");
+  std::vector<std::unique_ptr<BackgroundProcess>> nodes;
+  for (int i = 0; i < 2; ++i)
+    nodes.push_back(std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{CTRUN_BINARY, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=gloo2", "--max_restarts=1",
+                                 Script("ddp_gloo.py")},
+        env, d / ("out" + std::to_string(i)), d / ("err" + std::to_string(i))));
+  EXPECT_EQ(nodes[0]->Wait(240s), 0) << ReadFileOr(d / "err0");
+  EXPECT_EQ(nodes[1]->Wait(240s), 0) << ReadFileOr(d / "err1");
+  const std::string out = ReadFileOr(d / "out0") + ReadFileOr(d / "out1");
+  EXPECT_NE(out.find("all_reduce ok world_size=4 restart=0 agent_store=True"), std::string::npos) << out;
+  EXPECT_NE(out.find("all_reduce ok world_size=4 restart=1 agent_store=True"), std::string::npos) << out;
 }
 
 TEST(Compat, GlooAllReduceWithWorkerHostedStore) {

@@ -20,6 +20,8 @@
 //   --only-rank R       apply --exit/--signal/--hang only on RANK R (others exit 0)
 //   --only-attempt A    ... and only when TORCHELASTIC_RESTART_COUNT == A
 //   --else-hang         ranks/attempts that --only-* excludes hang instead of exiting 0
+//   --else-hang-attempt A  ... only when TORCHELASTIC_RESTART_COUNT == A (later attempts exit 0)
+//   --hang-if-world N   hang while WORLD_SIZE == N (multi-node: until a membership change)
 //   --wait-file P       before ending, wait (up to 30 s) until P exists
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
 //   --heartbeat N       beat N times through the worker library (CTRUN_HEARTBEAT_FD/FILE)
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
   long beat_ms = 1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
-  int only_rank = -1, only_attempt = -1;
+  int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1;
   for (size_t i = 0; i < a.size(); ++i) {
     auto next = [&]() -> std::string { return i + 1 < a.size() ? a[++i] : std::string(); };
     const std::string& o = a[i];
@@ -97,6 +99,8 @@ int main(int argc, char** argv) {
     else if (o == "--only-attempt") only_attempt = atoi(next().c_str());
     else if (o == "--wait-file") wait_file = next();
     else if (o == "--else-hang") else_hang = true;
+    else if (o == "--else-hang-attempt") else_hang_attempt = atoi(next().c_str());
+    else if (o == "--hang-if-world") hang_if_world = atoi(next().c_str());
     else if (o == "--heartbeat") beats = atoi(next().c_str());
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
@@ -172,8 +176,11 @@ int main(int argc, char** argv) {
 
   bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
                  (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"));
+  if (hang_if_world >= 0 && Env("WORLD_SIZE", "") == std::to_string(hang_if_world)) SleepForever();
   if (!applies) {
     if (else_hang) SleepForever();
+    if (else_hang_attempt >= 0 && std::to_string(else_hang_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"))
+      SleepForever();
     return 0;
   }
   if (!error_msg.empty()) {

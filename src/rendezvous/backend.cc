@@ -1,0 +1,211 @@
+#include "rendezvous/backend.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/unique_fd.h"
+#include "rendezvous/etcd_log.h"
+#include "rendezvous/store_log.h"
+
+namespace ctrun::rdzv {
+namespace {
+
+// Numeric form of every address of `host` (getaddrinfo; blocking, once at start-up).
+std::vector<std::string> Resolve(const std::string& host) {
+  std::vector<std::string> out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {0};
+    const void* src = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (::inet_ntop(a->ai_family, src, buf, sizeof buf)) out.emplace_back(buf);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+// The addresses of this machine's interfaces (getifaddrs), numeric.
+std::vector<std::string> LocalAddresses() {
+  std::vector<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    const void* src = i->ifa_addr->sa_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    if (::inet_ntop(i->ifa_addr->sa_family, src, buf, sizeof buf)) out.emplace_back(buf);
+  }
+  ::freeifaddrs(ifs);
+  return out;
+}
+
+// Whether `host` names this machine (as torchrun's c10d host check: localhost, a loopback
+// address, the host name, or an address of one of its interfaces).
+bool IsThisMachine(const std::string& host, const std::string& hostname) {
+  if (host == "localhost" || host == hostname || host == hostname.substr(0, hostname.find('.'))) return true;
+  const std::vector<std::string> mine = LocalAddresses();
+  for (const std::string& a : Resolve(host)) {
+    if (a.rfind("127.", 0) == 0 || a == "::1") return true;
+    for (const auto& m : mine)
+      if (a == m) return true;
+  }
+  return false;
+}
+
+// The local address the kernel would use to reach `target` (a UDP connect sends nothing).
+std::string RouteSource(const HostPort& target) {
+  for (const std::string& a : Resolve(target.host)) {
+    const bool v6 = a.find(':') != std::string::npos;
+    UniqueFd s(::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!s) continue;
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (v6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      in6->sin6_family = AF_INET6;
+      in6->sin6_port = htons(static_cast<uint16_t>(target.port));
+      ::inet_pton(AF_INET6, a.c_str(), &in6->sin6_addr);
+      len = sizeof *in6;
+    } else {
+      auto* in4 = reinterpret_cast<sockaddr_in*>(&ss);
+      in4->sin_family = AF_INET;
+      in4->sin_port = htons(static_cast<uint16_t>(target.port));
+      ::inet_pton(AF_INET, a.c_str(), &in4->sin_addr);
+      len = sizeof *in4;
+    }
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) continue;
+    sockaddr_storage local{};
+    socklen_t llen = sizeof local;
+    if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &llen) != 0) continue;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    const void* src = local.ss_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+    if (::inet_ntop(local.ss_family, src, buf, sizeof buf)) return buf;
+  }
+  return "";
+}
+
+std::string RandomHex(size_t bytes) {
+  unsigned char b[16] = {0};
+  if (bytes > sizeof b || getentropy(b, bytes) != 0) return "0";
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < bytes; ++i) {
+    s += hex[b[i] >> 4];
+    s += hex[b[i] & 15];
+  }
+  return s;
+}
+
+RendezvousOptions MakeOptions(const LaunchConfig& c) {
+  const RdzvSettings& r = c.rdzv;
+  RendezvousOptions o;
+  o.params.min_nodes = c.min_nodes;
+  o.params.max_nodes = c.max_nodes;
+  o.params.max_restarts = c.max_restarts;
+  o.params.static_ranks = r.backend == "static";
+  o.join_timeout = Seconds(r.join_timeout);
+  o.last_call = Seconds(r.last_call_timeout);
+  o.liveness.interval = Seconds(r.keep_alive_interval);
+  o.liveness.deadline = Seconds(r.keep_alive_interval * r.keep_alive_max_attempt);
+  return o;
+}
+
+// static: node rank 0 hosts the store at the endpoint. c10d: the agent whose address matches the
+// endpoint (or is_host=1) tries; when several agents on one machine match, the first to bind
+// hosts and the others connect as clients.
+StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig& c, EventLoop& loop,
+                                                            const std::string& hostname) {
+  const RdzvSettings& r = c.rdzv;
+  const HostPort& ep = r.endpoints.front();
+  bool host = false;
+  bool must = false;
+  if (r.backend == "static") {
+    host = must = c.node_rank == 0;
+  } else if (r.backend == "c10d") {
+    host = r.is_host ? *r.is_host : IsThisMachine(ep.host, hostname);
+    must = r.is_host.value_or(false);
+  }
+  if (!host) return std::unique_ptr<store::StoreServer>();
+  store::ServerOptions opts;
+  opts.bind_host = ep.host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  opts.port = ep.port;
+  opts.token = RendezvousToken(c);
+  auto server = store::StoreServer::Start(loop, opts);
+  if (server.ok()) return std::move(server.value());
+  if (!must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
+  return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
+                       server.message() + " (is another job using it? pick another " +
+                       (r.backend == "static" ? "--master_port" : "--rdzv_endpoint port") + ")");
+}
+
+StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoop& loop) {
+  const RdzvSettings& r = c.rdzv;
+  if (r.backend == "etcd") {
+    EtcdLogOptions o;
+    for (const auto& ep : r.endpoints) o.etcd.endpoints.push_back(r.protocol + "://" + ep.ToString());
+    o.prefix = r.etcd_prefix;
+    o.run_id = c.run_id;
+    o.etcd.tls.ca_file = r.cacert;
+    o.etcd.tls.cert_file = r.cert;
+    o.etcd.tls.key_file = r.key;
+    o.etcd.user = r.username;
+    if (const char* pw = std::getenv("CTRUN_ETCD_PASSWORD")) o.etcd.password = pw;
+    o.etcd.request_timeout = Seconds(std::min(r.read_timeout, 10.0));
+    o.etcd.retry_deadline = Seconds(r.read_timeout);
+    auto log = EtcdLog::Create(&loop, std::move(o));
+    if (!log.ok()) return log.status();
+    return std::unique_ptr<RendezvousLog>(std::move(log.value()));
+  }
+  StoreLogOptions o;
+  o.host = r.endpoints.front().host;
+  o.port = r.endpoints.front().port;
+  o.run_id = c.run_id;
+  o.token = RendezvousToken(c);
+  o.connect_timeout = Seconds(r.join_timeout);
+  o.op_timeout = Seconds(r.read_timeout);
+  auto log = StoreLog::Create(loop, o);
+  if (!log.ok()) return log.status();
+  return std::unique_ptr<RendezvousLog>(std::move(log.value()));
+}
+
+}  // namespace
+
+std::string RendezvousToken(const LaunchConfig& config) {
+  if (const char* t = std::getenv("CTRUN_RDZV_TOKEN"); t && *t) return t;
+  return "ctrun-run:" + config.run_id;
+}
+
+StatusOr<Backend> MakeBackend(const LaunchConfig& c, EventLoop& loop, const std::string& hostname) {
+  Backend b;
+  auto hosted = MaybeHostStore(c, loop, hostname);
+  if (!hosted.ok()) return hosted.status();
+  b.hosted_store = std::move(hosted.value());
+  const HostPort& ep = c.rdzv.endpoints.front();
+  b.node_addr = c.local_addr;
+  if (b.node_addr.empty()) b.node_addr = RouteSource(ep);
+  if (b.node_addr.empty()) b.node_addr = hostname;
+  auto log = MakeLog(c, loop);
+  if (!log.ok()) return Status::Error("cannot reach the rendezvous at " + ep.ToString() + ": " + log.message());
+  const std::string id = hostname.substr(0, hostname.find('.')) + "/" + std::to_string(::getpid()) + "/" + RandomHex(4);
+  b.rendezvous = std::make_unique<Rendezvous>(std::move(log.value()), loop, MakeOptions(c), id);
+  return b;
+}
+
+}  // namespace ctrun::rdzv

@@ -1,0 +1,245 @@
+// Multi-node jobs on one machine: several real ctrun agents as processes on loopback, meeting
+// through the static or c10d rendezvous, running the fake worker. Every wait polls against a
+// deadline; every agent and worker is checked gone at the end.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "helpers/ctrun_command.h"
+#include "helpers/test_util.h"
+
+namespace ctrun::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+int FreePort() {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// Fast rendezvous timings for tests: 1 s heartbeat deadline, 1 s last call.
+const std::string kFastConf = "--rdzv_conf=join_timeout=60,last_call_timeout=1,keep_alive_max_attempt=5";
+
+class Agents {
+ public:
+  explicit Agents(TempDir& dir) : dir_(dir) {}
+  // Starts agent `name` with ctrun flags and fake-worker args.
+  void Start(const std::string& name, const std::vector<std::string>& flags, const std::vector<std::string>& worker,
+             const std::vector<std::string>& env = {}) {
+    procs_[name] = std::make_unique<BackgroundProcess>(Ctrun(flags, worker), env, dir_ / (name + ".out"),
+                                                       dir_ / (name + ".err"));
+  }
+  int Wait(const std::string& name, milliseconds timeout = seconds(60)) { return procs_.at(name)->Wait(timeout); }
+  BackgroundProcess& operator[](const std::string& name) { return *procs_.at(name); }
+  std::string Err(const std::string& name) const { return ReadFileOr(dir_ / (name + ".err")); }
+
+ private:
+  TempDir& dir_;
+  std::map<std::string, std::unique_ptr<BackgroundProcess>> procs_;
+};
+
+std::map<std::string, std::string> ReadEnv(const std::string& path) {
+  std::map<std::string, std::string> env;
+  for (const auto& line : SplitLines(ReadFileOr(path))) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+void ExpectAllGone(const std::string& pid_file) {
+  for (pid_t p : ReadPids(pid_file))
+    EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(p); }, seconds(10))) << "worker pid " << p << " outlived the job";
+}
+
+// conf: more --rdzv_conf keys ("k=v,...").
+std::vector<std::string> C10d(int port, const std::string& nnodes, int nproc, std::vector<std::string> extra = {},
+                              const std::string& conf = "") {
+  std::vector<std::string> f{"--nnodes=" + nnodes, "--nproc_per_node=" + std::to_string(nproc), "--rdzv_backend=c10d",
+                             "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=job",
+                             kFastConf + ",keep_alive_interval=0.2" + (conf.empty() ? "" : "," + conf),
+                             "--shutdown-timeout=5"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+TEST(MultiNode, StaticTwoNodesOfTwoWorkers) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  for (int node : {1, 0}) {
+    agents.Start("n" + std::to_string(node),
+                 {"--nnodes=2", "--nproc_per_node=2", "--node_rank=" + std::to_string(node), "--master_addr=127.0.0.1",
+                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2"},
+                 {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  }
+  EXPECT_EQ(agents.Wait("n0"), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1"), 0) << agents.Err("n1");
+  std::set<std::string> master_ports;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2));
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
+    master_ports.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+  }
+  EXPECT_EQ(master_ports.size(), 1u) << "every worker bootstraps through node 0's agent store";
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, C10dFourNodesOfTwoWorkersGetEveryRankOnce) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  for (int i = 0; i < 4; ++i)
+    agents.Start("n" + std::to_string(i), C10d(port, "4", 2), {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  std::set<std::string> group_ranks;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(agents.Wait("n" + std::to_string(i)), 0) << agents.Err("n" + std::to_string(i));
+  for (int rank = 0; rank < 8; ++rank) {
+    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "8") << rank;
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job");
+    group_ranks.insert(env["GROUP_RANK"]);
+  }
+  EXPECT_EQ(group_ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, AWorkerFailureOnOneNodeRestartsEveryNode) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  // Global rank 3 fails in attempt 0; every other worker of attempt 0 hangs until ctrun stops it.
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--only-rank", "3",
+                                        "--only-attempt", "0", "--exit", "1", "--else-hang-attempt", "0"};
+  agents.Start("n0", C10d(port, "2", 2, {"--max_restarts=1"}), worker);
+  agents.Start("n1", C10d(port, "2", 2, {"--max_restarts=1"}), worker);
+  EXPECT_EQ(agents.Wait("n0"), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1"), 0) << agents.Err("n1");
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(ReadEnv(dir / ("env." + std::to_string(rank)))["TORCHELASTIC_RESTART_COUNT"], "1") << rank;
+  // The node whose workers were healthy says why it stopped them, naming the failed node and rank.
+  const std::string both = agents.Err("n0") + agents.Err("n1");
+  EXPECT_NE(both.find("rank 3 exited with code 1"), std::string::npos) << both;
+  EXPECT_NE(both.find("stopping the workers"), std::string::npos) << both;
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, NoRestartsLeftEveryAgentExitsWithTheSameCode) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::vector<std::string> worker{"--pid-file", dir / "pids", "--only-rank", "2", "--exit", "7", "--else-hang"};
+  agents.Start("n0", C10d(port, "2", 2), worker);
+  agents.Start("n1", C10d(port, "2", 2), worker);
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 7) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 7) << agents.Err("n1");
+  const std::string both = agents.Err("n0") + agents.Err("n1");
+  EXPECT_NE(both.find("stopped because node"), std::string::npos) << both;
+  EXPECT_EQ(both.find("<NO_ROOT_CAUSE>"), std::string::npos) << both;
+  EXPECT_NE(both.find("on another node: node 1 ("), std::string::npos) << both;
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, KilledAgentLeavesASmallerJobRunning) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  // 3 nodes x 2 workers hang; once a node is gone (world 4) the workers finish.
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--hang-if-world", "6"};
+  // A generous last call, so a slow start on a loaded machine still puts all three in round 0.
+  for (int i = 0; i < 3; ++i) agents.Start("n" + std::to_string(i), C10d(port, "2:4", 2, {}, "last_call_timeout=3"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 6; }, seconds(30))) << agents.Err("n0");
+  agents["n2"].Signal(SIGKILL);
+  EXPECT_EQ(agents.Wait("n2"), 128 + SIGKILL);
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 0) << agents.Err("n1");
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0") << "a lost node is not a counted restart";
+  }
+  EXPECT_NE(agents.Err("n0").find("no heartbeat"), std::string::npos) << agents.Err("n0");
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--hang-if-world", "3"};
+  for (int i = 0; i < 3; ++i) agents.Start("n" + std::to_string(i), C10d(port, "2:4", 1, {}, "last_call_timeout=3"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 3; }, seconds(30))) << agents.Err("n0");
+  agents.Start("n3", C10d(port, "2:4", 1, {}, "last_call_timeout=3"), worker);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(agents.Wait("n" + std::to_string(i), seconds(30)), 0) << agents.Err("n" + std::to_string(i));
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0") << "a membership change is not a counted restart";
+  }
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, JoinTimeoutNamesWhoJoinedAndExits3) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  agents.Start("n0",
+               {"--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_conf=join_timeout=1"},
+               {});
+  EXPECT_EQ(agents.Wait("n0", seconds(20)), 3);
+  const std::string err = agents.Err("n0");
+  EXPECT_NE(err.find("rendezvous timed out after 1 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 node(s) joined round 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("need at least 2"), std::string::npos) << err;
+}
+
+TEST(MultiNode, AnAgentWithoutTheTokenIsRefused) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  agents.Start("host", C10d(port, "2", 1), {"--pid-file", dir / "pids"}, {"CTRUN_RDZV_TOKEN=secret-1"});
+  agents.Start("stranger", C10d(port, "2", 1, {}, "is_host=0,read_timeout=5"), {},
+               {"CTRUN_RDZV_TOKEN=wrong"});
+  EXPECT_EQ(agents.Wait("stranger", seconds(30)), 3) << agents.Err("stranger");
+  agents["host"].Signal(SIGTERM);
+  EXPECT_EQ(agents.Wait("host", seconds(20)), 128 + SIGTERM);
+  EXPECT_TRUE(ReadPids(dir / "pids").empty()) << "no worker started";
+}
+
+TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::vector<std::string> worker{"--pid-file", dir / "pids", "--hang"};
+  agents.Start("host", C10d(port, "2", 1, {}, "is_host=1,read_timeout=2"), worker);
+  agents.Start("n1", C10d(port, "2", 1, {}, "is_host=0,read_timeout=2"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 2; }, seconds(30))) << agents.Err("n1");
+  agents["host"].Signal(SIGKILL);
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 3) << agents.Err("n1");
+  EXPECT_NE(agents.Err("n1").find("rendezvous"), std::string::npos) << agents.Err("n1");
+  ExpectAllGone(dir / "pids");
+}
+
+}  // namespace
+}  // namespace ctrun::testing
