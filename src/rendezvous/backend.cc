@@ -124,6 +124,7 @@ RendezvousOptions MakeOptions(const LaunchConfig& c) {
   o.last_call = Seconds(r.last_call_timeout);
   o.liveness.interval = Seconds(r.keep_alive_interval);
   o.liveness.deadline = Seconds(r.keep_alive_interval * r.keep_alive_max_attempt);
+  o.run_id = c.run_id;
   return o;
 }
 

@@ -92,6 +92,7 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
     Fatal("entry " + std::to_string(index) + " of the rendezvous log: " + state.message());
     return;
   }
+  if (!head_) first_index_ = index;
   head_ = std::move(state.value());
   head_index_ = index;
   std::weak_ptr<bool> alive = alive_;
@@ -129,6 +130,14 @@ void Rendezvous::React() {
 
 void Rendezvous::ReactWhileJoining() {
   const State& s = *head_;
+  if (s.phase == Phase::kClosed && !has_active_round_ && head_index_ == first_index_) {
+    // Closed before this agent arrived: the log belongs to an earlier job with the same run id.
+    // (A node that was waiting while the job ended takes the job's outcome below.)
+    Fatal("the rendezvous of run id '" + options_.run_id + "' (" + log_->Describe() +
+          ") belongs to a job that already ended (" + (s.message.empty() ? "closed" : s.message) +
+          "); start the new job with another --rdzv_id");
+    return;
+  }
   if (s.phase == Phase::kClosed) {
     JobEnd end;
     end.exit_code = s.exit_code;
@@ -233,6 +242,7 @@ void Rendezvous::OnJoinTimeout() {
     msg += ": " + std::to_string(s.members.size()) + " node(s) joined round " + std::to_string(s.round);
     if (!s.members.empty()) msg += " (" + Members() + ")";
     msg += ", need at least " + std::to_string(options_.params.min_nodes);
+    if (options_.params.static_ranks) msg += "; missing node rank(s): " + MissingRanks();
     if (std::string b = JoinBlocker(s, self_, options_.params); !b.empty()) msg += "; this node could not join: " + b;
   }
   Enqueue(Transition::Leave(self_id_));
@@ -275,6 +285,16 @@ RoundInfo Rendezvous::MakeRound() const {
   r.master_addr = s.members.front().addr;
   r.master_port = s.members.front().store_port;
   return r;
+}
+
+std::string Rendezvous::MissingRanks() const {
+  std::string out;
+  for (int r = 0; r < options_.params.max_nodes; ++r) {
+    bool present = false;
+    for (const auto& n : head_->members) present = present || n.declared_rank == r;
+    if (!present) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return out;
 }
 
 std::string Rendezvous::Members() const {

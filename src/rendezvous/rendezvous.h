@@ -38,6 +38,7 @@ struct RendezvousOptions {
   Duration join_timeout = Seconds(600);  // rdzv_conf join_timeout
   Duration last_call = Seconds(30);      // rdzv_conf last_call_timeout
   LivenessOptions liveness;              // keep_alive_interval, x keep_alive_max_attempt
+  std::string run_id;                    // for messages
 };
 
 // A completed round as this node sees it.
@@ -107,6 +108,7 @@ class Rendezvous {
   void OnJoinTimeout();
   RoundInfo MakeRound() const;
   std::string Members() const;
+  std::string MissingRanks() const;
 
   std::unique_ptr<RendezvousLog> log_;
   TimerQueue& timers_;
@@ -120,6 +122,7 @@ class Rendezvous {
   bool left_ = false;
   std::optional<State> head_;
   uint64_t head_index_ = 0;
+  uint64_t first_index_ = 0;  // the entry this agent first read
   uint64_t active_round_ = 0;
   bool has_active_round_ = false;
   std::deque<Transition> intents_;

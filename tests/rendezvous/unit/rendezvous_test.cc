@@ -185,6 +185,41 @@ TEST_F(RendezvousTest, JoinTimeoutNamesWhoJoined) {
       << a.end->message;
 }
 
+TEST_F(RendezvousTest, StaticJoinTimeoutNamesTheMissingNodeRanks) {
+  options_.params = Params{3, 3, 0, true};
+  options_.join_timeout = Seconds(5);
+  Node& a = Add("1");
+  NodeDesc d;
+  d.host = "host-1";
+  d.declared_rank = 1;
+  a.rdzv->Join(d);
+  Settle();
+  timers_.Advance(Seconds(6));
+  ASSERT_TRUE(a.end);
+  EXPECT_NE(a.end->message.find("host-1 (node 1)"), std::string::npos) << a.end->message;
+  EXPECT_NE(a.end->message.find("missing node rank(s): 0, 2"), std::string::npos) << a.end->message;
+}
+
+TEST_F(RendezvousTest, ALogOfAnEndedJobIsNotMistakenForThisJobsOutcome) {
+  options_.params = Params{1, 1, 0, false};
+  options_.run_id = "reused";
+  Node& a = Add("1");
+  a.JoinNow();
+  Settle();
+  a.rdzv->ReportSucceeded();
+  Settle();
+  ASSERT_TRUE(a.end);
+  EXPECT_EQ(a.end->exit_code, 0);
+  // A new job with the same run id on the same (persistent) log.
+  Node& b = Add("2");
+  b.JoinNow();
+  Settle();
+  ASSERT_TRUE(b.end);
+  EXPECT_TRUE(b.end->rendezvous_error);
+  EXPECT_NE(b.end->message.find("run id 'reused'"), std::string::npos) << b.end->message;
+  EXPECT_NE(b.end->message.find("another --rdzv_id"), std::string::npos) << b.end->message;
+}
+
 TEST_F(RendezvousTest, LastCallCompletesAnElasticRoundAboveMin) {
   options_.params = Params{2, 4, 0, false};
   options_.last_call = Seconds(2);
