@@ -179,6 +179,9 @@ Status ResolveSettings(LaunchConfig* c) {
   RdzvSettings s;
   s.backend = c->rdzv_backend == "etcd-v2" ? "etcd" : c->rdzv_backend;
   if (c->standalone) {
+    if (c->max_nodes > 1)
+      return Status::Error("--standalone runs a single node, but --nnodes=" + std::to_string(c->min_nodes) + ":" +
+                           std::to_string(c->max_nodes) + " asks for more: drop one of them");
     c->rdzv = s;
     return {};
   }

@@ -40,10 +40,13 @@ TEST(ResolveSettings, StandaloneAndOneStaticNodeStaySingleNode) {
   LaunchConfig c;
   ASSERT_TRUE(ResolveSettings(&c).ok());
   EXPECT_FALSE(c.rdzv.multi_node);
-  c = Multi("c10d", 2, 2);
+  c = Multi("c10d", 1, 1);
   c.standalone = true;
   ASSERT_TRUE(ResolveSettings(&c).ok());
   EXPECT_FALSE(c.rdzv.multi_node);
+  c = Multi("c10d", 2, 2);
+  c.standalone = true;
+  EXPECT_NE(ResolveSettings(&c).message().find("--standalone runs a single node"), std::string::npos);
 }
 
 TEST(ResolveSettings, StaticUsesMasterAddrAndPortLikeTorchrun) {
