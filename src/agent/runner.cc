@@ -232,13 +232,14 @@ class RealHooks final : public AgentHooks {
 
 // After the run: this agent's last transitions (a Leave after a signal) reach the log, and a
 // rendezvous host keeps serving until the other agents have read the outcome and disconnected.
-// Both bounded: the others cope with a vanished host through their own deadlines.
+// Both bounded (2 s): the others read the outcome within a round trip of it being written, and a
+// lost node's connection may never close.
 void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
   const TimePoint drain_until = loop.Now() + std::chrono::seconds(2);
   while (!backend->rendezvous->idle() && loop.Now() < drain_until) loop.RunOnce(std::chrono::milliseconds(50));
   backend->rendezvous.reset();
   if (!backend->hosted_store) return;
-  const TimePoint linger_until = loop.Now() + std::chrono::seconds(10);
+  const TimePoint linger_until = loop.Now() + std::chrono::seconds(2);
   while (backend->hosted_store->num_connections() > 0 && loop.Now() < linger_until)
     loop.RunOnce(std::chrono::milliseconds(50));
   backend->hosted_store.reset();
@@ -285,6 +286,8 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks) {
   opts.oom_after = ReadOomKillSample();
   if (const int sig = agent.ended_by_signal(); sig != 0) {
     opts.stop_reason = "ctrun received signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
+  } else if (agent.job_end() && agent.job_end()->rendezvous_error) {
+    opts.stop_reason = "the rendezvous failed: " + agent.job_end()->message;
   } else if (agent.job_end() && agent.job_end()->cause && !agent.job_end()->cause_is_local) {
     opts.stop_reason = "stopped because " + agent.job_end()->cause->Describe();
     opts.remote_root_cause = agent.job_end()->cause->Describe();

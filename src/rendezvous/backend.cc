@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -148,6 +147,7 @@ StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig&
   opts.bind_host = ep.host.find(':') != std::string::npos ? "::" : "0.0.0.0";
   opts.port = ep.port;
   opts.token = RendezvousToken(c);
+  opts.peer_timeout = Seconds(r.read_timeout);  // connections of dead or cut-off agents are closed
   auto server = store::StoreServer::Start(loop, opts);
   if (server.ok()) return std::move(server.value());
   if (!must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
@@ -168,7 +168,8 @@ StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoo
     o.etcd.tls.key_file = r.key;
     o.etcd.user = r.username;
     if (const char* pw = std::getenv("CTRUN_ETCD_PASSWORD")) o.etcd.password = pw;
-    o.etcd.request_timeout = Seconds(std::min(r.read_timeout, 10.0));
+    // One attempt stays short (the client's default): a write caught in an etcd leader change is
+    // only freed by resending it; read_timeout bounds the whole operation with its retries.
     o.etcd.retry_deadline = Seconds(r.read_timeout);
     auto log = EtcdLog::Create(&loop, std::move(o));
     if (!log.ok()) return log.status();

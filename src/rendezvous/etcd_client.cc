@@ -203,8 +203,6 @@ struct EtcdClient::Call {
   size_t endpoint = 0;
   std::string token_used;
   CurlLoop::TransferId transfer = 0;
-  TimePoint sent_at;      // of the attempt in flight
-  TimePoint resent_at{};  // last time ResendStalled cut an attempt short
   TimerQueue::TimerId timer = 0;
   std::function<void(StatusOr<Json>)> done;
 };
@@ -285,12 +283,12 @@ Duration EtcdClient::RetryDelay(int failures) const {
   return std::min<Duration>(Seconds(1), std::chrono::milliseconds(50 << std::min(failures - n, 5)));
 }
 
-// A retry gets a shorter leash (1 s, doubling up to request_timeout): right after a leader change a
-// follower may sit on a forwarded write that the dead leader dropped until etcd's own timeout
-// (about 7 s), while the same write sent again succeeds at once.
+// request_timeout for the first two attempts, then doubling up to 4x: a slow but healthy cluster
+// still gets through, while a write stuck on a follower after a leader change (the dead leader
+// dropped its proposal; the follower would hold it until etcd's own ~7 s timeout) costs only
+// one request_timeout before it is sent again.
 Duration EtcdClient::AttemptTimeout(int failures) const {
-  if (failures == 0) return options_.request_timeout;
-  return std::min<Duration>(options_.request_timeout, Seconds(1) * (1 << std::min(failures - 1, 5)));
+  return options_.request_timeout * (1 << std::clamp(failures - 1, 0, 2));
 }
 
 uint64_t EtcdClient::Request(std::string path, const Json& body, bool with_token,
@@ -331,7 +329,6 @@ void EtcdClient::Attempt(uint64_t id) {
   const Duration timeout = std::max<Duration>(std::min(AttemptTimeout(c.failures), left), std::chrono::milliseconds(50));
   c.endpoint = current_;
   c.token_used = token_;
-  c.sent_at = loop_->Now();
   c.transfer = curl_.Post(MakeRequest(c.endpoint, c.path, c.body, token_, timeout),
                           [this, id](HttpResult r) { OnAttemptDone(id, std::move(r)); });
 }
@@ -372,7 +369,6 @@ void EtcdClient::OnAttemptDone(uint64_t id, HttpResult r) {
 }
 
 void EtcdClient::RetryCall(Call& c, std::string why) {
-  std::fprintf(stderr, "DEBUG retry %s: %s\n", c.path.c_str(), why.c_str());
   c.last_error = std::move(why);
   ++c.failures;
   NextEndpoint(c.endpoint);
@@ -382,27 +378,6 @@ void EtcdClient::RetryCall(Call& c, std::string why) {
     calls_.at(id)->timer = 0;
     Attempt(id);
   });
-}
-
-// A request just failed in a way a leader change causes (member gone, "leader changed", no
-// leader). Writes in flight to a follower may sit on proposals the old leader dropped, which the
-// follower keeps until etcd's own timeout (about 7 s): resend every attempt that went out before
-// now, at most once per 500 ms each. Resending is safe for every call this client makes.
-void EtcdClient::ResendStalled(uint64_t failed) {
-  const TimePoint now = loop_->Now();
-  for (auto& [id, c] : calls_) {
-    if (id == failed || !c->transfer || c->sent_at >= now || now - c->resent_at < std::chrono::milliseconds(500))
-      continue;
-    curl_.Cancel(c->transfer);
-    c->transfer = 0;
-    c->resent_at = now;
-    ++c->failures;  // a shorter attempt timeout from now on
-    c->last_error = "resent after another request failed";
-    c->timer = loop_->AddTimerAfter(Duration::zero(), [this, id = id] {
-      calls_.at(id)->timer = 0;
-      Attempt(id);
-    });
-  }
 }
 
 void EtcdClient::FinishCall(uint64_t id, StatusOr<Json> result) {
@@ -547,6 +522,7 @@ void EtcdClient::LeaseGrant(int64_t ttl_seconds, Callback<EtcdLease> done) {
 void EtcdClient::LeaseRevoke(int64_t lease, Callback<int64_t> done) {
   Json body = {{"ID", std::to_string(lease)}};
   Request("/v3/lease/revoke", body, true, [done = std::move(done)](StatusOr<Json> r) {
+    if (!r.ok() && Has(r.message(), "requested lease not found")) return done(int64_t{0});
     if (!r.ok()) return done(r.status());
     done(Revision(*r));
   });
@@ -746,7 +722,6 @@ void EtcdClient::OnWatchEnd(WatchId id, HttpResult res) {
 }
 
 void EtcdClient::RetryWatch(WatchState& w, std::string why, bool auth_failed) {
-  std::fprintf(stderr, "DEBUG watch retry: %s\n", why.c_str());
   if (w.transfer) curl_.Cancel(w.transfer);
   w.transfer = 0;
   w.buffer.clear();

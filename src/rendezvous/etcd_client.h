@@ -11,17 +11,21 @@
 //    untried endpoints remain, then with a backoff up to 1 s, until options.retry_deadline after
 //    the request started; then it fails with the last error. Watches reconnect the same way and
 //    resume after the last revision they delivered (a watch gives up after retry_deadline of
-//    continuous failure). Other 4xx answers fail at once with etcd's message. Retries get a
-//    shorter attempt timeout (1 s doubling up to request_timeout): after a leader change a follower
-//    may hold a forwarded write the dead leader dropped, and a resend is the fast way out.
+//    continuous failure). Other 4xx answers, and TLS set-up errors (bad files, a server
+//    certificate that does not verify), fail at once.
+//  - Attempt timeouts: request_timeout (short: a healthy etcd answers in milliseconds), doubling
+//    from the third attempt up to 4x. After a leader change, a follower may hold a forwarded write
+//    that the dead leader dropped until etcd's own timeout (~7 s); resending it elsewhere is the
+//    fast way out, so a leader change costs about one request_timeout.
 //  - Retried writes may be applied twice: Put is idempotent, CreateIfAbsent then reports the
-//    existing value (compare it with yours), LeaseGrant may leave an unused lease that expires.
+//    existing value (compare it with yours), LeaseGrant may leave an unused lease that expires,
+//    LeaseRevoke treats an unknown lease as revoked.
 //  - Authentication: with a user, the client gets a token from /v3/auth/authenticate before its
 //    first request and sends it as the `Authorization` header. A request refused for an invalid
 //    token (expired: etcd's --auth-token-ttl, or etcd restarted) makes the client authenticate
 //    again and retry. A refused password fails the waiting requests with etcd's message.
-//  - Linearizable reads: every Range goes through the leader (etcd's default), so a successful
-//    CreateIfAbsent is visible to every later Range on any member.
+//  - Reads are linearizable (etcd's default: the member confirms with the leader first), so a
+//    successful CreateIfAbsent is visible to every later Range on any member.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +50,7 @@ struct EtcdOptions {
   std::string user;  // non-empty: authenticate with user/password
   std::string password;
   TlsFiles tls;  // for https:// endpoints
-  Duration request_timeout = Seconds(5);  // one HTTP attempt on one endpoint
+  Duration request_timeout = Seconds(2);  // one HTTP attempt on one endpoint (see above)
   Duration connect_timeout = Seconds(2);
   Duration retry_deadline = Seconds(30);  // failing over and retrying stops after this
 };
@@ -130,7 +134,7 @@ class EtcdClient {
   void DeleteRange(std::string key, bool prefix, Callback<EtcdDeleteResult> done);
 
   void LeaseGrant(int64_t ttl_seconds, Callback<EtcdLease> done);
-  // done: the revision; an unknown (expired) lease is an error.
+  // done: the revision (0 when the lease was already gone: expired, or revoked by an earlier try).
   void LeaseRevoke(int64_t lease, Callback<int64_t> done);
   // Refreshes the lease once. done: the TTL it was reset to; an error when the lease is gone.
   void LeaseKeepAliveOnce(int64_t lease, Callback<int64_t> done);
@@ -165,7 +169,6 @@ class EtcdClient {
   void Attempt(uint64_t id);
   void OnAttemptDone(uint64_t id, HttpResult result);
   void RetryCall(Call& c, std::string why);
-  void ResendStalled(uint64_t failed);
   void FinishCall(uint64_t id, StatusOr<Json> result);
   void CancelCall(uint64_t id);
 

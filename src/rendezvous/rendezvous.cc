@@ -76,7 +76,7 @@ void Rendezvous::Leave() {
 
 void Rendezvous::OnHead(StatusOr<LogEntry> head) {
   if (!head.ok()) {
-    Fatal("cannot read the rendezvous state: " + head.message());
+    Fatal("cannot read the rendezvous state (" + log_->Describe() + "): " + head.message());
     return;
   }
   OnEntry(head->index, head->value);
@@ -99,7 +99,7 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
   log_->Wait(index + 1, [this, alive, next = index + 1](StatusOr<std::string> v) {
     if (alive.expired()) return;
     if (!v.ok()) {
-      Fatal(v.message());
+      Fatal("lost the rendezvous (" + log_->Describe() + "): " + v.message());
       return;
     }
     OnEntry(next, *v);
@@ -214,7 +214,7 @@ void Rendezvous::Pump() {
       if (alive.expired()) return;
       appending_ = false;
       if (!r.ok()) {
-        Fatal("cannot write to the rendezvous log: " + r.message());
+        Fatal("cannot write to the rendezvous (" + log_->Describe() + "): " + r.message());
         return;
       }
       if (r->won && from_intent && !intents_.empty()) intents_.pop_front();
@@ -251,6 +251,9 @@ void Rendezvous::OnJoinTimeout() {
 
 void Rendezvous::Fatal(const std::string& what) {
   if (mode_ == Mode::kEnded) return;
+  // Once the job is closed its outcome is known: a store host that exits (it lingers only
+  // briefly) or an unreachable etcd cannot change it, even while this agent still stops workers.
+  if (head_ && head_->phase == Phase::kClosed && has_active_round_) return;
   JobEnd end;
   end.exit_code = kExitRendezvous;
   end.message = what;

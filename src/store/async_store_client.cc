@@ -252,7 +252,7 @@ void AsyncStoreClient::TryConnect() {
   const Address& a = addrs_[addr_index_];
   UniqueFd fd(::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return OnConnectError(errno);
-  TuneClientSocket(fd.get(), opts_.op_timeout);
+  TunePeerSocket(fd.get(), opts_.op_timeout);
   // Non-blocking: the handshake goes on after EINPROGRESS (or EINTR); writability reports its
   // outcome, also when it finished at once.
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 &&

@@ -18,7 +18,7 @@
 //    refused/unreachable connects are retried with capped exponential backoff until
 //    options.connect_timeout, since the server may not listen yet. Requests made meanwhile queue.
 //  - A reply that does not arrive within options.op_timeout of its request being sent drops the
-//    connection (a parked Wait has its own timeout instead; TCP keepalive, see TuneClientSocket,
+//    connection (a parked Wait has its own timeout instead; TCP keepalive, see TunePeerSocket,
 //    detects a silently cut link while it is parked). On any connection loss or protocol error
 //    every pending callback (sent or queued) gets an error Status, in request order; the next
 //    request reconnects. A request that failed may or may not have been applied.

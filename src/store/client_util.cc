@@ -30,7 +30,7 @@ Request ValidateRequest() {
   return r;
 }
 
-void TuneClientSocket(int fd, Duration op_timeout) {
+void TunePeerSocket(int fd, Duration op_timeout) {
   auto set = [fd](int level, int opt, int v) { ::setsockopt(fd, level, opt, &v, sizeof v); };
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(op_timeout).count();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout).count();

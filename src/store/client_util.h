@@ -31,7 +31,7 @@ Request ValidateRequest();
 // even while the connection is idle or parked in WAIT: keepalive starts after op_timeout/2 idle,
 // probes every op_timeout/6 (both at least 1 s), 3 probes; unacknowledged data for op_timeout
 // also closes it. Best effort: failures are ignored (a platform without one option still works).
-void TuneClientSocket(int fd, Duration op_timeout);
+void TunePeerSocket(int fd, Duration op_timeout);
 
 // "[a, b, ...]" with at most 8 keys, for error messages.
 std::string KeyList(const std::vector<std::string>& keys);

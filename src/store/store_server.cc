@@ -1,5 +1,7 @@
 #include "store/store_server.h"
 
+#include "store/client_util.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -171,8 +173,12 @@ void StoreServer::OnAccept() {
       }
       continue;  // fd closes here
     }
-    int one = 1;
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (opts_.peer_timeout > Duration::zero()) {
+      TunePeerSocket(fd.get(), opts_.peer_timeout);
+    } else {
+      int one = 1;
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
     c->peer = std::move(peer);

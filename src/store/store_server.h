@@ -49,6 +49,9 @@ struct ServerOptions {
   size_t max_key_bytes = 1u << 20;
   size_t max_pending_output = 64u << 20;  // per connection; reading pauses above it
   std::string token;                      // empty: no AUTH required
+  // Non-zero: accepted sockets get TCP keepalive and TCP_USER_TIMEOUT from it (TunePeerSocket),
+  // so a peer whose machine died or whose link was cut is closed instead of kept forever.
+  Duration peer_timeout{0};
 };
 
 class StoreServer {

@@ -466,9 +466,9 @@ TEST(AsyncStoreClientCreate, RejectsBadPortAndUnknownHost) {
   EXPECT_FALSE(AsyncStoreClient::Create(loop, o).ok());
 }
 
-TEST(TuneClientSocket, KeepaliveDetectsACutLinkWithinTheOpTimeout) {
+TEST(TunePeerSocket, KeepaliveDetectsACutLinkWithinTheOpTimeout) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  TuneClientSocket(fd.get(), 30s);
+  TunePeerSocket(fd.get(), 30s);
   auto get = [&](int level, int opt) {
     int v = -1;
     socklen_t len = sizeof v;

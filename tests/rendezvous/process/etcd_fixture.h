@@ -98,18 +98,24 @@ inline std::optional<std::string> BlockingPost(const std::string& url, const std
   return out;
 }
 
-// A loopback TCP port that was free a moment ago.
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+// `n` distinct loopback TCP ports that were free a moment ago (all bound at once, then released).
+inline std::vector<int> FreePorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
 }
+inline int FreePort() { return FreePorts(1)[0]; }
 
 struct EtcdClusterOptions {
   int members = 1;
@@ -138,8 +144,9 @@ class EtcdCluster {
     for (int attempt = 0; attempt < 3; ++attempt) {
       for (size_t i = 0; i < members_.size(); ++i) Kill(static_cast<int>(i));
       members_.clear();
+      const std::vector<int> ports = FreePorts(2 * options_.members);
       for (int i = 0; i < options_.members; ++i)
-        members_.push_back(Member{"m" + std::to_string(i), FreePort(), FreePort(), -1});
+        members_.push_back(Member{"m" + std::to_string(i), ports[2 * i], ports[2 * i + 1], -1});
       for (size_t i = 0; i < members_.size(); ++i) Spawn(static_cast<int>(i));
       Status st = WaitReady(timeout);
       if (st.ok() || AllAlive()) return st;

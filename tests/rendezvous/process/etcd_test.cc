@@ -347,6 +347,36 @@ TEST_F(EtcdTest, LeaseExpiryDeletesKeysAndKeepAliveHoldsThem) {
   c->StopKeepAlive(ka);  // after on_lost: a no-op
 }
 
+TEST_F(EtcdTest, DestroyingTheClientOrLogInsideACallbackIsSafe) {
+  ASSERT_TRUE(StartCluster());
+  auto c = Client();
+  auto start = Get(*c, "d/k");
+  ASSERT_TRUE(start.ok());
+  int calls = 0;
+  for (int i = 0; i < 3; ++i)  // three watches see the same put; the first callback ends them all
+    c->Watch({"d/k", false, start->revision + 1}, [&](StatusOr<Events>) {
+      ++calls;
+      c.reset();
+    });
+  auto writer = Client();
+  RunFor(loop_, 200ms);
+  ASSERT_TRUE(Put(*writer, "d/k", "x").ok());
+  ASSERT_TRUE(RunUntil(loop_, [&] { return c == nullptr; }, 10s));
+  RunFor(loop_, 300ms);
+  EXPECT_EQ(calls, 1);
+
+  auto log = Log("destroy");
+  int appended = 0;
+  for (uint64_t i = 0; i < 3; ++i)
+    log->Append(i, "v", [&](StatusOr<AppendResult>) {
+      ++appended;
+      log.reset();
+    });
+  ASSERT_TRUE(RunUntil(loop_, [&] { return log == nullptr; }, 10s));
+  RunFor(loop_, 300ms);
+  EXPECT_EQ(appended, 1);
+}
+
 // --- EtcdLog -------------------------------------------------------------------------------------
 
 TEST_F(EtcdTest, LogHeadAppendWaitFollowTheContractAcrossTwoInstances) {
@@ -639,9 +669,17 @@ TEST_F(EtcdTest, UserPasswordAuthenticationAndTokenRenewal) {
   long status = 0;
   ctrun::testing::BlockingPost(cluster_->endpoint(0) + "/v3/kv/range", R"({"key":"eA=="})", {}, &status, token);
   EXPECT_EQ(status, 401) << "tokens did not expire: the renewal is not exercised";
+  // A watch created with the expired token is refused by etcd, logs in again and proceeds.
+  Events later;
+  c->Watch({"auth/k", false, got->revision + 1}, [&](StatusOr<Events> e) {
+    ASSERT_TRUE(e.ok()) << e.message();
+    later.insert(later.end(), e->begin(), e->end());
+  });
+  RunFor(loop_, 300ms);
   ASSERT_TRUE(Put(*c, "auth/k", "after-expiry").ok());
-  ASSERT_TRUE(RunUntil(loop_, [&] { return !seen.empty(); }, 10s));
+  ASSERT_TRUE(RunUntil(loop_, [&] { return !seen.empty() && !later.empty(); }, 10s));
   EXPECT_EQ(seen[0].kv.value, "after-expiry");
+  EXPECT_EQ(later[0].kv.value, "after-expiry");
 
   auto log = Log("authed", good);
   auto head = Head(*log, "init");

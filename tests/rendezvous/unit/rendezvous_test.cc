@@ -131,6 +131,28 @@ TEST_F(RendezvousTest, NoRestartsLeftEveryAgentEndsWithTheRootCausesCode) {
   EXPECT_FALSE(b.end->rendezvous_error);
 }
 
+TEST_F(RendezvousTest, ALogLostAfterTheJobClosedDoesNotChangeTheOutcome) {
+  options_.params = Params{2, 2, 0, false};
+  Node& a = Add("1");
+  Node& b = Add("2");
+  b.auto_rejoin = false;  // b's workers take long to stop
+  a.JoinNow();
+  b.JoinNow();
+  Settle();
+  Cause c;
+  c.exit_code = 5;
+  a.rdzv->ReportFailure(c);
+  a.JoinNow();
+  Settle();
+  ASSERT_EQ(b.stops.size(), 1u);
+  server_->broken = true;  // the store host is gone
+  b.JoinNow();             // b's workers are finally gone
+  Settle();
+  ASSERT_TRUE(b.end);
+  EXPECT_FALSE(b.end->rendezvous_error);
+  EXPECT_EQ(b.end->exit_code, 5);
+}
+
 TEST_F(RendezvousTest, SuccessWaitsForEveryNode) {
   options_.params = Params{2, 2, 0, false};
   Node& a = Add("1");
