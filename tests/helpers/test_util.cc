@@ -164,4 +164,13 @@ std::vector<pid_t> ReadPids(const std::string& path) {
   return out;
 }
 
+std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
+  std::map<std::string, std::string> env;
+  for (const auto& line : SplitLines(ReadFileOr(path))) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
 }  // namespace ctrun::testing

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,8 @@ class BackgroundProcess {
 bool ProcessAlive(pid_t pid);  // exists and is not a zombie
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
+// "K=V" lines of a file (the fake worker's --env-file) as a map; empty if missing.
+std::map<std::string, std::string> ReadEnvFile(const std::string& path);
 // Pids (one per line) from a file written by the fake worker; empty if missing.
 std::vector<pid_t> ReadPids(const std::string& path);
 

@@ -6,6 +6,8 @@
 #include "store/async_store_client.h"
 
 #include <gtest/gtest.h>
+
+#include "helpers/loop_util.h"
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -19,6 +21,9 @@
 
 namespace ctrun::store {
 namespace {
+
+using testing::Into;
+using testing::IntoStatus;
 
 using namespace std::chrono_literals;
 
@@ -59,26 +64,10 @@ class AsyncClientTest : public ::testing::Test {
 
   // Runs the loop until pred() holds; false if `limit` passed first.
   bool RunUntil(const std::function<bool()>& pred, Duration limit = 10s) {
-    const TimePoint deadline = loop_.Now() + limit;
-    while (!pred()) {
-      if (loop_.Now() >= deadline) return false;
-      loop_.RunOnce(10ms);
-    }
-    return true;
+    return testing::RunUntil(loop_, pred, limit);
   }
-  // Runs the loop for `d` (to check that nothing happens meanwhile).
-  void RunFor(Duration d) {
-    const TimePoint end = loop_.Now() + d;
-    while (loop_.Now() < end) loop_.RunOnce(end - loop_.Now());
-  }
+  void RunFor(Duration d) { testing::RunFor(loop_, d); }
 
-  template <typename T>
-  static auto Into(std::optional<StatusOr<T>>* out) {
-    return [out](StatusOr<T> r) { out->emplace(std::move(r)); };
-  }
-  static auto IntoStatus(std::optional<Status>* out) {
-    return [out](Status s) { out->emplace(std::move(s)); };
-  }
 
   EventLoop loop_;
   std::unique_ptr<StoreServer> server_;

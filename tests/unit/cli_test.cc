@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli.h"
+#include "helpers/map_env.h"
 #include "cli/value_parsers.h"
 
 namespace ctrun {
@@ -20,15 +21,8 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-using Env = std::map<std::string, std::string>;
-
-EnvLookup MapEnv(Env env) {
-  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::Env;
+using testing::MapEnv;
 
 CliOutcome Parse(std::vector<std::string> args, Env env = {}) {
   args.insert(args.begin(), "ctrun");

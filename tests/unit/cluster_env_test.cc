@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli.h"
+#include "helpers/map_env.h"
 #include "cli/cluster_env.h"
 
 namespace ctrun {
@@ -20,15 +21,8 @@ using ::testing::IsEmpty;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
-using Env = std::map<std::string, std::string>;
-
-EnvLookup MapEnv(Env env) {
-  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::Env;
+using testing::MapEnv;
 
 std::vector<std::string> Hosts(std::string_view text) {
   StatusOr<std::vector<std::string>> h = ExpandHostlist(text);

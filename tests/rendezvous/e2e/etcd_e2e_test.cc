@@ -35,14 +35,6 @@ std::vector<std::string> EtcdFlags(const EtcdCluster& etcd, const std::string& n
           "--shutdown-timeout=5"};
 }
 
-std::map<std::string, std::string> ReadEnv(const std::string& path) {
-  std::map<std::string, std::string> env;
-  for (const auto& line : SplitLines(ReadFileOr(path))) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
 
 class EtcdJob : public ::testing::Test {
  protected:
@@ -80,7 +72,7 @@ TEST_F(EtcdJob, FourNodesOfTwoWorkers) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Wait("n" + std::to_string(i)), 0) << Err("n" + std::to_string(i));
   std::set<std::string> groups;
   for (int rank = 0; rank < 8; ++rank) {
-    auto env = ReadEnv(dir_ / ("env." + std::to_string(rank)));
+    auto env = ReadEnvFile(dir_ / ("env." + std::to_string(rank)));
     EXPECT_EQ(env["WORLD_SIZE"], "8");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "four");
     groups.insert(env["GROUP_RANK"]);
@@ -111,7 +103,7 @@ TEST_F(EtcdJob, AFailureWithARestartLeftRestartsBothNodes) {
   EXPECT_EQ(Wait("n0"), 0) << Err("n0");
   EXPECT_EQ(Wait("n1"), 0) << Err("n1");
   for (int rank = 0; rank < 2; ++rank)
-    EXPECT_EQ(ReadEnv(dir_ / ("env." + std::to_string(rank)))["TORCHELASTIC_RESTART_COUNT"], "1");
+    EXPECT_EQ(ReadEnvFile(dir_ / ("env." + std::to_string(rank)))["TORCHELASTIC_RESTART_COUNT"], "1");
   ExpectWorkersGone();
 }
 
@@ -124,8 +116,8 @@ TEST_F(EtcdJob, KilledAgentsLeaseExpiresAndTheOthersGoOn) {
   EXPECT_EQ(Wait("n2"), 128 + SIGKILL);
   EXPECT_EQ(Wait("n0", seconds(30)), 0) << Err("n0");
   EXPECT_EQ(Wait("n1", seconds(30)), 0) << Err("n1");
-  EXPECT_EQ(ReadEnv(dir_ / "env.0")["WORLD_SIZE"], "2");
-  EXPECT_EQ(ReadEnv(dir_ / "env.0")["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_EQ(ReadEnvFile(dir_ / "env.0")["WORLD_SIZE"], "2");
+  EXPECT_EQ(ReadEnvFile(dir_ / "env.0")["TORCHELASTIC_RESTART_COUNT"], "0");
   ExpectWorkersGone();
 }
 

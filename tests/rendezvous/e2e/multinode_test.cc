@@ -52,14 +52,6 @@ class Agents {
   std::map<std::string, std::unique_ptr<BackgroundProcess>> procs_;
 };
 
-std::map<std::string, std::string> ReadEnv(const std::string& path) {
-  std::map<std::string, std::string> env;
-  for (const auto& line : SplitLines(ReadFileOr(path))) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
 
 void ExpectAllGone(const std::string& pid_file) {
   for (pid_t p : ReadPids(pid_file))
@@ -91,7 +83,7 @@ TEST(MultiNode, StaticTwoNodesOfTwoWorkers) {
   EXPECT_EQ(agents.Wait("n1"), 0) << agents.Err("n1");
   std::set<std::string> master_ports;
   for (int rank = 0; rank < 4; ++rank) {
-    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
     EXPECT_EQ(env["WORLD_SIZE"], "4");
     EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2));
     EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
@@ -114,7 +106,7 @@ TEST(MultiNode, C10dFourNodesOfTwoWorkersGetEveryRankOnce) {
   std::set<std::string> group_ranks;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(agents.Wait("n" + std::to_string(i)), 0) << agents.Err("n" + std::to_string(i));
   for (int rank = 0; rank < 8; ++rank) {
-    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
     EXPECT_EQ(env["WORLD_SIZE"], "8") << rank;
     EXPECT_EQ(env["GROUP_WORLD_SIZE"], "4");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job");
@@ -136,7 +128,7 @@ TEST(MultiNode, AWorkerFailureOnOneNodeRestartsEveryNode) {
   EXPECT_EQ(agents.Wait("n0"), 0) << agents.Err("n0");
   EXPECT_EQ(agents.Wait("n1"), 0) << agents.Err("n1");
   for (int rank = 0; rank < 4; ++rank)
-    EXPECT_EQ(ReadEnv(dir / ("env." + std::to_string(rank)))["TORCHELASTIC_RESTART_COUNT"], "1") << rank;
+    EXPECT_EQ(ReadEnvFile(dir / ("env." + std::to_string(rank)))["TORCHELASTIC_RESTART_COUNT"], "1") << rank;
   // The node whose workers were healthy says why it stopped them, naming the failed node and rank.
   const std::string both = agents.Err("n0") + agents.Err("n1");
   EXPECT_NE(both.find("rank 3 exited with code 1"), std::string::npos) << both;
@@ -178,7 +170,7 @@ TEST(MultiNode, KilledAgentLeavesASmallerJobRunning) {
   EXPECT_EQ(agents.Wait("n0", seconds(30)), 0) << agents.Err("n0");
   EXPECT_EQ(agents.Wait("n1", seconds(30)), 0) << agents.Err("n1");
   for (int rank = 0; rank < 4; ++rank) {
-    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
     EXPECT_EQ(env["WORLD_SIZE"], "4");
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0") << "a lost node is not a counted restart";
   }
@@ -196,7 +188,7 @@ TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
   agents.Start("n3", C10d(port, "2:4", 1, {}, "last_call_timeout=3"), worker);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(agents.Wait("n" + std::to_string(i), seconds(30)), 0) << agents.Err("n" + std::to_string(i));
   for (int rank = 0; rank < 4; ++rank) {
-    auto env = ReadEnv(dir / ("env." + std::to_string(rank)));
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
     EXPECT_EQ(env["WORLD_SIZE"], "4");
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0") << "a membership change is not a counted restart";
   }

@@ -38,14 +38,6 @@ const std::string kCutConf =
     "--rdzv_conf=join_timeout=60,keep_alive_interval=0.2,keep_alive_max_attempt=5,last_call_timeout=3,"
     "read_timeout=2";
 
-std::map<std::string, std::string> ReadEnv(const std::string& path) {
-  std::map<std::string, std::string> env;
-  for (const auto& line : SplitLines(ReadFileOr(path))) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -56,7 +48,7 @@ bool Exists(const std::string& path) {
 std::map<int, std::map<std::string, std::string>> EnvsOf(const std::string& prefix, int max_world) {
   std::map<int, std::map<std::string, std::string>> out;
   for (int r = 0; r < max_world; ++r)
-    if (Exists(prefix + "." + std::to_string(r))) out[r] = ReadEnv(prefix + "." + std::to_string(r));
+    if (Exists(prefix + "." + std::to_string(r))) out[r] = ReadEnvFile(prefix + "." + std::to_string(r));
   return out;
 }
 

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "helpers/loop_util.h"
 #include "helpers/test_util.h"
 #include "rendezvous/curl_loop.h"
 #include "sys/event_loop.h"
@@ -37,22 +38,6 @@ inline constexpr char kEtcdBinary[] = "/usr/bin/etcd";
 inline constexpr char kEtcdctlBinary[] = "/usr/bin/etcdctl";
 
 inline bool EtcdAvailable() { return access(kEtcdBinary, X_OK) == 0; }
-
-// Runs the loop until pred() holds or `timeout` passes; returns pred().
-inline bool RunUntil(EventLoop& loop, const std::function<bool()>& pred, Duration timeout) {
-  const TimePoint deadline = loop.Now() + timeout;
-  while (!pred()) {
-    const TimePoint now = loop.Now();
-    if (now >= deadline) return pred();
-    loop.RunOnce(deadline - now);
-  }
-  return true;
-}
-
-// Runs the loop for `d` (an observation window: "nothing happens meanwhile").
-inline void RunFor(EventLoop& loop, Duration d) {
-  RunUntil(loop, [] { return false; }, d);
-}
 
 // Starts an asynchronous call and runs the loop until its callback delivered a result.
 // start(cb) must pass cb on as the call's callback.

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "helpers/loop_util.h"
+
 #include <functional>
 #include <optional>
 
@@ -16,6 +18,9 @@
 
 namespace ctrun::rdzv {
 namespace {
+
+using testing::Into;
+using testing::IntoStatus;
 
 using namespace std::chrono_literals;
 
@@ -58,22 +63,10 @@ class StoreLogTest : public ::testing::Test {
   }
 
   bool RunUntil(const std::function<bool()>& pred, Duration limit = 10s) {
-    const TimePoint deadline = loop_.Now() + limit;
-    while (!pred()) {
-      if (loop_.Now() >= deadline) return false;
-      loop_.RunOnce(10ms);
-    }
-    return true;
+    return testing::RunUntil(loop_, pred, limit);
   }
-  void RunFor(Duration d) {
-    const TimePoint end = loop_.Now() + d;
-    while (loop_.Now() < end) loop_.RunOnce(end - loop_.Now());
-  }
+  void RunFor(Duration d) { testing::RunFor(loop_, d); }
 
-  template <typename T>
-  static auto Into(std::optional<StatusOr<T>>* out) {
-    return [out](StatusOr<T> r) { out->emplace(std::move(r)); };
-  }
 
   EventLoop loop_;
   std::unique_ptr<store::StoreServer> server_;

@@ -54,6 +54,16 @@ class RendezvousTest : public ::testing::Test {
     return *nodes_.back();
   }
   void Settle() { timers_.Advance(Duration::zero()); }
+  // Adds agents "1".."n", joins them all, and lets the round complete (after `last_call`, for an
+  // elastic round below MAX).
+  std::vector<Node*> Start(int n, Duration last_call = Duration::zero()) {
+    std::vector<Node*> out;
+    for (int i = 1; i <= n; ++i) out.push_back(&Add(std::to_string(i)));
+    for (Node* node : out) node->JoinNow();
+    Settle();
+    if (last_call > Duration::zero()) timers_.Advance(last_call);
+    return out;
+  }
 
   std::shared_ptr<FakeLogServer> server_ = std::make_shared<FakeLogServer>();
   FakeTimerQueue timers_;
@@ -82,11 +92,9 @@ TEST_F(RendezvousTest, TwoNodesGetContiguousRanksAndNodeZerosStore) {
 
 TEST_F(RendezvousTest, AFailureOnOneNodeRestartsEveryNodeWithOneJobWideCount) {
   options_.params = Params{2, 2, 3, false};
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
   ASSERT_EQ(a.rounds.size(), 1u);
   Cause c;
   c.host = "host-2";
@@ -107,11 +115,9 @@ TEST_F(RendezvousTest, AFailureOnOneNodeRestartsEveryNodeWithOneJobWideCount) {
 
 TEST_F(RendezvousTest, NoRestartsLeftEveryAgentEndsWithTheRootCausesCode) {
   options_.params = Params{2, 2, 0, false};
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
   Cause c;
   c.host = "host-1";
   c.rank = 1;
@@ -155,11 +161,9 @@ TEST_F(RendezvousTest, ALogLostAfterTheJobClosedDoesNotChangeTheOutcome) {
 
 TEST_F(RendezvousTest, SuccessWaitsForEveryNode) {
   options_.params = Params{2, 2, 0, false};
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
   a.rdzv->ReportSucceeded();
   Settle();
   EXPECT_FALSE(a.end) << "exit barrier: node 2 is still running";
@@ -173,11 +177,9 @@ TEST_F(RendezvousTest, SuccessWaitsForEveryNode) {
 
 TEST_F(RendezvousTest, SucceededNodeRestartsWhenAnotherFails) {
   options_.params = Params{2, 2, 1, false};
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
   a.rdzv->ReportSucceeded();
   Settle();
   Cause c;
@@ -193,11 +195,8 @@ TEST_F(RendezvousTest, SucceededNodeRestartsWhenAnotherFails) {
 TEST_F(RendezvousTest, JoinTimeoutNamesWhoJoined) {
   options_.params = Params{3, 3, 0, false};
   options_.join_timeout = Seconds(10);
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
   timers_.Advance(Seconds(11));
   ASSERT_TRUE(a.end);
   EXPECT_TRUE(a.end->rendezvous_error);
@@ -245,11 +244,9 @@ TEST_F(RendezvousTest, ALogOfAnEndedJobIsNotMistakenForThisJobsOutcome) {
 TEST_F(RendezvousTest, LastCallCompletesAnElasticRoundAboveMin) {
   options_.params = Params{2, 4, 0, false};
   options_.last_call = Seconds(2);
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
   EXPECT_TRUE(a.rounds.empty());
   timers_.Advance(Seconds(2));
   ASSERT_EQ(a.rounds.size(), 1u);
@@ -260,14 +257,10 @@ TEST_F(RendezvousTest, LastCallCompletesAnElasticRoundAboveMin) {
 TEST_F(RendezvousTest, LostNodeLeavesTheOthersRunningAsASmallerJobWithoutCounting) {
   options_.params = Params{2, 4, 0, false};
   options_.last_call = Seconds(1);
-  Node& a = Add("1");
-  Node& b = Add("2");
-  Node& c = Add("3");
-  a.JoinNow();
-  b.JoinNow();
-  c.JoinNow();
-  Settle();
-  timers_.Advance(Seconds(1));
+  auto nodes = Start(3, Seconds(1));
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
+  Node& c = *nodes[2];
   ASSERT_EQ(a.rounds.size(), 1u);
   // Node 3 dies: its Rendezvous is gone, and the liveness deadline reports it.
   c.rdzv.reset();
@@ -283,12 +276,8 @@ TEST_F(RendezvousTest, LostNodeLeavesTheOthersRunningAsASmallerJobWithoutCountin
 TEST_F(RendezvousTest, NewNodeJoinsARunningJobAndEveryoneRestartsAsBiggerWithoutCounting) {
   options_.params = Params{2, 4, 0, false};
   options_.last_call = Seconds(1);
-  Node& a = Add("1");
-  Node& b = Add("2");
-  a.JoinNow();
-  b.JoinNow();
-  Settle();
-  timers_.Advance(Seconds(1));
+  auto nodes = Start(2, Seconds(1));
+  Node& a = *nodes[0];
   ASSERT_EQ(a.rounds.size(), 1u);
   Node& c = Add("3");
   c.JoinNow();
@@ -303,13 +292,9 @@ TEST_F(RendezvousTest, NewNodeJoinsARunningJobAndEveryoneRestartsAsBiggerWithout
 TEST_F(RendezvousTest, LeaveOfOneAgentRestartsTheOthersWhenMinRemains) {
   options_.params = Params{2, 3, 0, false};
   options_.last_call = Seconds(1);
-  Node& a = Add("1");
-  Node& b = Add("2");
-  Node& c = Add("3");
-  a.JoinNow();
-  b.JoinNow();
-  c.JoinNow();
-  Settle();
+  auto nodes = Start(3);
+  Node& a = *nodes[0];
+  Node& c = *nodes[2];
   ASSERT_EQ(a.rounds.size(), 1u);
   c.rdzv->Leave();
   Settle();
