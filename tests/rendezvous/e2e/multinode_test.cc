@@ -97,6 +97,27 @@ TEST(MultiNode, StaticTwoNodesOfTwoWorkers) {
   ExpectAllGone(dir / "pids");
 }
 
+TEST(MultiNode, StaticFourNodesOfTwoWorkersFollowTheDeclaredNodeRanks) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  for (int node : {3, 1, 0, 2}) {  // arrival order does not matter: node ranks are declared
+    agents.Start("n" + std::to_string(node),
+                 {"--nnodes=4", "--nproc_per_node=2", "--node_rank=" + std::to_string(node), "--master_addr=127.0.0.1",
+                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2"},
+                 {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  }
+  for (int node = 0; node < 4; ++node)
+    EXPECT_EQ(agents.Wait("n" + std::to_string(node)), 0) << agents.Err("n" + std::to_string(node));
+  for (int rank = 0; rank < 8; ++rank) {
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "8");
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2)) << rank;
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "4");
+  }
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, C10dFourNodesOfTwoWorkersGetEveryRankOnce) {
   TempDir dir;
   Agents agents(dir);
