@@ -216,6 +216,44 @@ TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
   ExpectAllGone(dir / "pids");
 }
 
+TEST(MultiNode, NodesWithDifferentWorkerCountsGetContiguousRanks) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  agents.Start("big", C10d(port, "2", 3, {}, "is_host=1"), {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  agents.Start("small", C10d(port, "2", 1, {}, "is_host=0"), {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  EXPECT_EQ(agents.Wait("big"), 0) << agents.Err("big");
+  EXPECT_EQ(agents.Wait("small"), 0) << agents.Err("small");
+  std::map<std::string, int> per_group;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    per_group[env["GROUP_RANK"] + "/" + env["LOCAL_WORLD_SIZE"]]++;
+  }
+  // One node runs 3 contiguous ranks, the other 1, whichever got node rank 0.
+  EXPECT_EQ(per_group.size(), 2u);
+  for (const auto& [group, n] : per_group) EXPECT_EQ(std::to_string(n), group.substr(group.find('/') + 1)) << group;
+  ExpectAllGone(dir / "pids");
+}
+
+TEST(MultiNode, AnAgentStoppedBySignalLeavesAndTheOtherGoesOnAlone) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--hang-if-world", "2"};
+  agents.Start("n0", C10d(port, "1:2", 1, {}, "last_call_timeout=3,is_host=1"), worker);
+  agents.Start("n1", C10d(port, "1:2", 1, {}, "last_call_timeout=3,is_host=0"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 2; }, seconds(30))) << agents.Err("n0");
+  agents["n1"].Signal(SIGTERM);
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 128 + SIGTERM) << agents.Err("n1");
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 0) << "n0 went on as a one-node job\n" << agents.Err("n0");
+  auto env = ReadEnvFile(dir / "env.0");
+  EXPECT_EQ(env["WORLD_SIZE"], "1");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_NE(agents.Err("n0").find("left"), std::string::npos) << agents.Err("n0");
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, JoinTimeoutNamesWhoJoinedAndExits3) {
   TempDir dir;
   Agents agents(dir);
