@@ -151,6 +151,10 @@ void Agent::StartAttempt() {
     }
     Worker w = planned[static_cast<size_t>(i)];
     w.pid = r.process.pid;
+    if (!r.process.exec_confirmed)
+      hooks_.Log(1, "worker local_rank " + std::to_string(i) + " (pid " + std::to_string(w.pid) + "): exec of " +
+                        specs[static_cast<size_t>(i)].argv[0] +
+                        " has not finished (a hung file system?); it is watched as a started worker");
     workers_.push_back(w);
     hooks_.OnWorkerStarted(i, w.rank, r.process);
   }

@@ -2,17 +2,23 @@
 // sees only this interface; spawner_posix.cc forks for real, tests/fakes/fake_spawner.h records.
 //
 // Contract:
-//  - Spawn returns only once the child has either exec'd successfully or is known dead: an exec
-//    failure comes back as a SpawnError (with errno and the shell's 126/127 code) and the failed
-//    child has already been reaped. No live child is ever left without an owner.
+//  - Spawn returns once the child has exec'd, is known to have failed, or its exec was not
+//    confirmed within a bounded wait (PosixSpawner's exec_wait, for the whole of a SpawnMany).
+//    An exec failure comes back as a SpawnError (with errno and the shell's 126/127 code); the
+//    failed child has been reaped, or, if it did not finish exiting within the same wait, is left
+//    to the caller's reaper (the agent reaps every child and ignores unknown pids). An unconfirmed
+//    exec comes back as a started process with exec_confirmed = false: the caller owns it like
+//    any worker. No live child is ever left without an owner.
 //  - The caller (the agent's reaper) is the only code that reaps successfully spawned children.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "process/spawn_spec.h"
@@ -24,6 +30,7 @@ struct SpawnedProcess {
   UniqueFd pidfd;          // may be invalid on kernels without pidfd_open
   UniqueFd stdout_pipe;    // read end, when stdout_target is kPipe (non-blocking, CLOEXEC)
   UniqueFd stderr_pipe;    // read end, when stderr_target is kPipe
+  bool exec_confirmed = true;  // false: still in exec when the wait ran out (see the contract)
 };
 
 struct SpawnError {
@@ -59,6 +66,11 @@ class Spawner {
 
 class PosixSpawner final : public Spawner {
  public:
+  // How long Spawn/SpawnMany wait for the children's exec to succeed or fail. An exec takes
+  // milliseconds; one stuck on a hung file system must not hold the caller longer than this.
+  static constexpr std::chrono::seconds kDefaultExecWait{5};
+
+  explicit PosixSpawner(Duration exec_wait = kDefaultExecWait) : exec_wait_(exec_wait) {}
   bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override;
   void SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) override;
   bool SignalGroup(pid_t pgid, int sig) override;
@@ -73,7 +85,10 @@ class PosixSpawner final : public Spawner {
     SpawnedProcess proc;
   };
   bool Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error);
-  bool Collect(PendingChild& child, SpawnedProcess* out, SpawnError* error);
+  bool Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error);
+  TimePoint ExecDeadline() const;
+
+  Duration exec_wait_;
 };
 
 // Resolves argv0 the way execvp would (PATH from `env`, else the agent's PATH); returns argv0

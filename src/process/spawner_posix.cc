@@ -16,35 +16,13 @@
 #include <cstring>
 
 #include "process/spawner.h"
+#include "process/exec_pipe.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 
 namespace ctrun {
 namespace {
-
-// What the child reports through the CLOEXEC error pipe before _exit: the failing step and errno.
-struct ChildError {
-  int stage;
-  int err;
-};
-enum Stage { kStageSetpgid = 1, kStageDup, kStageChdir, kStageExec, kStagePdeathsig };
-
-const char* StageName(int s) {
-  switch (s) {
-    case kStageSetpgid: return "setpgid";
-    case kStageDup: return "redirect stdio";
-    case kStageChdir: return "chdir";
-    case kStagePdeathsig: return "prctl(PR_SET_PDEATHSIG)";
-    default: return "exec";
-  }
-}
-
-[[noreturn]] void ChildFail(int pipe_fd, int stage) {
-  ChildError e{stage, errno};
-  (void)!::write(pipe_fd, &e, sizeof e);
-  ::_exit(127);
-}
 
 // Marks every fd >= 3 close-on-exec; async-signal-safe.
 void CloexecFrom3() {
@@ -174,19 +152,19 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   if (pid < 0) return fail("fork", errno);
   if (pid == 0) {
     // ---- child: async-signal-safe calls only ----
-    if (spec.new_process_group && ::setpgid(0, 0) != 0) ChildFail(ew, kStageSetpgid);
+    if (spec.new_process_group && ::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
     if (spec.parent_death_signal != 0) {
-      if (::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) ChildFail(ew, kStagePdeathsig);
+      if (::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
       // The parent may have died between fork and prctl; then no signal will ever come.
       if (::getppid() != parent) ::_exit(128 + spec.parent_death_signal);
     }
-    if (in_fd >= 0 && ::dup2(in_fd, 0) < 0) ChildFail(ew, kStageDup);
-    if (out_fd >= 0 && ::dup2(out_fd, 1) < 0) ChildFail(ew, kStageDup);
-    if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ChildFail(ew, kStageDup);
+    if (in_fd >= 0 && ::dup2(in_fd, 0) < 0) ReportChildFailure(ew, ChildStage::kDup);
+    if (out_fd >= 0 && ::dup2(out_fd, 1) < 0) ReportChildFailure(ew, ChildStage::kDup);
+    if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);
     // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
     CloexecFrom3();
     for (int fd : spec.keep_fds) ::fcntl(fd, F_SETFD, 0);
-    if (cwd && ::chdir(cwd) != 0) ChildFail(ew, kStageChdir);
+    if (cwd && ::chdir(cwd) != 0) ReportChildFailure(ew, ChildStage::kChdir);
     // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
     for (int s = 1; s < NSIG; ++s) {
       if (s == SIGKILL || s == SIGSTOP) continue;
@@ -196,7 +174,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
     ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &orig_nofile);  // the user's limit, not ours
     ::execve(exe.c_str(), argv.data(), envp.data());
-    ChildFail(ew, kStageExec);
+    ReportChildFailure(ew, ChildStage::kExec);
   }
 
   // ---- parent ----
@@ -211,43 +189,60 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   return true;  // err_write and the child's stdio ends close here, in the parent
 }
 
-bool PosixSpawner::Collect(PendingChild& child, SpawnedProcess* out, SpawnError* error) {
-  // EOF: the exec succeeded (the write end was CLOEXEC). A record: the child failed and exits.
+bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error) {
   ChildError ce{};
-  ssize_t n = RetryOnEintr([&] { return ::read(child.error_pipe.get(), &ce, sizeof ce); });
-  if (n == static_cast<ssize_t>(sizeof ce)) {
+  switch (AwaitExec(child.error_pipe.get(), deadline, &ce)) {
+    case ExecOutcome::kExeced:
+      *out = std::move(child.proc);
+      return true;
+    case ExecOutcome::kUnconfirmed:
+      // Stuck in exec (a hung file system?): the caller owns it like any started worker, so its
+      // signals, grace period and SIGKILL apply; a late exec failure shows as exit code 127.
+      *out = std::move(child.proc);
+      out->exec_confirmed = false;
+      return true;
+    case ExecOutcome::kFailed:
+      break;
+  }
+  // The child _exits right after its record. Reap it once it has closed its files (bounded: its
+  // exit may flush to a hung file system); past the deadline the agent's reaper gets it instead.
+  if (AwaitChildExit(child.error_pipe.get(), deadline)) {
     int st;
     RetryOnEintr([&] { return ::waitpid(child.pid, &st, 0); });
-    error->err = ce.err;
-    if (ce.stage == kStageExec) {
-      error->shell_code = (ce.err == ENOENT) ? 127 : 126;
-      error->message = "cannot execute " + child.argv0 + ": " + std::strerror(ce.err);
-    } else {
-      error->shell_code = 1;
-      error->message = "cannot start " + child.argv0 + ": " + StageName(ce.stage) + ": " + std::strerror(ce.err);
-    }
-    return false;
   }
-  *out = std::move(child.proc);
-  return true;
+  error->err = ce.err;
+  if (ce.stage == ChildStage::kExec) {
+    error->shell_code = (ce.err == ENOENT) ? 127 : 126;
+    error->message = "cannot execute " + child.argv0 + ": " + std::strerror(ce.err);
+  } else {
+    error->shell_code = 1;
+    error->message =
+        "cannot start " + child.argv0 + ": " + ChildStageName(ce.stage) + ": " + std::strerror(ce.err);
+  }
+  return false;
 }
 
 bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
   PendingChild child;
-  return Fork(spec, &child, error) && Collect(child, out, error);
+  return Fork(spec, &child, error) && Collect(child, ExecDeadline(), out, error);
 }
 
 void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
   // Fork everything first, then collect: the children's exec (and the kernel work of loading
-  // them) overlaps the parent's next forks instead of running one after the other.
+  // them) overlaps the parent's next forks instead of running one after the other. One deadline
+  // for the batch: n stuck execs cost exec_wait once, not n times.
   results->clear();
   results->resize(specs.size());
   std::vector<PendingChild> pending(specs.size());
   for (size_t i = 0; i < specs.size(); ++i)
     (*results)[i].ok = Fork(specs[i], &pending[i], &(*results)[i].error);
+  const TimePoint deadline = ExecDeadline();
   for (size_t i = 0; i < specs.size(); ++i)
-    if ((*results)[i].ok) (*results)[i].ok = Collect(pending[i], &(*results)[i].process, &(*results)[i].error);
+    if ((*results)[i].ok)
+      (*results)[i].ok = Collect(pending[i], deadline, &(*results)[i].process, &(*results)[i].error);
 }
+
+TimePoint PosixSpawner::ExecDeadline() const { return std::chrono::steady_clock::now() + exec_wait_; }
 
 bool PosixSpawner::SignalGroup(pid_t pgid, int sig) { return ::killpg(pgid, sig) == 0; }
 

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 
 #include "sys/posix_util.h"
@@ -18,8 +19,6 @@ struct Msg {
   char op;
   int32_t pgid;
 } __attribute__((packed));
-
-constexpr int kMaxGroups = 4096;
 
 [[noreturn]] void WatchdogMain(int rfd) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
@@ -39,28 +38,35 @@ constexpr int kMaxGroups = 4096;
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   ::prctl(PR_SET_NAME, "ctrun-watchdog");
 
-  static pid_t groups[kMaxGroups];
-  int n = 0;
+  static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;
   Msg m;
   for (;;) {
     ssize_t r = RetryOnEintr([&] { return ::read(rfd, &m, sizeof m); });
     if (r != static_cast<ssize_t>(sizeof m)) break;  // EOF (or torn message): agent is gone
-    if (m.op == 'A' && n < kMaxGroups) {
-      groups[n++] = m.pgid;
+    if (m.op == 'A') {
+      groups.Add(m.pgid);
     } else if (m.op == 'R') {
-      for (int i = 0; i < n; ++i)
-        if (groups[i] == m.pgid) groups[i] = groups[--n];
+      groups.Remove(m.pgid);
     } else if (m.op == 'Q') {
       clean = true;
     }
   }
-  if (!clean)
-    for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
+  if (!clean) groups.ForEach([](pid_t pgid) { ::kill(-pgid, SIGKILL); });
   ::_exit(0);
 }
 
 }  // namespace
+
+void PgidSet::Add(pid_t pgid) {
+  if (pgid > 0 && static_cast<uint32_t>(pgid) < kPidLimit)
+    bits_[pgid / kWordBits] |= Word{1} << (pgid % kWordBits);
+}
+
+void PgidSet::Remove(pid_t pgid) {
+  if (pgid > 0 && static_cast<uint32_t>(pgid) < kPidLimit)
+    bits_[pgid / kWordBits] &= ~(Word{1} << (pgid % kWordBits));
+}
 
 StatusOr<Watchdog> Watchdog::Start() {
   int fds[2];

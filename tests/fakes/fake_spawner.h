@@ -30,6 +30,7 @@ class FakeSpawner final : public Spawner {
     }
     specs.push_back(spec);
     out->pid = next_pid_++;
+    out->exec_confirmed = !unconfirmed_exec;
     alive_groups.insert(out->pid);
     return true;
   }
@@ -58,6 +59,7 @@ class FakeSpawner final : public Spawner {
   std::vector<Signal> signals;
   std::set<pid_t> alive_groups;  // groups with members; tests erase to model "group empty"
   std::set<pid_t> unkillable;    // groups that survive SIGKILL (D state)
+  bool unconfirmed_exec = false; // every spawn comes back as still in exec (a hung file system)
 
  private:
   pid_t next_pid_ = 1000;

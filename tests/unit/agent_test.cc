@@ -240,6 +240,21 @@ TEST_F(AgentTest, ExecFailureOfALaterWorkerStopsTheStartedOnesWithoutBlamingThem
   EXPECT_EQ(spawner.specs.size(), 3u);     // and no restart
 }
 
+// A worker whose exec did not finish within the spawner's wait is a started worker: it is
+// watched, signalled and stopped like the others, and the user is told why it may be slow.
+TEST_F(AgentTest, UnconfirmedExecIsAStartedWorkerWithAWarning) {
+  spawner.unconfirmed_exec = true;
+  MakeAgent().Start();
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(agent->live_worker_pids().size(), 4u);
+  int warnings = 0;
+  for (const auto& l : hooks.logs) warnings += l.rfind("1 ", 0) == 0 && l.find("hung file system") != std::string::npos;
+  EXPECT_EQ(warnings, 4);
+  Exit(Pid(1), ExitStatus::Exited(127));  // its exec failed late: an ordinary worker failure
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);
+}
+
 TEST_F(AgentTest, PrepareFailureEndsTheRun) {
   hooks.fail_prepare = true;
   MakeAgent().Start();
