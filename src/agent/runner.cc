@@ -73,8 +73,12 @@ class RealHooks final : public AgentHooks {
     if (proc.pidfd) {
       int fd = proc.pidfd.get();
       // Readable when the worker exits: the drain reaps it (and anything else that exited).
-      loop_.AddFd(fd, EPOLLIN, [this](uint32_t) { drain_(); });
-      pidfds_[proc.pid] = std::move(proc.pidfd);
+      // Without it the exit is still seen, through SIGCHLD on the signalfd.
+      if (Status s = loop_.AddFd(fd, EPOLLIN, [this](uint32_t) { drain_(); }); s.ok())
+        pidfds_[proc.pid] = std::move(proc.pidfd);
+      else
+        spdlog::warn("worker pid {}: cannot watch its pidfd: {}; its exit is seen through SIGCHLD", proc.pid,
+                     s.message());
     }
   }
 
@@ -380,12 +384,19 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
     });
   };
   hooks.set_drain(drain);
-  loop.AddFd(sigfd->fd(), EPOLLIN, [&](uint32_t) {
-    for (int sig : sigfd->ReadPending()) {
-      if (sig == SIGCHLD) drain();
-      else agent.OnSignal(sig);
-    }
-  });
+  // Without the signalfd in the loop no exit and no signal would ever reach the agent: ctrun
+  // could not stop. Nothing has started yet, so the run ends here.
+  if (Status s = loop.AddFd(sigfd->fd(), EPOLLIN,
+                            [&](uint32_t) {
+                              for (int sig : sigfd->ReadPending()) {
+                                if (sig == SIGCHLD) drain();
+                                else agent.OnSignal(sig);
+                              }
+                            });
+      !s.ok()) {
+    spdlog::error("cannot watch signals and child exits: {}", s.message());
+    return 1;
+  }
 
   agent.Start();
   while (!agent.done()) loop.RunOnce();

@@ -11,7 +11,9 @@
 
 namespace ctrun {
 
-class Status {
+// [[nodiscard]]: a Status or StatusOr returned by any call must be looked at. Where ignoring one is
+// correct, the call says so with an explicit (void) cast and a comment giving the reason.
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   static Status Ok() { return Status(); }
@@ -34,7 +36,7 @@ class Status {
 };
 
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : v_(std::move(value)) {}              // NOLINT: implicit by design
   StatusOr(Status status) : v_(std::move(status)) {}       // NOLINT: must not be OK

@@ -324,7 +324,8 @@ void AsyncStoreClient::OnConnected() {
   EncodeRequest(Dialect::kModern, ValidateRequest(), &wbuf_);
   queued_bytes_ = wbuf_.size();
   want_out_ = true;
-  loop_.ModifyFd(fd_.get(), EPOLLIN | EPOLLOUT);
+  if (Status st = loop_.ModifyFd(fd_.get(), EPOLLIN | EPOLLOUT); !st.ok())
+    FailAll(Status::Error("store: " + st.message()));  // nothing could ever be sent
 }
 
 // --- the connected socket ----------------------------------------------------------------------
@@ -377,15 +378,18 @@ bool AsyncStoreClient::Flush() {
     wbuf_.erase(0, wbuf_off_);
     wbuf_off_ = 0;
   }
-  UpdateInterest();
-  return true;
+  return UpdateInterest();
 }
 
-void AsyncStoreClient::UpdateInterest() {
+bool AsyncStoreClient::UpdateInterest() {
   const bool want = wbuf_off_ < wbuf_.size();
-  if (want == want_out_) return;
+  if (want == want_out_) return true;
   want_out_ = want;
-  loop_.ModifyFd(fd_.get(), EPOLLIN | (want ? EPOLLOUT : 0u));
+  if (Status st = loop_.ModifyFd(fd_.get(), EPOLLIN | (want ? EPOLLOUT : 0u)); !st.ok()) {
+    FailAll(Status::Error("store: " + st.message()));  // the rest of the requests would never go out
+    return false;
+  }
+  return true;
 }
 
 bool AsyncStoreClient::ReadAvailable() {

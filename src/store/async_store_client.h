@@ -165,7 +165,7 @@ class AsyncStoreClient {
   // uint64 length + bytes; out may be null (only checks that the value is complete).
   static Parse ReadValue(std::string_view* in, size_t max, std::string* out, std::string* err);
   void SendCancel(Pending& wait);
-  void UpdateInterest();
+  bool UpdateInterest();  // false: the connection failed (FailAll)
   Status LostStatus(int err) const;
 
   // Deadlines.

@@ -88,10 +88,14 @@ StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const ClientOptions&
 
 StoreClient::~StoreClient() = default;
 
-Status StoreClient::Fail(Status st) {
+void StoreClient::Disconnect() {
   fd_.reset();
   rbuf_.clear();
   rbuf_off_ = 0;
+}
+
+Status StoreClient::Fail(Status st) {
+  Disconnect();
   return st;
 }
 
@@ -286,7 +290,7 @@ StatusOr<bool> StoreClient::WaitLocked(const std::vector<std::string>& keys, Dur
   if (!fd_ || Now() < deadline) return Fail(st);  // an I/O error, not the deadline
   if (opts_.dialect == Dialect::kLegacy) {
     // torch <= 1.13 servers have no CANCEL_WAIT: the parked connection is useless now.
-    Fail(st);
+    Disconnect();
     return false;
   }
   // Unpark on the server. A STOP_WAITING may race ahead of WAIT_CANCELED: then the keys did arrive.
@@ -299,7 +303,7 @@ StatusOr<bool> StoreClient::WaitLocked(const std::vector<std::string>& keys, Dur
     if (!reply.ok()) return false;  // connection dropped; the next call reconnects
     if (*reply == kWaitCanceled) return satisfied;
     if (*reply != kStopWaiting) {
-      Fail(Status::Error("store: bad CANCEL_WAIT reply"));
+      Disconnect();  // a bad CANCEL_WAIT reply: the connection cannot be trusted any more
       return false;
     }
     satisfied = true;

@@ -89,7 +89,8 @@ class StoreClient {
   StatusOr<int64_t> ReadI64Reply(TimePoint deadline);
   StatusOr<std::string> ReadBytesReply(TimePoint deadline);
   StatusOr<bool> WaitLocked(const std::vector<std::string>& keys, Duration timeout);
-  Status Fail(Status st);  // drops the connection, returns st
+  void Disconnect();        // drops the connection; the next call reconnects
+  Status Fail(Status st);  // Disconnect(), then returns st
 
   ClientOptions opts_;
   std::mutex mu_;

@@ -156,10 +156,12 @@ void StoreServer::OnAccept() {
       // instead of spinning, and let existing connections finish.
       spdlog::warn("store: accept failed: {}; pausing accepts for {} ms", std::strerror(err),
                    kAcceptRetry.count());
-      loop_.ModifyFd(listen_fd_.get(), 0);
+      if (Status s = loop_.ModifyFd(listen_fd_.get(), 0); !s.ok())
+        spdlog::warn("store: cannot pause accepts: {}", s.message());  // accept fails again meanwhile
       accept_retry_timer_ = loop_.AddTimerAfter(kAcceptRetry, [this] {
         accept_retry_timer_ = 0;
-        loop_.ModifyFd(listen_fd_.get(), EPOLLIN);
+        if (Status s = loop_.ModifyFd(listen_fd_.get(), EPOLLIN); !s.ok())
+          spdlog::error("store: cannot resume accepting connections: {}; no new client is accepted", s.message());
       });
       break;
     }

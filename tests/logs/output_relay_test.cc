@@ -268,7 +268,7 @@ TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
   EXPECT_EQ(lines[0].rfind("[ctrun] I ", 0), 0u) << lines[0];
   EXPECT_NE(lines[0].find("diagnostic 42"), std::string::npos);
   EXPECT_EQ(lines[1], "[r0] partial");
-  SetupLogging("off");
+  ASSERT_TRUE(SetupLogging("off").ok());
 }
 
 // A pseudo-terminal in raw mode: what the user's terminal would receive.

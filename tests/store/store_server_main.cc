@@ -57,7 +57,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ctrun_store_server: %s\n", server.message().c_str());
     return 1;
   }
-  loop.AddFd(sfd.get(), EPOLLIN, [&](uint32_t) { loop.Stop(); });
+  if (ctrun::Status s = loop.AddFd(sfd.get(), EPOLLIN, [&](uint32_t) { loop.Stop(); }); !s.ok()) {
+    std::fprintf(stderr, "ctrun_store_server: %s\n", s.message().c_str());
+    return 1;
+  }
   if (watch_stdin) {
     // Fails (EPERM) for a regular file or /dev/null: then stdin is simply not watched.
     (void)loop.AddFd(STDIN_FILENO, EPOLLIN, [&](uint32_t) {

@@ -79,7 +79,10 @@ class ServerThread {
       return;
     }
     server_ = std::move(*s);
-    loop_.AddFd(wake_r_.get(), EPOLLIN, [this](uint32_t) { RunQueued(); });
+    if (Status st = loop_.AddFd(wake_r_.get(), EPOLLIN, [this](uint32_t) { RunQueued(); }); !st.ok()) {
+      error_ = st.message();  // ok() stays false: no thread was started
+      return;
+    }
     thread_ = std::thread([this] {
       while (!stop_.load()) loop_.RunOnce(std::chrono::milliseconds(100));
       server_.reset();
