@@ -1,7 +1,8 @@
 // Launch checks: what main() verifies after parsing and before anything is started, so bad input
 // ends with one clear line and exit code 2 and never with a worker, a restart loop or a hang.
-//  - CheckSupported: features that parse (torchrun compatibility) but are not implemented yet or
-//    cannot exist in a process-based launcher, each with its reason.
+//  - CheckSupported: features that parse (torchrun compatibility) but are not implemented yet
+//    (--numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters) or cannot exist in a
+//    process-based launcher (--run_path), each refused with its reason: never silently ignored.
 //  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
 //  - CheckEntrypoint: the program (or interpreter and script) exists and is executable.
 #pragma once

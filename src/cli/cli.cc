@@ -85,7 +85,7 @@ constexpr std::array kOptions = {
     OptionDef{"role", 0, Kind::kValue, "PET_ROLE", "NAME", "default", Group::kWorkers,
               "Role of the workers: ROLE_NAME, and the console prefix [<role><local_rank>]:."},
     OptionDef{"numa_binding", 0, Kind::kValue, "", "node|socket|exclusive|core-complex", "", Group::kWorkers,
-              "Bind each worker to CPUs near its GPU. Parsed; not yet supported."},
+              "Bind each worker to CPUs near its GPU. Not supported yet: refused (exit 2)."},
     OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
               "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
     OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
@@ -112,9 +112,9 @@ constexpr std::array kOptions = {
     OptionDef{"duplicate_stdout_filters", 0, Kind::kValue, "PET_DUPLICATE_STDOUT_FILTERS", "FILTERS", "",
               Group::kLogs,
               "Copy worker stdout lines containing any of these comma-separated strings to an extra "
-              "file (',,' is a literal comma)."},
+              "file (',,' is a literal comma). Not supported yet: refused (exit 2)."},
     OptionDef{"duplicate_stderr_filters", 0, Kind::kValue, "PET_DUPLICATE_STDERR_FILTERS", "FILTERS", "",
-              Group::kLogs, "The same for stderr."},
+              Group::kLogs, "The same for stderr. Not supported yet: refused (exit 2)."},
     OptionDef{"logs_specs", 0, Kind::kValue, "", "NAME", "", Group::kLogs,
               "torchrun LogsSpecs plugin (a Python entry point). Not supported by ctrun."},
     // --- Signals & shutdown ---

@@ -9,8 +9,9 @@
 //    everything after it go to the worker unchanged, even when they look like ctrun flags.
 //  - Values are validated here (ranges, choices, syntax) but nothing is checked against the system:
 //    parsing opens no file, spawns nothing and reads the environment only through `env`. Features
-//    that are parsed but not implemented (several nodes, other rendezvous backends, NUMA binding,
-//    --run-path) are stored and refused later by the agent with a reason, never silently ignored.
+//    that are parsed but not implemented (--numa-binding, --duplicate-stdout-filters,
+//    --duplicate-stderr-filters, --run-path) are stored and refused by CheckSupported
+//    (agent/launch_checks.h) with a reason and exit code 2, never silently ignored.
 //  - Bad input gives Action::kExit with exit_code 2 and `error` = exactly one line,
 //    "ctrun: error: <problem naming the flag or variable and the value>\n".
 //  - -h/--help and --version give Action::kExit, exit_code 0 and the text in `output`.

@@ -45,7 +45,7 @@ struct LaunchConfig {
   std::vector<int> signals_to_handle;      // --signals-to-handle (terminating signals, forwarded)
   std::vector<int> forward_only_signals;   // --forward-signals (ctrun: forwarded, job continues)
   bool virtual_local_rank = false;         // --virtual-local-rank
-  std::string numa_binding;                // --numa-binding (parsed; not yet supported)
+  std::string numa_binding;                // --numa-binding (parsed; refused: not supported yet)
   std::string event_log_handler = "null";  // --event-log-handler (accepted; ctrun records no events)
 
   // --- entrypoint ----------------------------------------------------------------------------
@@ -60,8 +60,9 @@ struct LaunchConfig {
   std::string redirects = "0";             // -r/--redirects (Std spec)
   std::string tee = "0";                   // -t/--tee (Std spec)
   std::string local_ranks_filter;          // --local-ranks-filter
-  std::vector<std::string> duplicate_stdout_filters;  // --duplicate-stdout-filters (",," = a comma)
-  std::vector<std::string> duplicate_stderr_filters;  // --duplicate-stderr-filters
+  std::vector<std::string> duplicate_stdout_filters;  // --duplicate-stdout-filters (",," = a comma;
+                                                      // refused when not empty: not supported yet)
+  std::vector<std::string> duplicate_stderr_filters;  // --duplicate-stderr-filters (likewise)
   std::string log_prefix;                  // --log-prefix (ctrun): template or "none"; "" = default
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
   std::string log_level = "info";          // --log-level (ctrun's own diagnostics)
