@@ -1,5 +1,6 @@
 #include "rendezvous/rendezvous.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ctrun::rdzv {
@@ -105,12 +106,25 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
     OnEntry(next, *v);
     Pump();
   });
-  std::vector<std::string> watch;
-  for (const auto& n : head_->members) watch.push_back(n.id);
-  for (const auto& n : head_->waiting) watch.push_back(n.id);
-  for (const auto& id : head_->expected) watch.push_back(id);
-  log_->WatchMembers(watch);
+  log_->WatchMembers(WatchSet());
   React();
+}
+
+// Each agent watches the liveness of only the next kWatchedPeers nodes after itself in id order
+// (a ring over members, waiting and expected nodes), so watching costs O(nodes) in all, and every
+// node has kWatchedPeers watchers; when a watcher dies too, the ring closes over it once it is
+// dropped, and the node gets a new watcher (with a fresh deadline).
+std::vector<std::string> Rendezvous::WatchSet() const {
+  std::vector<std::string> ids{self_id_};
+  for (const auto& n : head_->members) ids.push_back(n.id);
+  for (const auto& n : head_->waiting) ids.push_back(n.id);
+  for (const auto& id : head_->expected) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  const size_t self = static_cast<size_t>(std::find(ids.begin(), ids.end(), self_id_) - ids.begin());
+  std::vector<std::string> watch;
+  for (size_t k = 1; k <= kWatchedPeers && k < ids.size(); ++k) watch.push_back(ids[(self + k) % ids.size()]);
+  return watch;
 }
 
 void Rendezvous::React() {

@@ -14,7 +14,7 @@
 //   -> OnJobEnd        the outcome every agent agrees on, or a rendezvous error of this agent
 //   Leave()            the agent got a terminating signal: leave without closing the job
 // Timers: join_timeout per Join (-> OnJobEnd with kExitRendezvous), last_call once a joining round
-// has min nodes, and the log's liveness deadline for the other members (-> kLost).
+// has min nodes, and the log's liveness deadline for the next kWatchedPeers nodes (-> kLost).
 #pragma once
 
 #include <deque>
@@ -74,6 +74,9 @@ class RendezvousListener {
 
 class Rendezvous {
  public:
+  // How many other nodes each agent watches for liveness (see WatchSet in rendezvous.cc).
+  static constexpr size_t kWatchedPeers = 2;
+
   Rendezvous(std::unique_ptr<RendezvousLog> log, TimerQueue& timers, RendezvousOptions options,
              std::string self_id);
   ~Rendezvous();
@@ -107,6 +110,7 @@ class Rendezvous {
   void ArmLastCall();
   void OnJoinTimeout();
   RoundInfo MakeRound() const;
+  std::vector<std::string> WatchSet() const;
   std::string Members() const;
   std::string MissingRanks() const;
 

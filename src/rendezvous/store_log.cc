@@ -228,12 +228,17 @@ void StoreLog::PollMembers() {
       });
     }
   }
-  poll_timer_ = loop_.AddTimerAfter(liveness_.interval, [this, g = std::weak_ptr<char>(alive_)] {
+  poll_timer_ = loop_.AddTimerAfter(PollPeriod(), [this, g = std::weak_ptr<char>(alive_)] {
     if (g.expired()) return;
     poll_timer_ = 0;
     PollMembers();
   });
 }
+
+// Members beat every `interval`, but are read far more often, so a silent one is reported within
+// kMaxPollPeriod of its deadline (the rendezvous watches only a couple of members per agent, so
+// this costs a few small pipelined requests per period).
+Duration StoreLog::PollPeriod() const { return std::min<Duration>(liveness_.interval, kMaxPollPeriod); }
 
 void StoreLog::OnCounter(const std::string& id, StatusOr<int64_t> r) {
   if (!r.ok()) return;  // a failed round decides nothing
@@ -241,7 +246,9 @@ void StoreLog::OnCounter(const std::string& id, StatusOr<int64_t> r) {
   if (it == members_.end() || it->second.reported || id == self_id_) return;
   Member& m = it->second;
   const TimePoint now = loop_.Now();
-  if (m.counter && *m.counter != *r) m.since = now;
+  // The deadline runs from the last change seen, and from the first reading (a member first
+  // polled up to one period after it was watched gets its whole deadline from there).
+  if (!m.counter || *m.counter != *r) m.since = now;
   m.counter = *r;
   if (now - m.since < liveness_.deadline) return;
   m.reported = true;

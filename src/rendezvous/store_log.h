@@ -31,11 +31,12 @@
 //  - StartLiveness: ADD(alive/<self>, 1) at once and every interval; a beat is skipped while the
 //    previous one is unanswered. Failures are only logged: a broken store fails the rendezvous's
 //    own Append/Wait/Head.
-//  - WatchMembers: every interval, one pipelined round of ADD(alive/<id>, 0) for each watched id
-//    (ADD creates a missing key as 0, so it never closes the connection the way GET would). A
-//    member whose counter has not changed for `deadline` since it was first watched or last
-//    changed is reported once. A failed round decides nothing. Interval and deadline come from the
-//    latest StartLiveness (LivenessOptions defaults before one).
+//  - WatchMembers: every min(interval, kMaxPollPeriod), one pipelined round of ADD(alive/<id>, 0)
+//    for each watched id (ADD creates a missing key as 0, so it never closes the connection the
+//    way GET would). A member whose counter has not changed for `deadline` since it was first read
+//    or last changed is reported once, so a dead member is reported at most deadline +
+//    kMaxPollPeriod (+ a round trip) after its last beat. A failed round decides nothing. Interval
+//    and deadline come from the latest StartLiveness (LivenessOptions defaults before one).
 //
 // Errors: a request that fails after the client's own connect retries reaches the callback as an
 // error Status (connection lost, op timeout, refused token, ...).
@@ -67,6 +68,7 @@ struct StoreLogOptions {
 class StoreLog final : public RendezvousLog {
  public:
   static constexpr uint64_t kKeepEntries = 64;
+  static constexpr Duration kMaxPollPeriod = std::chrono::milliseconds(100);
 
   // Resolves the host (blocking, once); connects with the first request.
   static StatusOr<std::unique_ptr<StoreLog>> Create(EventLoop& loop, const StoreLogOptions& opts);
@@ -112,6 +114,7 @@ class StoreLog final : public RendezvousLog {
 
   void Beat();
   void PollMembers();
+  Duration PollPeriod() const;
   void OnCounter(const std::string& id, StatusOr<int64_t> r);
 
   EventLoop& loop_;

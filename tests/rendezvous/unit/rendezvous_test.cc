@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 
 #include "fakes/fake_rendezvous_log.h"
@@ -315,6 +316,18 @@ TEST_F(RendezvousTest, ABrokenLogEndsTheAgentWithARendezvousError) {
   ASSERT_TRUE(b.end);
   EXPECT_TRUE(b.end->rendezvous_error);
   EXPECT_NE(b.end->message.find("fake log broken"), std::string::npos);
+}
+
+TEST_F(RendezvousTest, EveryNodeIsWatchedByTwoOthersAndNobodyWatchesEveryone) {
+  options_.params = Params{5, 5, 0, false};
+  Start(5);
+  std::map<std::string, int> watchers;
+  for (const auto& [client, ids] : server_->watched) {
+    EXPECT_EQ(ids.size(), Rendezvous::kWatchedPeers);
+    for (const auto& id : ids) watchers[id]++;
+  }
+  ASSERT_EQ(watchers.size(), 5u);
+  for (const auto& [id, n] : watchers) EXPECT_EQ(n, 2) << id;
 }
 
 TEST_F(RendezvousTest, ManyNodesConverge) {
