@@ -1,6 +1,7 @@
 #include "rendezvous/curl_loop.h"
 
-#include <curl/curl.h>
+#include "rendezvous/curl_api.h"
+
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -15,21 +16,11 @@ namespace {
 constexpr size_t kMaxBody = 64u << 20;
 
 struct EasyDeleter {
-  void operator()(CURL* easy) const { curl_easy_cleanup(easy); }
+  void operator()(CURL* easy) const { Curl().easy_cleanup(easy); }
 };
 struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
+  void operator()(curl_slist* list) const { Curl().slist_free_all(list); }
 };
-
-// curl_global_init once per process, before the first handle. libcurl 7.84+ makes it
-// thread-safe; the agent calls it from its one thread anyway.
-void GlobalInitOnce() {
-  static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (rc != CURLE_OK) {
-    std::fprintf(stderr, "ctrun: curl_global_init: %s\n", curl_easy_strerror(rc));
-    std::abort();
-  }
-}
 
 long Ms(Duration d) { return static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(d).count()); }
 
@@ -58,7 +49,7 @@ bool IsPermanent(CURLcode rc) {
 struct CurlLoop::Transfer {
   ~Transfer() {
     // Removing may call back into the owner (socket removal): the owner is alive while in_multi.
-    if (in_multi) curl_multi_remove_handle(owner->multi_.get(), easy.get());
+    if (in_multi) Curl().multi_remove_handle(owner->multi_.get(), easy.get());
   }
 
   CurlLoop* owner = nullptr;
@@ -128,7 +119,7 @@ struct CurlCallbacks {
     auto* t = static_cast<CurlLoop::Transfer*>(userp);
     const size_t len = size * n;
     long status = 0;
-    curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &status);
+    Curl().easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &status);
     std::string& sink = t->streaming && Is2xx(status) ? t->pending : t->body;
     if (sink.size() + len > kMaxBody) {
       t->too_big = true;
@@ -144,19 +135,22 @@ struct CurlCallbacks {
   }
 };
 
-void CurlLoop::MultiDeleter::operator()(void* multi) const { curl_multi_cleanup(multi); }
+void CurlLoop::MultiDeleter::operator()(void* multi) const { Curl().multi_cleanup(multi); }
 
 CurlLoop::CurlLoop(EventLoop* loop) : loop_(loop) {
-  GlobalInitOnce();
-  multi_.reset(curl_multi_init());
+  if (auto api = LoadCurl(); !api.ok()) {  // a broken precondition, not a run-time error
+    std::fprintf(stderr, "ctrun: CurlLoop without libcurl: %s\n", api.message().c_str());
+    std::abort();
+  }
+  multi_.reset(Curl().multi_init());
   if (!multi_) {
     std::fprintf(stderr, "ctrun: curl_multi_init failed\n");
     std::abort();
   }
-  curl_multi_setopt(multi_.get(), CURLMOPT_SOCKETFUNCTION, &CurlCallbacks::Socket);
-  curl_multi_setopt(multi_.get(), CURLMOPT_SOCKETDATA, this);
-  curl_multi_setopt(multi_.get(), CURLMOPT_TIMERFUNCTION, &CurlCallbacks::Timer);
-  curl_multi_setopt(multi_.get(), CURLMOPT_TIMERDATA, this);
+  Curl().multi_setopt(multi_.get(), CURLMOPT_SOCKETFUNCTION, &CurlCallbacks::Socket);
+  Curl().multi_setopt(multi_.get(), CURLMOPT_SOCKETDATA, this);
+  Curl().multi_setopt(multi_.get(), CURLMOPT_TIMERFUNCTION, &CurlCallbacks::Timer);
+  Curl().multi_setopt(multi_.get(), CURLMOPT_TIMERDATA, this);
 }
 
 CurlLoop::~CurlLoop() {
@@ -187,7 +181,7 @@ CurlLoop::TransferId CurlLoop::Start(HttpRequest request, DataCallback on_data, 
   Transfer& ref = *t;
   transfers_.emplace(ref.id, std::move(t));
   Status st = Configure(ref, request);
-  if (st.ok() && curl_multi_add_handle(multi_.get(), ref.easy.get()) != CURLM_OK)
+  if (st.ok() && Curl().multi_add_handle(multi_.get(), ref.easy.get()) != CURLM_OK)
     st = Status::Error("curl_multi_add_handle failed");
   if (st.ok()) {
     ref.in_multi = true;  // curl's timer callback now asks for a prompt first action
@@ -198,13 +192,13 @@ CurlLoop::TransferId CurlLoop::Start(HttpRequest request, DataCallback on_data, 
 }
 
 Status CurlLoop::Configure(Transfer& t, const HttpRequest& r) {
-  t.easy.reset(curl_easy_init());
+  t.easy.reset(Curl().easy_init());
   if (!t.easy) return Status::Error("curl_easy_init failed");
-  curl_slist* list = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip
+  curl_slist* list = Curl().slist_append(nullptr, "Expect:");  // no 100-continue round trip
   for (const auto& h : r.headers) {
     if (!list) break;
-    curl_slist* grown = curl_slist_append(list, h.c_str());
-    if (!grown) curl_slist_free_all(list);
+    curl_slist* grown = Curl().slist_append(list, h.c_str());
+    if (!grown) Curl().slist_free_all(list);
     list = grown;
   }
   if (!list) return Status::Error("out of memory for headers");
@@ -215,32 +209,32 @@ Status CurlLoop::Configure(Transfer& t, const HttpRequest& r) {
   auto set = [&rc](CURLcode c) {
     if (rc == CURLE_OK) rc = c;
   };
-  set(curl_easy_setopt(e, CURLOPT_URL, r.url.c_str()));
+  set(Curl().easy_setopt(e, CURLOPT_URL, r.url.c_str()));
 #if LIBCURL_VERSION_NUM >= 0x075500
-  set(curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https"));
+  set(Curl().easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https"));
 #endif
-  set(curl_easy_setopt(e, CURLOPT_PROXY, ""));  // never via http_proxy & co: etcd is cluster-internal
-  set(curl_easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1)));
-  set(curl_easy_setopt(e, CURLOPT_POST, 1L));
-  set(curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size())));
-  set(curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, r.body.c_str()));
-  set(curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers.get()));
-  set(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
-  set(curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &CurlCallbacks::OpenSocket));
-  set(curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &CurlCallbacks::Write));
-  set(curl_easy_setopt(e, CURLOPT_WRITEDATA, &t));
-  set(curl_easy_setopt(e, CURLOPT_PRIVATE, &t));
-  set(curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.error));
-  set(curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, Ms(r.connect_timeout)));
-  if (r.timeout > Duration::zero()) set(curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, Ms(r.timeout)));
+  set(Curl().easy_setopt(e, CURLOPT_PROXY, ""));  // never via http_proxy & co: etcd is cluster-internal
+  set(Curl().easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1)));
+  set(Curl().easy_setopt(e, CURLOPT_POST, 1L));
+  set(Curl().easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size())));
+  set(Curl().easy_setopt(e, CURLOPT_COPYPOSTFIELDS, r.body.c_str()));
+  set(Curl().easy_setopt(e, CURLOPT_HTTPHEADER, t.headers.get()));
+  set(Curl().easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
+  set(Curl().easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &CurlCallbacks::OpenSocket));
+  set(Curl().easy_setopt(e, CURLOPT_WRITEFUNCTION, &CurlCallbacks::Write));
+  set(Curl().easy_setopt(e, CURLOPT_WRITEDATA, &t));
+  set(Curl().easy_setopt(e, CURLOPT_PRIVATE, &t));
+  set(Curl().easy_setopt(e, CURLOPT_ERRORBUFFER, t.error));
+  set(Curl().easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, Ms(r.connect_timeout)));
+  if (r.timeout > Duration::zero()) set(Curl().easy_setopt(e, CURLOPT_TIMEOUT_MS, Ms(r.timeout)));
   // Long-lived streams notice a peer that vanished without closing (host down, partition).
-  set(curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
-  set(curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 10L));
-  set(curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L));
-  if (!r.tls.ca_file.empty()) set(curl_easy_setopt(e, CURLOPT_CAINFO, r.tls.ca_file.c_str()));
-  if (!r.tls.cert_file.empty()) set(curl_easy_setopt(e, CURLOPT_SSLCERT, r.tls.cert_file.c_str()));
-  if (!r.tls.key_file.empty()) set(curl_easy_setopt(e, CURLOPT_SSLKEY, r.tls.key_file.c_str()));
-  if (rc != CURLE_OK) return Status::Error(std::string("curl_easy_setopt: ") + curl_easy_strerror(rc));
+  set(Curl().easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
+  set(Curl().easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 10L));
+  set(Curl().easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L));
+  if (!r.tls.ca_file.empty()) set(Curl().easy_setopt(e, CURLOPT_CAINFO, r.tls.ca_file.c_str()));
+  if (!r.tls.cert_file.empty()) set(Curl().easy_setopt(e, CURLOPT_SSLCERT, r.tls.cert_file.c_str()));
+  if (!r.tls.key_file.empty()) set(Curl().easy_setopt(e, CURLOPT_SSLKEY, r.tls.key_file.c_str()));
+  if (rc != CURLE_OK) return Status::Error(std::string("curl_easy_setopt: ") + Curl().easy_strerror(rc));
   return Status::Ok();
 }
 
@@ -266,30 +260,30 @@ void CurlLoop::Cancel(TransferId id) {
 
 void CurlLoop::Drive(int fd, int ev_bitmask) {
   int running = 0;
-  curl_multi_socket_action(multi_.get(), fd, ev_bitmask, &running);
+  Curl().multi_socket_action(multi_.get(), fd, ev_bitmask, &running);
   CollectFinished();
   Dispatch();
 }
 
 void CurlLoop::CollectFinished() {
   int left = 0;
-  while (CURLMsg* m = curl_multi_info_read(multi_.get(), &left)) {
+  while (CURLMsg* m = Curl().multi_info_read(multi_.get(), &left)) {
     if (m->msg != CURLMSG_DONE) continue;
     // Read the message before removing the handle: removal invalidates it.
     CURL* easy = m->easy_handle;
     const CURLcode rc = m->data.result;
     Transfer* t = nullptr;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-    curl_multi_remove_handle(multi_.get(), easy);
+    Curl().easy_getinfo(easy, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+    Curl().multi_remove_handle(multi_.get(), easy);
     t->in_multi = false;
     if (rc == CURLE_OK) {
       long status = 0;
-      curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+      Curl().easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
       t->result = HttpResult{Status::Ok(), false, status, std::move(t->body)};
     } else {
       std::string detail = t->too_big ? "response larger than 64 MiB"
                            : t->error[0] ? std::string(t->error)
-                                         : std::string(curl_easy_strerror(rc));
+                                         : std::string(Curl().easy_strerror(rc));
       t->result = HttpResult{Status::Error("POST " + t->url + ": " + detail), IsPermanent(rc), 0, {}};
     }
     finished_.push_back(t->id);

@@ -63,6 +63,7 @@ class CurlLoop {
   using DataCallback = std::function<void(std::string_view chunk)>;
 
   // Aborts the process when libcurl cannot be initialised (out of memory at start-up).
+  // Precondition: LoadCurl() (curl_api.h) succeeded; the owner reports its error to the user.
   explicit CurlLoop(EventLoop* loop);
   ~CurlLoop();
   CurlLoop(const CurlLoop&) = delete;

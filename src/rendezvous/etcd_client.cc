@@ -1,5 +1,7 @@
 #include "rendezvous/etcd_client.h"
 
+#include "rendezvous/curl_api.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -233,6 +235,7 @@ struct EtcdClient::KeepAlive {
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EventLoop* loop, EtcdOptions options) {
   auto endpoints = NormalizeEndpoints(options.endpoints);
   if (!endpoints.ok()) return endpoints.status();
+  if (auto curl = LoadCurl(); !curl.ok()) return curl.status();
   return std::unique_ptr<EtcdClient>(new EtcdClient(loop, std::move(options), std::move(*endpoints)));
 }
 
