@@ -31,7 +31,9 @@ struct OptionDef {
   char short_name;          // '\0' when none
   Kind kind;
   std::string_view env;     // fallback environment variable, "" when none
-  std::string_view metavar;
+  std::string_view metavar;  // '|'-separated alternatives: UPPERCASE ones are placeholders (N, MAP),
+                             // the others literal values (the choices; all that is accepted when
+                             // there is no placeholder, checked by CheckChoice)
   std::string_view default_text;  // for --help; "" when there is no default worth showing
   Group group;
   std::string_view help;
@@ -43,7 +45,7 @@ constexpr std::array kOptions = {
     // --- Nodes & rendezvous ---
     OptionDef{"nnodes", 0, Kind::kValue, "PET_NNODES", "N|MIN:MAX", "1:1", Group::kNodes,
               "Number of nodes, or a MIN:MAX range for an elastic job (c10d or etcd rendezvous)."},
-    OptionDef{"rdzv_backend", 0, Kind::kValue, "PET_RDZV_BACKEND", "NAME", "static", Group::kNodes,
+    OptionDef{"rdzv_backend", 0, Kind::kValue, "PET_RDZV_BACKEND", "static|c10d|etcd|etcd-v2", "static", Group::kNodes,
               "Rendezvous backend: static (fixed nodes, node rank 0 hosts the store), c10d (ctrun's "
               "own, on its TCP store; elastic), etcd or etcd-v2 (etcd's v3 API; elastic)."},
     OptionDef{"rdzv_endpoint", 0, Kind::kValue, "PET_RDZV_ENDPOINT", "HOST[:PORT]", "", Group::kNodes,
@@ -102,10 +104,10 @@ constexpr std::array kOptions = {
     // --- Logs ---
     OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
               "Base directory for the workers' log files (default: a fresh /tmp directory)."},
-    OptionDef{"redirects", 'r', Kind::kValue, "PET_REDIRECTS", "SPEC", "0", Group::kLogs,
+    OptionDef{"redirects", 'r', Kind::kValue, "PET_REDIRECTS", "0|1|2|3|MAP", "0", Group::kLogs,
               "Send worker output to files in the log dir instead of the console: 0 none, 1 stdout, "
-              "2 stderr, 3 both, or per local rank, e.g. 0:3,1:2."},
-    OptionDef{"tee", 't', Kind::kValue, "PET_TEE", "SPEC", "0", Group::kLogs,
+              "2 stderr, 3 both, or a MAP per local rank, e.g. 0:3,1:2."},
+    OptionDef{"tee", 't', Kind::kValue, "PET_TEE", "0|1|2|3|MAP", "0", Group::kLogs,
               "Like --redirects, but also keep writing to the console, with a prefix."},
     OptionDef{"local_ranks_filter", 0, Kind::kValue, "PET_LOCAL_RANKS_FILTER", "RANKS", "", Group::kLogs,
               "Only show these local ranks' output on the console, e.g. 0,1 (log files are unaffected)."},
@@ -137,8 +139,8 @@ constexpr std::array kOptions = {
               "else [r<rank>] padded to the world size (and the host in multi-node jobs)."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
               "Only show these global ranks' output on the console, e.g. 0,8."},
-    OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "LEVEL", "info", Group::kCtrun,
-              "ctrun's own diagnostics: trace, debug, info, warning, error or off."},
+    OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "trace|debug|info|warning|error|off", "info",
+              Group::kCtrun, "How much ctrun says about itself (warn means warning; any case)."},
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Do not host the workers' TCPStore in ctrun (TORCHELASTIC_USE_AGENT_STORE=False); the "
               "same as TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."},
@@ -169,6 +171,35 @@ const OptionDef* FindShort(char c) {
   for (const OptionDef& def : kOptions)
     if (def.short_name == c) return &def;
   return nullptr;
+}
+
+const OptionDef& FindDest(std::string_view dest) {
+  for (const OptionDef& def : kOptions)
+    if (def.dest == dest) return def;
+  std::abort();  // a dest the table lacks is a bug in this file
+}
+
+// The literal alternatives of a metavar: "N|cpu|gpu|auto" -> cpu, gpu, auto; none for "DIR".
+std::vector<std::string> MetavarChoices(std::string_view metavar) {
+  std::vector<std::string> choices;
+  if (metavar.find('|') == std::string_view::npos) return choices;
+  while (!metavar.empty()) {
+    std::string_view alt = metavar.substr(0, metavar.find('|'));
+    metavar.remove_prefix(std::min(metavar.size(), alt.size() + 1));
+    if (std::none_of(alt.begin(), alt.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; }))
+      choices.emplace_back(alt);
+  }
+  return choices;
+}
+
+// OK when `value` is one of the option's choices, else "expected a, b or c".
+Status CheckChoice(std::string_view dest, const std::string& value) {
+  std::vector<std::string> choices = MetavarChoices(FindDest(dest).metavar);
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return {};
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  return Status::Error("expected " + list);
 }
 
 size_t EditDistance(std::string_view a, std::string_view b) {
@@ -369,8 +400,7 @@ class Builder {
       return {};
     });
     Text("rdzv_backend", [&](const Raw& r) -> Status {
-      if (r.text != "static" && r.text != "c10d" && r.text != "etcd" && r.text != "etcd-v2")
-        return Status::Error("expected static, c10d, etcd or etcd-v2");
+      if (Status s = CheckChoice("rdzv_backend", r.text); !s.ok()) return s;
       c.rdzv_backend = r.text;
       return {};
     });
@@ -409,8 +439,7 @@ class Builder {
     IntAtLeast("max_restarts", 0, &c.max_restarts);
     Seconds("monitor_interval", /*zero_ok=*/false, &c.monitor_interval);
     Text("start_method", [&](const Raw& r) -> Status {
-      if (r.text != "spawn" && r.text != "fork" && r.text != "forkserver")
-        return Status::Error("expected spawn, fork or forkserver");
+      if (Status s = CheckChoice("start_method", r.text); !s.ok()) return s;
       c.start_method = r.text;
       return {};
     });
@@ -420,8 +449,7 @@ class Builder {
       return {};
     });
     Text("numa_binding", [&](const Raw& r) -> Status {
-      if (r.text != "node" && r.text != "socket" && r.text != "exclusive" && r.text != "core-complex")
-        return Status::Error("expected node, socket, exclusive or core-complex");
+      if (Status s = CheckChoice("numa_binding", r.text); !s.ok()) return s;
       c.numa_binding = r.text;
       return {};
     });
@@ -475,9 +503,7 @@ class Builder {
       std::transform(level.begin(), level.end(), level.begin(),
                      [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
       if (level == "warn") level = "warning";
-      if (level != "trace" && level != "debug" && level != "info" && level != "warning" && level != "error" &&
-          level != "off")
-        return Status::Error("expected trace, debug, info, warning, error or off");
+      if (Status s = CheckChoice("log_level", level); !s.ok()) return s;
       c.log_level = level;
       return {};
     });
@@ -650,11 +676,52 @@ void Wrap(std::string& out, std::string_view text, size_t indent, size_t first_c
   out += '\n';
 }
 
+// The paragraphs between the usage lines and the options (also the man page's DESCRIPTION).
+constexpr std::array<std::string_view, 3> kHelpParagraphs = {
+    "Starts ENTRYPOINT on this node once per worker, with torchrun's environment (RANK, LOCAL_RANK, "
+    "WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises it, restarts the group on failure and "
+    "reports the root cause. A drop-in replacement for torchrun: its flags, defaults and PET_ "
+    "variables work unchanged.",
+    "ENTRYPOINT: a path ending in .py (and -m MODULE) runs under $PYTHON_EXEC, else the first python3 "
+    "on PATH, with -u; anything else is executed directly. ARGS, and everything after ENTRYPOINT even "
+    "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
+    "${local_rank}, ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS are replaced "
+    "per worker.",
+    "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
+    "[env: PET_X] means the variable is used when the option is not given (the option wins); "
+    "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off."};
+
+constexpr std::array kGroupOrder = {Group::kNodes,   Group::kWorkers, Group::kEntrypoint,
+                                    Group::kLogs,    Group::kSignals, Group::kCtrun};
+
 }  // namespace
 
 std::string VersionText() {
-  return std::string("ctrun ") + CTRUN_VERSION + " (torchrun-compatible launcher, PyTorch 2.x command line)\n";
+  return std::string("ctrun ") + CTRUN_VERSION +
+         ": follows torchrun of PyTorch 2.x (flags, defaults, PET_ variables, worker environment); "
+         "workers may run torch 1.13 or later\n";
 }
+
+std::vector<OptionInfo> OptionTable() {
+  std::vector<OptionInfo> table;
+  for (Group g : kGroupOrder)
+    for (const OptionDef& def : kOptions) {
+      if (def.group != g) continue;
+      OptionInfo& o = table.emplace_back();
+      o.long_names = LongNames(def);
+      o.short_name = def.short_name;
+      o.takes_value = def.kind == Kind::kValue;
+      if (o.takes_value) o.metavar = def.metavar;
+      o.choices = MetavarChoices(def.metavar);
+      o.default_text = def.default_text;
+      o.env = def.env;
+      o.group = GroupTitle(g);
+      o.help = def.help;
+    }
+  return table;
+}
+
+std::vector<std::string> HelpParagraphs() { return {kHelpParagraphs.begin(), kHelpParagraphs.end()}; }
 
 std::string HelpText() {
   constexpr size_t kCol = 30;
@@ -662,28 +729,11 @@ std::string HelpText() {
       "Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n"
       "       ctrun [OPTIONS] -m MODULE [ARGS...]\n"
       "\n";
-  Wrap(out,
-       "Starts ENTRYPOINT on this node once per worker, with torchrun's environment (RANK, LOCAL_RANK, "
-       "WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises it, restarts the group on failure and "
-       "reports the root cause. A drop-in replacement for torchrun: its flags, defaults and PET_ "
-       "variables work unchanged.",
-       0, 0);
-  out += "\n";
-  Wrap(out,
-       "ENTRYPOINT: a path ending in .py (and -m MODULE) runs under $PYTHON_EXEC, else the first python3 "
-       "on PATH, with -u; anything else is executed directly. ARGS, and everything after ENTRYPOINT even "
-       "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
-       "${local_rank}, ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS are replaced "
-       "per worker.",
-       0, 0);
-  out += "\n";
-  Wrap(out,
-       "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
-       "[env: PET_X] means the variable is used when the option is not given (the option wins); "
-       "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off.",
-       0, 0);
-  for (Group g : {Group::kNodes, Group::kWorkers, Group::kEntrypoint, Group::kLogs, Group::kSignals,
-                  Group::kCtrun}) {
+  for (size_t i = 0; i < kHelpParagraphs.size(); ++i) {
+    if (i > 0) out += "\n";
+    Wrap(out, kHelpParagraphs[i], 0, 0);
+  }
+  for (Group g : kGroupOrder) {
     out += "\n";
     out += GroupTitle(g);
     out += ":\n";
@@ -735,6 +785,9 @@ std::string HelpText() {
   env_line("N", "the root-cause worker's exit code, or 128+S when it was killed by signal S.");
   env_line("2", "usage error: bad option or value, or an entrypoint that does not exist or is not "
                 "executable; nothing was started.");
+  env_line("1", "ctrun could not set up the run (e.g. the agent store's port is taken).");
+  env_line("3", "multi-node: the rendezvous failed on this node (join timeout, rendezvous store or etcd "
+                "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
                        "interpreter): 126 not executable, 127 not found. No restart is attempted.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "

@@ -46,8 +46,27 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
 
 // The --help text (also what ParseCommandLine returns for -h/--help).
 std::string HelpText();
-// The --version text, one line ending in '\n'.
+// The --version text, one line ending in '\n': the version and the torchrun it follows.
 std::string VersionText();
+
+// One option of the table that drives ParseCommandLine and --help, for the generators of shell
+// completion and the man page (src/docgen): they read the table itself, so they cannot drift from it.
+struct OptionInfo {
+  std::vector<std::string> long_names;  // every accepted spelling, "--foo-bar" first, then "--foo_bar", alias'
+  char short_name = '\0';               // '\0' when none
+  bool takes_value = false;
+  std::string metavar;                  // as in --help ("N|cpu|gpu|auto"); "" for on/off options
+  std::vector<std::string> choices;     // the metavar's literal values: all that is accepted when it has no
+                                        // UPPERCASE placeholder (static|c10d|...), else keywords (cpu, gpu, auto)
+  std::string default_text;             // "" when --help shows none
+  std::string env;                      // the fallback environment variable, "" when none
+  std::string group;                    // the --help section title
+  std::string help;
+};
+// Every option, in --help order.
+std::vector<OptionInfo> OptionTable();
+// The paragraphs --help prints between the usage lines and the options.
+std::vector<std::string> HelpParagraphs();
 
 // An EnvLookup over the process environment (getenv); for main(). Tests pass a map instead.
 EnvLookup ProcessEnvLookup();
