@@ -12,8 +12,8 @@
 // The counter starts at 1 and grows by one per beat (monotonic within a process; a restarted
 // worker starts again at 1). When FD is set it wins over FILE. Errors (EBADF, ENOSPC) disable beats
 // for the rest of the process silently: heartbeats must never kill training. Thread-safe.
-// The agent side (the hang-detection issue) decides the timeout; a worker should beat at least
-// once per step.
+// The launcher decides how long a worker may go without a beat; a worker should beat at least once
+// per step.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // ctrun/launch_env.h — the launcher environment of one worker, typed.
 //
 // Contract: LaunchEnv::from_env() reads the variables that ctrun (and torchrun / TorchElastic)
-// set for every worker (torchrun-contract.md section 2) and validates them. It throws
+// set for every worker (the lists below) and validates them. It throws
 // ctrun::worker::EnvError with a message that names the missing or malformed variable and says how
 // to launch the program when the process was not started by a launcher. For debugging, when
 // CTRUN_WAIT_FOR_DEBUGGER_RANK is this rank (or "all"), from_env() prints the pid and waits (up to

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,8 +42,8 @@ namespace ctrun {
 class AgentHooks {
  public:
   virtual ~AgentHooks() = default;
-  // Before each attempt's workers start: fills master address/port, store mode, error files,
-  // extra env. An error ends the run (no restart).
+  // Before each attempt's workers start: fills master address/port, store mode and error files.
+  // An error ends the run (no restart).
   virtual Status PrepareAttempt(int attempt, AttemptInfo* info) = 0;
   // Multi-node, before each Join: fills this node's address and the port of its workers' store
   // for the coming round (it serves it if it becomes node rank 0). An error ends the run.

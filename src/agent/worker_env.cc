@@ -94,10 +94,6 @@ std::vector<std::string> BuildWorkerEnv(const LaunchConfig& config, const std::v
     }
     set("CUDA_VISIBLE_DEVICES", visible);
   }
-  for (const auto& kv : attempt.extra_env) {
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) set(kv.substr(0, eq), kv.substr(eq + 1));
-  }
   return env;
 }
 

@@ -1,5 +1,6 @@
-// WorkerEnv: the single place that knows torchrun's worker environment variables and command
-// line (torchrun-contract.md sections 1-2). Pure functions of (config, ranks, attempt): no I/O.
+// WorkerEnv: the single place that knows the worker environment variables torchrun sets (RANK,
+// LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, ...; listed in BuildWorkerEnv) and the
+// worker command line. Pure functions of (config, ranks, attempt): no I/O.
 #pragma once
 
 #include <string>
@@ -28,7 +29,6 @@ struct AttemptInfo {
   int master_port = 0;
   bool use_agent_store = false;
   std::vector<std::string> error_files;  // per local rank; "" = none
-  std::vector<std::string> extra_env;    // "K=V" added for every worker (e.g. heartbeat path)
 };
 
 // Builds the worker's complete environment: `base_env` ("K=V", the agent's own environment) with

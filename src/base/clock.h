@@ -1,5 +1,6 @@
-// Clock: the injected source of time for every deadline in the agent (grace periods, heartbeats,
-// rendezvous timeouts). RealClock reads CLOCK_MONOTONIC; tests use tests/fakes/fake_clock.h.
+// Time types for every deadline in the agent (grace periods, spawn waits, rendezvous timeouts):
+// CLOCK_MONOTONIC (steady_clock) at nanosecond resolution. Code that must be testable without
+// waiting takes its time from a TimerQueue (sys/event_loop.h), which tests replace with a fake.
 #pragma once
 
 #include <chrono>
@@ -8,17 +9,6 @@ namespace ctrun {
 
 using Duration = std::chrono::nanoseconds;
 using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
-
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual TimePoint Now() const = 0;
-};
-
-class RealClock final : public Clock {
- public:
-  TimePoint Now() const override { return std::chrono::steady_clock::now(); }
-};
 
 inline Duration Seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));

@@ -1,5 +1,6 @@
-// Status / StatusOr: the one error convention of ctrun's core (see style-anchors.md, rule 3).
-// Core code returns these; only main.cc and constructors of third-party objects catch exceptions.
+// Status / StatusOr: the one error convention of ctrun's core. Fallible functions return these
+// instead of throwing; only main.cc catches exceptions (from CLI11, spdlog and other third-party
+// code). A Status is OK or carries a one-line message for the user.
 #pragma once
 
 #include <cerrno>

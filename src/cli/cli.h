@@ -1,7 +1,7 @@
 // ctrun's command line: argv + environment -> LaunchConfig, or a message and an exit code.
 //
 // Contract:
-//  - Accepts every torchrun flag (torchrun-contract.md section 1) in both spellings (--nproc-per-node
+//  - Accepts every flag of torchrun (PyTorch 2.x; kOptions in cli.cc) in both spellings (--nproc-per-node
 //    and --nproc_per_node), with torchrun's defaults, unique-prefix abbreviations (argparse's
 //    allow_abbrev: --nnode=2 means --nnodes=2) and PET_<DEST_UPPER> environment fallbacks: an
 //    explicit flag wins; boolean PET_ variables are integers, non-zero sets the flag, 0 leaves it unset.

@@ -55,7 +55,7 @@ struct LaunchConfig {
   std::string entrypoint;                  // training_script
   std::vector<std::string> args;           // training_script_args (REMAINDER)
 
-  // --- logs (issue: worker output) -----------------------------------------------------------
+  // --- worker output and logs ----------------------------------------------------------------
   std::optional<std::string> log_dir;      // --log_dir
   std::string redirects = "0";             // -r/--redirects (Std spec)
   std::string tee = "0";                   // -t/--tee (Std spec)
@@ -67,7 +67,7 @@ struct LaunchConfig {
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
   std::string log_level = "info";          // --log-level (ctrun's own diagnostics)
 
-  // --- store (issue: agent store) ------------------------------------------------------------
+  // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)
 };
 

@@ -54,7 +54,6 @@ const char* ChildStageName(ChildStage stage) {
   switch (stage) {
     case ChildStage::kSetpgid: return "setpgid";
     case ChildStage::kDup: return "redirect stdio";
-    case ChildStage::kChdir: return "chdir";
     case ChildStage::kPdeathsig: return "prctl(PR_SET_PDEATHSIG)";
     case ChildStage::kExec: break;
   }

@@ -26,7 +26,7 @@
 namespace ctrun {
 
 struct SpawnedProcess {
-  pid_t pid = -1;          // also the process group id when spec.new_process_group
+  pid_t pid = -1;          // also its process group id (every worker leads its own group)
   UniqueFd pidfd;          // may be invalid on kernels without pidfd_open
   UniqueFd stdout_pipe;    // read end, when stdout_target is kPipe (non-blocking, CLOEXEC)
   UniqueFd stderr_pipe;    // read end, when stderr_target is kPipe

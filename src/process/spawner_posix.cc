@@ -37,7 +37,7 @@ void CloexecFrom3() {
 UniqueFd OpenTarget(const StdioTarget& t) {
   if (t.kind == StdioTarget::Kind::kDevNull)
     return UniqueFd(RetryOnEintr([] { return ::open("/dev/null", O_RDWR | O_CLOEXEC); }));
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (t.append ? O_APPEND : O_TRUNC);
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_TRUNC;
   return UniqueFd(RetryOnEintr([&] { return ::open(t.path.c_str(), flags, 0644); }));
 }
 
@@ -131,11 +131,6 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   std::string what;
   if (!PrepareStdio(spec.stdout_target, &out_p, &what)) return fail(what, errno);
   if (!PrepareStdio(spec.stderr_target, &err_p, &what)) return fail(what, errno);
-  UniqueFd stdin_fd;
-  if (spec.stdin_devnull) {
-    stdin_fd = OpenTarget(StdioTarget::DevNull());
-    if (!stdin_fd) return fail("open /dev/null", errno);
-  }
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
   UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
@@ -144,27 +139,21 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   struct rlimit orig_nofile;
   const bool restore_nofile = OriginalFdLimit(&orig_nofile);
   const pid_t parent = ::getpid();
-  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
-  const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get(), in_fd = stdin_fd.get();
+  const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get();
   const int ew = err_write.get();
 
   pid_t pid = ::fork();
   if (pid < 0) return fail("fork", errno);
   if (pid == 0) {
     // ---- child: async-signal-safe calls only ----
-    if (spec.new_process_group && ::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
-    if (spec.parent_death_signal != 0) {
-      if (::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
-      // The parent may have died between fork and prctl; then no signal will ever come.
-      if (::getppid() != parent) ::_exit(128 + spec.parent_death_signal);
-    }
-    if (in_fd >= 0 && ::dup2(in_fd, 0) < 0) ReportChildFailure(ew, ChildStage::kDup);
+    if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
+    // The parent may have died between fork and prctl; then no signal will ever come.
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);
     if (out_fd >= 0 && ::dup2(out_fd, 1) < 0) ReportChildFailure(ew, ChildStage::kDup);
     if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);
     // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
     CloexecFrom3();
-    for (int fd : spec.keep_fds) ::fcntl(fd, F_SETFD, 0);
-    if (cwd && ::chdir(cwd) != 0) ReportChildFailure(ew, ChildStage::kChdir);
     // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
     for (int s = 1; s < NSIG; ++s) {
       if (s == SIGKILL || s == SIGSTOP) continue;
@@ -178,7 +167,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   }
 
   // ---- parent ----
-  if (spec.new_process_group) ::setpgid(pid, pid);  // also from here: closes the race with killpg
+  ::setpgid(pid, pid);  // also from here: closes the race with killpg
   out->pid = pid;
   out->argv0 = spec.argv[0];
   out->error_pipe = std::move(err_read);

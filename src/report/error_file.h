@@ -1,6 +1,6 @@
-// Error files: the torchelastic JSON a worker leaves at $TORCHELASTIC_ERROR_FILE when it dies, and
-// the one ctrun leaves at its own $TORCHELASTIC_ERROR_FILE for the scheduler above it
-// (torchrun-contract.md section 4).
+// Error files: the torchelastic JSON a worker leaves at $TORCHELASTIC_ERROR_FILE when it dies (torch's
+// @record decorator writes it), and the one ctrun leaves at its own $TORCHELASTIC_ERROR_FILE for the
+// scheduler above it, in the same format.
 //
 // Reader contract (a superset of torch's ProcessFailure.__post_init__, but never fatal):
 //   * no file at the path (or not a regular file, or an empty path) -> nullopt: the normal case.

@@ -1,6 +1,6 @@
 // OOM-killer evidence: the kernel's count of OOM kills, read before an attempt starts and after it
 // fails, so a worker that died of SIGKILL nobody in ctrun sent can be reported as "likely killed by
-// the kernel OOM killer" (peers-and-pain-points.md, pain point 14).
+// the kernel OOM killer" instead of leaving the user with a bare "-9 (SIGKILL)".
 //
 // Where the count comes from, first readable wins:
 //   1. cgroup v1 memory controller (a "N:...memory...:/path" line in /proc/self/cgroup):

@@ -1,7 +1,7 @@
 // The end-of-run failure report: which workers failed, which one is the root cause, the text
 // printed on final failure, ctrun's exit code, and the agent's own error file.
 //
-// The text keeps torchrun's ChildFailedError layout (torchrun-contract.md section 3) so log
+// The text keeps the layout of torch's ChildFailedError (what torchrun prints on failure) so log
 // scrapers keep working: a border of '=' (width = min(60, widest line)), "<name> FAILED", a line
 // of '-', "Failures:" with the other failures or "  <NO_OTHER_FAILURES>", a line of '-',
 // "Root Cause (first observed failure):", the root block, a closing border. Each block starts with
@@ -16,7 +16,8 @@
 // Deliberate differences: multi-line tracebacks have trailing newlines trimmed (torch leaves a
 // line of two spaces), and every traceback is indented, string-message ones included.
 // When every failure was stopped by ctrun (ctrun itself was signalled), the root-cause section
-// says so instead of naming a rank: one fixed format for every exit path (pain point 16).
+// says so instead of naming a rank: one fixed format for every exit path, so a scraper never meets
+// a summary without a root-cause section.
 #pragma once
 
 #include <sys/types.h>

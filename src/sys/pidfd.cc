@@ -3,13 +3,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
 #endif
 
 namespace ctrun {
@@ -18,10 +13,6 @@ UniqueFd PidfdOpen(pid_t pid) {
   // pidfds are always O_CLOEXEC.
   long fd = ::syscall(SYS_pidfd_open, pid, 0);
   return UniqueFd(fd < 0 ? -1 : static_cast<int>(fd));
-}
-
-bool PidfdSendSignal(int pidfd, int sig) {
-  return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
 }
 
 }  // namespace ctrun

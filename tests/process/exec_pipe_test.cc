@@ -73,12 +73,12 @@ TEST(ExecPipe, ReportChildFailureWritesTheRecordAndExits127) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     errno = EACCES;
-    ReportChildFailure(p.fds[1], ChildStage::kChdir);
+    ReportChildFailure(p.fds[1], ChildStage::kSetpgid);
   }
   p.CloseWrite();
   ChildError e{};
   ASSERT_EQ(AwaitExec(p.fds[0], In(10s), &e), ExecOutcome::kFailed);
-  EXPECT_EQ(e.stage, ChildStage::kChdir);
+  EXPECT_EQ(e.stage, ChildStage::kSetpgid);
   EXPECT_EQ(e.err, EACCES);
   EXPECT_TRUE(AwaitChildExit(p.fds[0], In(10s)));
   int st = 0;

@@ -1,5 +1,5 @@
-// Byte-exact request fixtures for every query type of both dialects, written from the protocol
-// description (torchrun-contract.md section 7), plus dialect detection, limits and incremental
+// Byte-exact request fixtures for every query type of both dialects, written from torch's TCPStore
+// wire format (described in src/store/protocol.h), plus dialect detection, limits and incremental
 // parsing.
 #include "store/protocol.h"
 
