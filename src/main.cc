@@ -18,8 +18,6 @@
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
 
-extern char** environ;
-
 namespace {
 
 int UsageError(const std::string& msg) {
@@ -52,7 +50,10 @@ int CpuCount() {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv, argv + argc);
-    ctrun::CliOutcome cli = ctrun::ParseCommandLine(args, ctrun::ProcessEnvLookup());
+    // The environment is read once; everything below looks values up in it.
+    const ctrun::Environment env = ctrun::Environment::FromProcess();
+    const ctrun::EnvLookup lookup = ctrun::LookupIn(env);
+    ctrun::CliOutcome cli = ctrun::ParseCommandLine(args, lookup);
     if (cli.action == ctrun::CliOutcome::Action::kExit) {
       std::fputs(cli.output.c_str(), stdout);
       std::fputs(cli.error.c_str(), stderr);
@@ -62,33 +63,33 @@ int main(int argc, char** argv) {
     // torchrun --standalone picks a random run id; an explicit --rdzv_id is kept (ctrun extension).
     if (config.standalone && config.run_id == "none") config.run_id = RandomRunId();
     if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return UsageError(s.message());
-    if (ctrun::Status s = ctrun::logs::ValidateLogFlags(config, getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"));
-        !s.ok())
-      return UsageError(s.message());
+    const std::string* prefix_template = env.Get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    auto output_flags = ctrun::logs::ParseOutputFlags(config, prefix_template ? prefix_template->c_str() : nullptr);
+    if (!output_flags.ok()) return UsageError(output_flags.message());
 
     // Under Slurm's srun with no node flags: nodes, node rank and master from SLURM_*.
     std::string cluster_notice;
-    if (ctrun::Status s = ctrun::ApplyClusterEnv(&config, ctrun::ProcessEnvLookup(),
-                                                 ctrun::DetectExplicitFlags(args, ctrun::ProcessEnvLookup()),
-                                                 &cluster_notice);
+    if (ctrun::Status s =
+            ctrun::ApplyClusterEnv(&config, lookup, ctrun::DetectExplicitFlags(args, lookup), &cluster_notice);
         !s.ok())
       return UsageError(s.message());
     if (!cluster_notice.empty()) spdlog::info("{}", cluster_notice);
 
     ctrun::RunContext ctx;
-    for (char** e = environ; *e; ++e) ctx.environ.emplace_back(*e);
+    ctx.env = env;
+    ctx.output_flags = std::move(output_flags.value());
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     ctx.hostname = host;
 
     if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return UsageError(s.message());
     if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return UsageError(s.message());
-    ctrun::SystemGpuProbe gpus(ctrun::ProcessEnvLookup());
+    ctrun::SystemGpuProbe gpus(lookup);
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return UsageError(s.message());
-    ctx.python_exec = ctrun::FindPython(ctx.environ);
-    if (ctrun::Status s = ctrun::CheckEntrypoint(config, ctx.python_exec, ctx.environ); !s.ok())
-      return UsageError(s.message());
-    if (std::string notice = ctrun::OmpNotice(config, ctx.environ); !notice.empty()) spdlog::info("{}", notice);
+    auto executable = ctrun::ResolveEntrypoint(config, ctrun::FindPython(env), env);
+    if (!executable.ok()) return UsageError(executable.message());
+    ctx.executable = std::move(executable.value());
+    if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);
 
     return ctrun::RunJob(config, ctx);
   } catch (const std::exception& e) {

@@ -5,11 +5,11 @@
 
 namespace ctrun {
 
-Agent::Agent(const LaunchConfig& config, std::vector<std::string> base_env, std::string python_exec,
-             Spawner& spawner, TimerQueue& timers, AgentHooks& hooks)
+Agent::Agent(const LaunchConfig& config, Environment base_env, std::string executable, Spawner& spawner,
+             TimerQueue& timers, AgentHooks& hooks)
     : config_(config),
       base_env_(std::move(base_env)),
-      python_exec_(std::move(python_exec)),
+      executable_(std::move(executable)),
       spawner_(spawner),
       timers_(timers),
       hooks_(hooks) {}
@@ -136,8 +136,9 @@ void Agent::StartAttempt() {
     FillRank(i, &w.rank);
     w.error_file = static_cast<size_t>(i) < info.error_files.size() ? info.error_files[i] : "";
     SpawnSpec& spec = specs[static_cast<size_t>(i)];
-    spec.argv = BuildWorkerArgv(config_, python_exec_, w.rank, info);
-    spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info);
+    spec.executable = executable_;
+    spec.argv = BuildWorkerArgv(config_, executable_, w.rank, info);
+    spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info).Entries();
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
   }
   std::vector<SpawnResult> results;

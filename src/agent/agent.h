@@ -82,8 +82,10 @@ class Agent final : public rdzv::RendezvousListener {
   // Bound on the wait after SIGKILL before a survivor is reported as unkillable.
   static constexpr std::chrono::seconds kFinalWait{5};
 
-  Agent(const LaunchConfig& config, std::vector<std::string> base_env, std::string python_exec,
-        Spawner& spawner, TimerQueue& timers, AgentHooks& hooks);
+  // base_env: the agent's environment, read once; executable: the file every worker execs
+  // (ResolveEntrypoint in agent/launch_checks.h: the interpreter for .py / -m).
+  Agent(const LaunchConfig& config, Environment base_env, std::string executable, Spawner& spawner,
+        TimerQueue& timers, AgentHooks& hooks);
 
   // Multi-node: the rendezvous that decides rounds, restarts and the outcome (before Start()).
   void AttachRendezvous(rdzv::Rendezvous* rendezvous);
@@ -146,8 +148,8 @@ class Agent final : public rdzv::RendezvousListener {
   void CancelTimers();
 
   const LaunchConfig config_;
-  const std::vector<std::string> base_env_;
-  const std::string python_exec_;
+  const Environment base_env_;
+  const std::string executable_;
   Spawner& spawner_;
   TimerQueue& timers_;
   AgentHooks& hooks_;

@@ -7,9 +7,35 @@
 #include <cstring>
 
 #include "agent/worker_env.h"
-#include "process/spawner.h"
 
 namespace ctrun {
+namespace {
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves argv0 the way execvp would, through `path` (the value of PATH; nullptr: unset, then
+// the usual system directories); returns argv0 unchanged when it contains '/', or when nothing
+// executable is found.
+std::string ResolveExecutable(const std::string& argv0, const std::string* path) {
+  if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
+  const std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + argv0;
+    if (IsExecutableFile(cand)) return cand;
+    start = end + 1;
+  }
+  return argv0;
+}
+
+}  // namespace
 
 Status CheckSupported(const LaunchConfig& c) {
   if (c.run_path)
@@ -58,12 +84,10 @@ Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
   return Status::Ok();
 }
 
-std::string FindPython(const std::vector<std::string>& env) {
-  if (const std::string* kv = FindEnv(env, "PYTHON_EXEC")) {
-    std::string v = kv->substr(sizeof("PYTHON_EXEC"));
-    if (!v.empty()) return ResolveExecutable(v, env);
-  }
-  std::string p = ResolveExecutable("python3", env);
+std::string FindPython(const Environment& env) {
+  const std::string* path = env.Get("PATH");
+  if (const std::string* v = env.Get("PYTHON_EXEC"); v && !v->empty()) return ResolveExecutable(*v, path);
+  std::string p = ResolveExecutable("python3", path);
   return p.find('/') == std::string::npos ? "" : p;
 }
 
@@ -81,7 +105,8 @@ Status CheckExecutable(const std::string& shown, const std::string& path) {
 
 }  // namespace
 
-Status CheckEntrypoint(const LaunchConfig& c, const std::string& python_exec, const std::vector<std::string>& env) {
+StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string& python_exec,
+                                        const Environment& env) {
   if (c.entrypoint.empty()) return Status::Error("missing the training script or program to run");
   if (UsesPython(c)) {
     if (python_exec.empty())
@@ -92,12 +117,13 @@ Status CheckEntrypoint(const LaunchConfig& c, const std::string& python_exec, co
       if (::stat(c.entrypoint.c_str(), &st) != 0)
         return Status::Error("cannot open " + c.entrypoint + ": " + std::strerror(errno));
     }
-    return Status::Ok();
+    return python_exec;
   }
-  std::string resolved = ResolveExecutable(c.entrypoint, env);
+  std::string resolved = ResolveExecutable(c.entrypoint, env.Get("PATH"));
   if (resolved.find('/') == std::string::npos)
     return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH");
-  return CheckExecutable(c.entrypoint, resolved);
+  if (Status s = CheckExecutable(c.entrypoint, resolved); !s.ok()) return s;
+  return resolved;
 }
 
 }  // namespace ctrun

@@ -4,12 +4,13 @@
 //    (--numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters) or cannot exist in a
 //    process-based launcher (--run_path), each refused with its reason: never silently ignored.
 //  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
-//  - CheckEntrypoint: the program (or interpreter and script) exists and is executable.
+//  - ResolveEntrypoint: the program (or interpreter and script) exists and is executable; gives the
+//    file every worker execs, found through PATH once, here (the spawner searches nothing).
 #pragma once
 
 #include <string>
-#include <vector>
 
+#include "base/environment.h"
 #include "base/status.h"
 #include "config/launch_config.h"
 #include "gpu/gpu_probe.h"
@@ -19,10 +20,11 @@ namespace ctrun {
 Status CheckSupported(const LaunchConfig& config);
 // cpus: the number of CPUs this process may run on (sched_getaffinity).
 Status ResolveNproc(LaunchConfig* config, GpuProbe& gpus, int cpus);
-// python_exec: $PYTHON_EXEC or the first python3 on PATH ("" when none was found).
-Status CheckEntrypoint(const LaunchConfig& config, const std::string& python_exec,
-                       const std::vector<std::string>& env);
+// python_exec: FindPython's answer. Returns python_exec for .py and -m entrypoints, else the
+// entrypoint itself, resolved through $PATH when it has no '/'.
+StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& config, const std::string& python_exec,
+                                        const Environment& env);
 // $PYTHON_EXEC, else python3 resolved through PATH; "" when neither exists.
-std::string FindPython(const std::vector<std::string>& env);
+std::string FindPython(const Environment& env);
 
 }  // namespace ctrun

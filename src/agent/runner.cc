@@ -196,8 +196,7 @@ class RealHooks final : public AgentHooks {
     if (round_)  // nodes may differ in nproc: ranks come from the round, not node_rank * nproc
       for (int i = 0; i < config_.nproc_per_node; ++i) in.global_ranks.push_back(round_->base_rank + i);
     in.paths = &paths_;
-    in.env_template = ::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-    auto plans = logs::PlanOutput(config_, in);
+    auto plans = logs::PlanOutput(config_, context_.output_flags, in);
     if (!plans.ok()) return plans.status();
     plans_ = std::move(plans.value());
     info->error_files.clear();
@@ -308,10 +307,9 @@ int Report(const LaunchConfig& config, const RunContext& context, const Agent& a
     std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
     std::fflush(stdout);
     std::fputs(text.c_str(), stderr);
-    for (const auto& kv : context.environ)
-      if (kv.rfind("TORCHELASTIC_ERROR_FILE=", 0) == 0)
-        if (Status s = WriteAgentErrorFile(kv.substr(24), failures, opts); !s.ok())
-          spdlog::warn("cannot write the agent's error file: {}", s.message());
+    if (const std::string* path = context.env.Get("TORCHELASTIC_ERROR_FILE"))
+      if (Status s = WriteAgentErrorFile(*path, failures, opts); !s.ok())
+        spdlog::warn("cannot write the agent's error file: {}", s.message());
   }
   if (agent.multi_node() && agent.job_end() && agent.ended_by_signal() == 0) {
     const rdzv::JobEnd& end = *agent.job_end();
@@ -360,7 +358,7 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   logs::OutputRelay relay(loop, console);
   PosixSpawner spawner;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
-  Agent agent(config, context.environ, context.python_exec, spawner, loop, hooks);
+  Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   rdzv::Backend backend;
   if (config.rdzv.multi_node) {
     auto b = rdzv::MakeBackend(config, loop, context.hostname);

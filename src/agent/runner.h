@@ -4,17 +4,19 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
+#include "base/environment.h"
 #include "config/launch_config.h"
+#include "logs/output_plan.h"
 
 namespace ctrun {
 
 // Process-wide facts gathered by main before the run (never parsed again here).
 struct RunContext {
-  std::vector<std::string> environ;  // the agent's environment, "K=V"
-  std::string python_exec;           // resolved interpreter for .py / -m entrypoints
-  std::string hostname;              // for the summary
+  Environment env;                 // the agent's environment, read once
+  std::string executable;          // what every worker execs (ResolveEntrypoint)
+  logs::OutputFlags output_flags;  // the log flags, parsed once
+  std::string hostname;            // for the summary
 };
 
 // Runs the job to completion and returns ctrun's exit code (see README "Exit codes").

@@ -1,21 +1,7 @@
 #include "agent/worker_env.h"
 
-#include <map>
-
 namespace ctrun {
 namespace {
-
-void SetEnv(std::vector<std::string>* env, std::map<std::string, size_t>* index, const std::string& key,
-            const std::string& value) {
-  std::string kv = key + "=" + value;
-  auto it = index->find(key);
-  if (it != index->end()) {
-    (*env)[it->second] = std::move(kv);
-  } else {
-    (*index)[key] = env->size();
-    env->push_back(std::move(kv));
-  }
-}
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -32,29 +18,16 @@ std::string ReplaceAll(std::string s, const std::string& from, const std::string
 
 }  // namespace
 
-const std::string* FindEnv(const std::vector<std::string>& env, const std::string& key) {
-  for (const auto& kv : env)
-    if (kv.size() > key.size() && kv[key.size()] == '=' && kv.compare(0, key.size(), key) == 0) return &kv;
-  return nullptr;
-}
-
-std::string OmpNotice(const LaunchConfig& config, const std::vector<std::string>& base_env) {
-  if (config.nproc_per_node <= 1 || FindEnv(base_env, "OMP_NUM_THREADS")) return "";
+std::string OmpNotice(const LaunchConfig& config, const Environment& base_env) {
+  if (config.nproc_per_node <= 1 || base_env.Has("OMP_NUM_THREADS")) return "";
   return "OMP_NUM_THREADS is not set: using OMP_NUM_THREADS=1 for each worker (torchrun's default); "
          "set it to tune CPU threads per worker";
 }
 
-std::vector<std::string> BuildWorkerEnv(const LaunchConfig& config, const std::vector<std::string>& base_env,
-                                        const RankInfo& rank, const AttemptInfo& attempt) {
-  std::vector<std::string> env;
-  std::map<std::string, size_t> index;
-  env.reserve(base_env.size() + 24);
-  for (const auto& kv : base_env) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    SetEnv(&env, &index, kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  auto set = [&](const std::string& k, const std::string& v) { SetEnv(&env, &index, k, v); };
+Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_env, const RankInfo& rank,
+                           const AttemptInfo& attempt) {
+  Environment env = base_env;
+  auto set = [&](std::string_view k, std::string v) { env.Set(k, std::move(v)); };
   set("LOCAL_RANK", config.virtual_local_rank ? "0" : std::to_string(rank.local_rank));
   set("RANK", std::to_string(rank.global_rank));
   set("GROUP_RANK", std::to_string(rank.group_rank));
@@ -71,23 +44,22 @@ std::vector<std::string> BuildWorkerEnv(const LaunchConfig& config, const std::v
   set("TORCHELASTIC_RUN_ID", config.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", attempt.use_agent_store ? "True" : "False");
   // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, 1.13 reads NCCL_ASYNC_ERROR_HANDLING.
-  if (!index.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!index.count("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!env.Has("TORCH_NCCL_ASYNC_ERROR_HANDLING")) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!env.Has("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
   const std::string error_file =
       static_cast<size_t>(rank.local_rank) < attempt.error_files.size() ? attempt.error_files[rank.local_rank] : "";
   set("TORCHELASTIC_ERROR_FILE", error_file);
-  if (config.nproc_per_node > 1 && !index.count("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  if (config.nproc_per_node > 1 && !env.Has("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
   if (config.virtual_local_rank) {
     // Narrow each worker to its own device: the local_rank-th visible one, or "local_rank".
     std::string visible = std::to_string(rank.local_rank);
-    if (auto it = index.find("CUDA_VISIBLE_DEVICES"); it != index.end()) {
-      std::string list = env[it->second].substr(sizeof("CUDA_VISIBLE_DEVICES"));
+    if (const std::string* list = env.Get("CUDA_VISIBLE_DEVICES")) {
       std::vector<std::string> items;
       size_t start = 0;
-      while (start <= list.size()) {
-        size_t end = list.find(',', start);
-        if (end == std::string::npos) end = list.size();
-        items.push_back(list.substr(start, end - start));
+      while (start <= list->size()) {
+        size_t end = list->find(',', start);
+        if (end == std::string::npos) end = list->size();
+        items.push_back(list->substr(start, end - start));
         start = end + 1;
       }
       if (static_cast<size_t>(rank.local_rank) < items.size()) visible = items[rank.local_rank];
@@ -102,11 +74,11 @@ bool UsesPython(const LaunchConfig& config) {
   return config.module || EndsWith(config.entrypoint, ".py");
 }
 
-std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& python_exec,
+std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
                                          const RankInfo& rank, const AttemptInfo& attempt) {
   std::vector<std::string> argv;
   if (UsesPython(config)) {
-    argv.push_back(python_exec);
+    argv.push_back(executable);
     argv.push_back("-u");
     if (config.module) argv.push_back("-m");
   }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/environment.h"
 #include "config/launch_config.h"
 
 namespace ctrun {
@@ -31,25 +32,23 @@ struct AttemptInfo {
   std::vector<std::string> error_files;  // per local rank; "" = none
 };
 
-// Builds the worker's complete environment: `base_env` ("K=V", the agent's own environment) with
-// torchrun's variables set on top. OMP_NUM_THREADS=1 is added when absent and nproc > 1
-// (torchrun's rule); see OmpNotice().
-std::vector<std::string> BuildWorkerEnv(const LaunchConfig& config, const std::vector<std::string>& base_env,
-                                        const RankInfo& rank, const AttemptInfo& attempt);
+// Builds the worker's complete environment: `base_env` (the agent's own) with torchrun's variables
+// set on top. OMP_NUM_THREADS=1 is added when absent and nproc > 1 (torchrun's rule); see
+// OmpNotice().
+Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_env, const RankInfo& rank,
+                           const AttemptInfo& attempt);
 
 // The one-line notice printed when OMP_NUM_THREADS is defaulted; "" when it is not.
-std::string OmpNotice(const LaunchConfig& config, const std::vector<std::string>& base_env);
+std::string OmpNotice(const LaunchConfig& config, const Environment& base_env);
 
 // Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
-// `${local_rank}` (torchrun), `${rank}`, `${world_size}`, `${master_addr}`, `${master_port}`
-// (ctrun extensions) in args are replaced per worker.
-std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& python_exec,
+// `executable` is ResolveEntrypoint's answer (agent/launch_checks.h): the interpreter when the
+// entrypoint runs under Python. `${local_rank}` (torchrun), `${rank}`, `${world_size}`,
+// `${master_addr}`, `${master_port}` (ctrun extensions) in args are replaced per worker.
+std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
                                          const RankInfo& rank, const AttemptInfo& attempt);
 
 // Whether the entrypoint runs under Python (-m, or a path ending in .py without --no_python).
 bool UsesPython(const LaunchConfig& config);
-
-// Looks up K in a "K=V" list.
-const std::string* FindEnv(const std::vector<std::string>& env, const std::string& key);
 
 }  // namespace ctrun

@@ -110,7 +110,8 @@ constexpr std::array kOptions = {
     OptionDef{"tee", 't', Kind::kValue, "PET_TEE", "0|1|2|3|MAP", "0", Group::kLogs,
               "Like --redirects, but also keep writing to the console, with a prefix."},
     OptionDef{"local_ranks_filter", 0, Kind::kValue, "PET_LOCAL_RANKS_FILTER", "RANKS", "", Group::kLogs,
-              "Only show these local ranks' output on the console, e.g. 0,1 (log files are unaffected)."},
+              "Only show these local ranks' output on the console, e.g. 0,1 or 0-3 (log files are "
+              "unaffected)."},
     OptionDef{"duplicate_stdout_filters", 0, Kind::kValue, "PET_DUPLICATE_STDOUT_FILTERS", "FILTERS", "",
               Group::kLogs,
               "Copy worker stdout lines containing any of these comma-separated strings to an extra "
@@ -138,7 +139,7 @@ constexpr std::array kOptions = {
               "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else torchrun's [<role><local_rank>]: with --tee, "
               "else [r<rank>] padded to the world size (and the host in multi-node jobs)."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
-              "Only show these global ranks' output on the console, e.g. 0,8."},
+              "Only show these global ranks' output on the console, e.g. 0,8 or 0-7."},
     OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "trace|debug|info|warning|error|off", "info",
               Group::kCtrun, "How much ctrun says about itself (warn means warning; any case)."},
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
@@ -200,6 +201,12 @@ Status CheckChoice(std::string_view dest, const std::string& value) {
   for (size_t i = 0; i < choices.size(); ++i)
     list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
   return Status::Error("expected " + list);
+}
+
+// A --log-level name CheckChoice accepted: the table lists the names in LogLevel's order.
+LogLevel LogLevelNamed(const std::string& name) {
+  const std::vector<std::string> names = MetavarChoices(FindDest("log_level").metavar);
+  return static_cast<LogLevel>(std::find(names.begin(), names.end(), name) - names.begin());
 }
 
 size_t EditDistance(std::string_view a, std::string_view b) {
@@ -468,9 +475,7 @@ class Builder {
     Text("redirects", [&](const Raw& r) -> Status { return NonEmpty(r, c.redirects); });
     Text("tee", [&](const Raw& r) -> Status { return NonEmpty(r, c.tee); });
     Text("local_ranks_filter", [&](const Raw& r) -> Status {
-      auto v = ParseRankList(r.text);
-      if (!v) return v.status();
-      c.local_ranks_filter = r.text;
+      c.local_ranks_filter = r.text;  // parsed with the other log flags (logs::ParseOutputFlags)
       return {};
     });
     Text("duplicate_stdout_filters", [&](const Raw& r) -> Status {
@@ -493,9 +498,7 @@ class Builder {
       return {};
     });
     Text("ranks_filter", [&](const Raw& r) -> Status {
-      auto v = ParseRankList(r.text);
-      if (!v) return v.status();
-      c.ranks_filter = r.text;
+      c.ranks_filter = r.text;  // parsed with the other log flags (logs::ParseOutputFlags)
       return {};
     });
     Text("log_level", [&](const Raw& r) -> Status {
@@ -504,7 +507,7 @@ class Builder {
                      [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
       if (level == "warn") level = "warning";
       if (Status s = CheckChoice("log_level", level); !s.ok()) return s;
-      c.log_level = level;
+      c.log_level = LogLevelNamed(level);
       return {};
     });
     bool no_agent_store = false;
@@ -795,11 +798,10 @@ std::string HelpText() {
   return out;
 }
 
-EnvLookup ProcessEnvLookup() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
+EnvLookup LookupIn(const Environment& env) {
+  return [&env](const std::string& name) -> std::optional<std::string> {
+    if (const std::string* v = env.Get(name)) return *v;
+    return std::nullopt;
   };
 }
 

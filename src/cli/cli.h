@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/environment.h"
 #include "config/launch_config.h"
 
 namespace ctrun {
@@ -68,8 +69,9 @@ std::vector<OptionInfo> OptionTable();
 // The paragraphs --help prints between the usage lines and the options.
 std::vector<std::string> HelpParagraphs();
 
-// An EnvLookup over the process environment (getenv); for main(). Tests pass a map instead.
-EnvLookup ProcessEnvLookup();
+// An EnvLookup over an environment read once (main: Environment::FromProcess()); it must outlive
+// the lookup. Tests pass a map instead.
+EnvLookup LookupIn(const Environment& env);
 
 // The dest names ("node_rank", "standalone", ...) of the options the user set explicitly: given on
 // the command line before the entrypoint, in any form ParseCommandLine accepts (--node-rank 1,

@@ -141,18 +141,6 @@ StatusOr<std::vector<int>> ParseSignalList(std::string_view text) {
   return out;
 }
 
-StatusOr<std::vector<int>> ParseRankList(std::string_view text) {
-  std::vector<int> out;
-  if (Trim(text).empty()) return out;
-  for (std::string_view raw : Split(text, ',')) {
-    auto r = ParseInt(raw);
-    if (!r) return Status::Error("expected a comma-separated list of ranks, got '" + std::string(Trim(raw)) + "'");
-    if (*r < 0) return Status::Error("ranks must be >= 0");
-    out.push_back(*r);
-  }
-  return out;
-}
-
 StatusOr<int> ParsePort(std::string_view text) {
   auto p = ParseInt(text);
   if (!p) return Status::Error("expected a port number (1-65535)");

@@ -41,9 +41,6 @@ StatusOr<std::map<std::string, std::string>> ParseRdzvConf(std::string_view text
 // and the signals no process can catch (SIGKILL, SIGSTOP) are errors. Empty text is an error.
 StatusOr<std::vector<int>> ParseSignalList(std::string_view text);
 
-// "0,1,3" -> ranks (each >= 0). Empty text -> empty list (no filter).
-StatusOr<std::vector<int>> ParseRankList(std::string_view text);
-
 // A TCP port, 1..65535.
 StatusOr<int> ParsePort(std::string_view text);
 

@@ -12,6 +12,9 @@
 
 namespace ctrun {
 
+// ctrun's own diagnostics (--log-level / CTRUN_LOG_LEVEL); the CLI maps the names to these.
+enum class LogLevel { kTrace, kDebug, kInfo, kWarning, kError, kOff };
+
 // How --nproc_per_node was given; "gpu"/"auto"/"cpu" are resolved at run time (gpu probe).
 struct NprocSpec {
   enum class Kind { kCount, kCpu, kGpu, kAuto };
@@ -65,7 +68,7 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stderr_filters;  // --duplicate-stderr-filters (likewise)
   std::string log_prefix;                  // --log-prefix (ctrun): template or "none"; "" = default
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
-  std::string log_level = "info";          // --log-level (ctrun's own diagnostics)
+  LogLevel log_level = LogLevel::kInfo;    // --log-level (ctrun's own diagnostics)
 
   // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)

@@ -3,8 +3,6 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 
-#include <algorithm>
-#include <cctype>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -34,26 +32,21 @@ class DiagnosticSink final : public spdlog::sinks::base_sink<std::mutex> {
   void flush_() override {}
 };
 
-}  // namespace
-
-StatusOr<spdlog::level::level_enum> ParseLogLevel(std::string_view level) {
-  std::string l(level);
-  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  using spdlog::level::level_enum;
-  if (l == "trace") return level_enum::trace;
-  if (l == "debug") return level_enum::debug;
-  if (l == "info") return level_enum::info;
-  if (l == "warning" || l == "warn") return level_enum::warn;
-  if (l == "error") return level_enum::err;
-  if (l == "critical") return level_enum::critical;
-  if (l == "off") return level_enum::off;
-  return Status::Error("--log-level: invalid value '" + std::string(level) +
-                       "' (expected trace, debug, info, warning, error or off)");
+spdlog::level::level_enum SpdlogLevel(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace: return spdlog::level::trace;
+    case LogLevel::kDebug: return spdlog::level::debug;
+    case LogLevel::kInfo: return spdlog::level::info;
+    case LogLevel::kWarning: return spdlog::level::warn;
+    case LogLevel::kError: return spdlog::level::err;
+    case LogLevel::kOff: break;
+  }
+  return spdlog::level::off;
 }
 
-Status SetupLogging(std::string_view level) {
-  auto lvl = ParseLogLevel(level);
-  if (!lvl.ok()) return lvl.status();
+}  // namespace
+
+Status SetupLogging(LogLevel level) {
   try {
     auto existing = spdlog::get("ctrun");
     if (!existing) {
@@ -63,7 +56,7 @@ Status SetupLogging(std::string_view level) {
       spdlog::register_logger(existing);
       spdlog::set_default_logger(existing);
     }
-    existing->set_level(*lvl);
+    existing->set_level(SpdlogLevel(level));
     existing->flush_on(spdlog::level::trace);
   } catch (const std::exception& e) {
     return Status::Error(std::string("logging setup: ") + e.what());

@@ -13,15 +13,15 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "config/launch_config.h"
 
 namespace ctrun::logs {
 
 class ConsoleWriter;
 
-// "trace", "debug", "info", "warning" (or "warn"), "error", "critical", "off"; case-insensitive.
-StatusOr<spdlog::level::level_enum> ParseLogLevel(std::string_view level);
-// Installs the "ctrun" default logger at `level`. Safe to call again (replaces the level).
-Status SetupLogging(std::string_view level);
+// Installs the "ctrun" default logger at `level` (the CLI parsed the name). Safe to call again
+// (replaces the level).
+Status SetupLogging(LogLevel level);
 
 void RouteDiagnostics(ConsoleWriter* writer);
 void UnrouteDiagnostics(ConsoleWriter* writer);  // no-op unless `writer` is the routed one

@@ -8,18 +8,9 @@
 #include "sys/posix_util.h"
 
 namespace ctrun::logs {
-namespace {
 
-struct Parsed {
-  StdSpec redirects;  // tee already OR-ed in
-  StdSpec tee;
-  RankFilter local_filter;
-  RankFilter rank_filter;
-  PrefixFormat prefix = PrefixFormat::Default();
-};
-
-StatusOr<Parsed> ParseFlags(const LaunchConfig& c, const char* env_template) {
-  Parsed p;
+StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& c, const char* env_template) {
+  OutputFlags p;
   auto r = StdSpec::Parse(c.redirects, "--redirects");
   if (!r.ok()) return r.status();
   auto t = StdSpec::Parse(c.tee, "--tee");
@@ -35,19 +26,12 @@ StatusOr<Parsed> ParseFlags(const LaunchConfig& c, const char* env_template) {
   p.local_filter = *lf;
   p.rank_filter = *rf;
   p.prefix = *pf;
+  p.prefix_given = !c.log_prefix.empty();
+  p.prefix_inherit = c.log_prefix == "inherit";
   return p;
 }
 
-}  // namespace
-
-Status ValidateLogFlags(const LaunchConfig& config, const char* env_template) {
-  return ParseFlags(config, env_template).status();
-}
-
-StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const PlanInputs& in) {
-  auto parsed = ParseFlags(c, in.env_template);
-  if (!parsed.ok()) return parsed.status();
-  const Parsed& p = *parsed;
+StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const OutputFlags& p, const PlanInputs& in) {
   if (in.paths == nullptr || static_cast<int>(in.paths->ranks.size()) < in.nproc) {
     return Status::Error("PlanOutput: attempt paths missing for " + std::to_string(in.nproc) + " ranks");
   }
@@ -55,7 +39,7 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
     return Status::Error("PlanOutput: global_ranks has the wrong size");
   }
   const bool files = in.paths->files_enabled();
-  const bool inherit_ok = c.log_prefix == "inherit" || (in.nproc == 1 && c.log_prefix.empty());
+  const bool inherit_ok = p.prefix_inherit || (in.nproc == 1 && !p.prefix_given);
 
   std::vector<WorkerOutputPlan> plans;
   for (int lr = 0; lr < in.nproc; ++lr) {

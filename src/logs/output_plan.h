@@ -25,6 +25,7 @@
 #include "logs/log_dir.h"
 #include "logs/output_relay.h"
 #include "logs/prefix.h"
+#include "logs/std_spec.h"
 #include "process/spawn_spec.h"
 
 namespace ctrun::logs {
@@ -46,6 +47,22 @@ struct WorkerOutputPlan {
   std::string prefix;      // plain console prefix ("" none)
 };
 
+// The log flags of a run as typed values: -r/--redirects, -t/--tee, --local-ranks-filter,
+// --ranks-filter and the prefix chosen from --log-prefix, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and
+// --tee. Parsed once, before anything starts (main); every attempt plans from them.
+struct OutputFlags {
+  StdSpec redirects;  // tee already OR-ed in
+  StdSpec tee;
+  RankFilter local_filter;
+  RankFilter rank_filter;
+  PrefixFormat prefix = PrefixFormat::Default();
+  bool prefix_given = false;    // --log-prefix was given
+  bool prefix_inherit = false;  // --log-prefix inherit
+};
+
+// Errors name the flag (or the variable) and the bad value.
+StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& config, const char* env_template);
+
 struct PlanInputs {
   int nproc = 1;
   int world_size = 1;
@@ -54,14 +71,11 @@ struct PlanInputs {
   bool multi_node = false;         // nnodes > 1: the default prefix shows the host
   std::string host;                // short host name
   const AttemptPaths* paths = nullptr;  // LogDir::PrepareAttempt of this attempt (required)
-  const char* env_template = nullptr;   // getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
 };
 
-// Errors: bad -r/-t/filter/--log-prefix values (message names the flag), inconsistent inputs.
-StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& config, const PlanInputs& in);
-
-// Validates the log flags of a config without planning (for the CLI, before any side effect).
-Status ValidateLogFlags(const LaunchConfig& config, const char* env_template);
+// Errors: inconsistent inputs only (the flags were checked by ParseOutputFlags).
+StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& config, const OutputFlags& flags,
+                                                   const PlanInputs& in);
 
 // Opens a tee file: O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0644.
 StatusOr<UniqueFd> OpenLogFile(const std::string& path);

@@ -27,8 +27,10 @@ struct StdioTarget {
 // Every worker also: leads its own process group (setpgid), gets PR_SET_PDEATHSIG(SIGKILL), keeps
 // ctrun's stdin and working directory, and sees no fd but 0, 1 and 2.
 struct SpawnSpec {
-  std::vector<std::string> argv;  // argv[0] is resolved through PATH when it has no '/'
-  std::vector<std::string> env;   // complete environment, "K=V"
+  std::string executable;         // the file execve runs, PATH already searched by whoever built the
+                                  // spec (the spawner reads no environment); "": argv[0] as a path
+  std::vector<std::string> argv;  // argv[0] is what the program sees as its name
+  std::vector<std::string> env;   // complete environment, "K=V", exactly as execve gets it
   StdioTarget stdout_target;
   StdioTarget stderr_target;
 };

@@ -91,8 +91,4 @@ class PosixSpawner final : public Spawner {
   Duration exec_wait_;
 };
 
-// Resolves argv0 the way execvp would (PATH from `env`, else the agent's PATH); returns argv0
-// unchanged when it contains '/', or when nothing executable is found.
-std::string ResolveExecutable(const std::string& argv0, const std::vector<std::string>& env);
-
 }  // namespace ctrun

@@ -6,7 +6,6 @@
 #include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,39 +73,7 @@ bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
   return true;
 }
 
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
 }  // namespace
-
-std::string ResolveExecutable(const std::string& argv0, const std::vector<std::string>& env) {
-  if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
-  std::string path;
-  bool found = false;
-  for (const auto& kv : env) {
-    if (kv.rfind("PATH=", 0) == 0) {
-      path = kv.substr(5);
-      found = true;
-    }
-  }
-  if (!found) {
-    const char* p = ::getenv("PATH");
-    path = p ? p : "/usr/local/bin:/usr/bin:/bin";
-  }
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    std::string cand = dir + "/" + argv0;
-    if (IsExecutableFile(cand)) return cand;
-    start = end + 1;
-  }
-  return argv0;
-}
 
 bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
@@ -119,7 +86,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   if (spec.argv.empty()) return fail("empty argv", EINVAL);
 
   // --- everything the child needs, built before fork -------------------------------------------
-  std::string exe = ResolveExecutable(spec.argv[0], spec.env);
+  const std::string& exe = spec.executable.empty() ? spec.argv[0] : spec.executable;
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

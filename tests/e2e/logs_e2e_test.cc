@@ -147,7 +147,8 @@ TEST(LogsE2E, SingleWorkerInheritsTheConsole) {
 TEST(LogsE2E, BadLogFlagsAreUsageErrors) {
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{"--tee", "7"}, std::vector<std::string>{"--redirects", "0:3,x"},
-        std::vector<std::string>{"--local-ranks-filter", "a,b"}, std::vector<std::string>{"--log-prefix", "${nope}"}}) {
+        std::vector<std::string>{"--local-ranks-filter", "a,b"}, std::vector<std::string>{"--ranks-filter", "0,-1"},
+        std::vector<std::string>{"--log-prefix", "${nope}"}}) {
     auto r = RunCommand(Ctrun(flags, {}));
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << ": " << r.err;
     EXPECT_EQ(SplitLines(r.err).size(), 1u) << r.err;

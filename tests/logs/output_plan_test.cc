@@ -26,8 +26,10 @@ std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files 
   in.world_size = nproc * (node_rank + 1);
   in.node_rank = node_rank;
   in.paths = &paths;
-  in.env_template = env_template;
-  auto r = PlanOutput(c, in);
+  auto flags = ParseOutputFlags(c, env_template);
+  EXPECT_TRUE(flags.ok()) << flags.message();
+  if (!flags.ok()) return {};
+  auto r = PlanOutput(c, *flags, in);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
 }
@@ -135,21 +137,35 @@ TEST(OutputPlan, DevNullLogDir) {
 }
 
 TEST(OutputPlan, BadFlagsAreErrors) {
-  AttemptPaths paths = Paths(2);
-  PlanInputs in;
-  in.nproc = 2;
-  in.paths = &paths;
   LaunchConfig c;
   c.tee = "0:5";
-  EXPECT_NE(PlanOutput(c, in).message().find("--tee"), std::string::npos);
+  EXPECT_NE(ParseOutputFlags(c, nullptr).message().find("--tee"), std::string::npos);
   c.tee = "0";
   c.log_prefix = "${oops}";
-  EXPECT_FALSE(PlanOutput(c, in).ok());
-  EXPECT_FALSE(ValidateLogFlags(c, nullptr).ok());
+  EXPECT_FALSE(ParseOutputFlags(c, nullptr).ok());
   c.log_prefix = "";
-  EXPECT_TRUE(ValidateLogFlags(c, nullptr).ok());
+  EXPECT_FALSE(ParseOutputFlags(c, "${oops}").ok());  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+  ASSERT_TRUE(ParseOutputFlags(c, nullptr).ok());
+  // The filters' grammar is the logs module's alone (ranges included); the CLI passes the text.
+  for (const char* bad : {"a,b", "0,-1"}) {
+    c.local_ranks_filter = bad;
+    EXPECT_NE(ParseOutputFlags(c, nullptr).message().find("--local-ranks-filter"), std::string::npos) << bad;
+    c.local_ranks_filter = "";
+    c.ranks_filter = bad;
+    EXPECT_NE(ParseOutputFlags(c, nullptr).message().find("--ranks-filter"), std::string::npos) << bad;
+    c.ranks_filter = "";
+  }
+  c.ranks_filter = "0,2-3";
+  auto ranges = ParseOutputFlags(c, nullptr);
+  ASSERT_TRUE(ranges.ok()) << ranges.message();
+  EXPECT_TRUE(ranges->rank_filter.Allows(3));
+  EXPECT_FALSE(ranges->rank_filter.Allows(1));
+
+  AttemptPaths paths = Paths(2);
+  PlanInputs in;
   in.nproc = 3;  // more ranks than paths
-  EXPECT_FALSE(PlanOutput(c, in).ok());
+  in.paths = &paths;
+  EXPECT_FALSE(PlanOutput(c, *ranges, in).ok());
 }
 
 }  // namespace

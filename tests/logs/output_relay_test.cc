@@ -243,7 +243,7 @@ TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {
 
 TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
   FileConsole console(/*shared=*/true);  // same file: one writer for both streams
-  ASSERT_TRUE(SetupLogging("info").ok());
+  ASSERT_TRUE(SetupLogging(LogLevel::kInfo).ok());
   EventLoop loop;
   ConsoleOptions opt = console.opt;
   opt.route_diagnostics = true;
@@ -268,7 +268,7 @@ TEST(OutputRelay, DiagnosticsNeverLandInsideAWorkerLine) {
   EXPECT_EQ(lines[0].rfind("[ctrun] I ", 0), 0u) << lines[0];
   EXPECT_NE(lines[0].find("diagnostic 42"), std::string::npos);
   EXPECT_EQ(lines[1], "[r0] partial");
-  ASSERT_TRUE(SetupLogging("off").ok());
+  ASSERT_TRUE(SetupLogging(LogLevel::kOff).ok());
 }
 
 // A pseudo-terminal in raw mode: what the user's terminal would receive.

@@ -79,6 +79,7 @@ TEST(PosixSpawner, NotExecutableIs126) {
 TEST(PosixSpawner, PipesAndProcessGroupAndEnv) {
   PosixSpawner sp;
   SpawnSpec spec;
+  spec.executable = "/bin/sh";  // the caller searches PATH, never the spawner
   spec.argv = {"sh", "-c", "echo out:$FOO; echo err >&2; ps -o pgid= -p $$"};
   spec.env = {"FOO=bar", "PATH=/usr/bin:/bin"};
   spec.stdout_target = StdioTarget::Pipe();

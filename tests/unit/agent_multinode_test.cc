@@ -55,8 +55,8 @@ struct Node {
   size_t first_spec = 0;  // spawner.specs index of the current attempt's first worker
 
   std::string Env(size_t worker, const std::string& key) const {
-    const std::string* kv = FindEnv(spawner.specs.at(first_spec + worker).env, key);
-    return kv ? kv->substr(key.size() + 1) : "<unset>";
+    const std::string* v = Environment::FromEntries(spawner.specs.at(first_spec + worker).env).Get(key);
+    return v ? *v : "<unset>";
   }
   pid_t Pid(size_t worker) const { return 1000 + static_cast<pid_t>(first_spec + worker); }
   void Exit(size_t worker, ExitStatus st) {
@@ -94,8 +94,8 @@ class MultiNodeAgentTest : public ::testing::Test {
     o.last_call = Seconds(1);
     n->rdzv = std::make_unique<rdzv::Rendezvous>(std::make_unique<FakeRendezvousLog>(server_, timers_), timers_, o,
                                                  n->hooks.host + "/1");
-    n->agent = std::make_unique<Agent>(n->config, std::vector<std::string>{"PATH=/bin"}, "python3", n->spawner,
-                                       timers_, n->hooks);
+    n->agent = std::make_unique<Agent>(n->config, Environment::FromEntries({"PATH=/bin"}), "/bin/train",
+                                       n->spawner, timers_, n->hooks);
     n->agent->AttachRendezvous(n->rdzv.get());
     nodes_.push_back(std::move(n));
     return *nodes_.back();

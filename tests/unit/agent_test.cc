@@ -38,7 +38,7 @@ class AgentTest : public ::testing::Test {
     config.shutdown_timeout = 30;
   }
   Agent& MakeAgent() {
-    agent = std::make_unique<Agent>(config, std::vector<std::string>{"PATH=/bin", "HOME=/root"}, "python3",
+    agent = std::make_unique<Agent>(config, Environment::FromEntries({"PATH=/bin", "HOME=/root"}), "/work/train",
                                     spawner, timers, hooks);
     return *agent;
   }
@@ -60,13 +60,15 @@ TEST_F(AgentTest, StartsOneWorkerPerLocalRankWithTorchrunEnv) {
   MakeAgent().Start();
   ASSERT_EQ(spawner.specs.size(), 4u);
   for (int i = 0; i < 4; ++i) {
-    const auto& env = spawner.specs[i].env;
-    EXPECT_EQ(*FindEnv(env, "RANK"), "RANK=" + std::to_string(i));
-    EXPECT_EQ(*FindEnv(env, "LOCAL_RANK"), "LOCAL_RANK=" + std::to_string(i));
-    EXPECT_EQ(*FindEnv(env, "WORLD_SIZE"), "WORLD_SIZE=4");
-    EXPECT_EQ(*FindEnv(env, "MASTER_PORT"), "MASTER_PORT=29500");
-    EXPECT_EQ(*FindEnv(env, "TORCHELASTIC_RESTART_COUNT"), "TORCHELASTIC_RESTART_COUNT=0");
+    const Environment env = Environment::FromEntries(spawner.specs[i].env);
+    EXPECT_EQ(*env.Get("RANK"), std::to_string(i));
+    EXPECT_EQ(*env.Get("LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(*env.Get("WORLD_SIZE"), "4");
+    EXPECT_EQ(*env.Get("MASTER_PORT"), "29500");
+    EXPECT_EQ(*env.Get("TORCHELASTIC_RESTART_COUNT"), "0");
+    EXPECT_EQ(*env.Get("HOME"), "/root");
     EXPECT_EQ(spawner.specs[i].argv, std::vector<std::string>{"./train"});
+    EXPECT_EQ(spawner.specs[i].executable, "/work/train");  // resolved once, before the run
   }
   EXPECT_EQ(agent->state(), AgentState::kRunning);
 }
@@ -118,9 +120,9 @@ TEST_F(AgentTest, RestartsUntilMaxRestartsWithIncrementedCount) {
   for (int attempt = 0; attempt <= 2; ++attempt) {
     size_t base = static_cast<size_t>(attempt) * 4;
     ASSERT_EQ(spawner.specs.size(), base + 4);
-    EXPECT_EQ(*FindEnv(spawner.specs[base].env, "TORCHELASTIC_RESTART_COUNT"),
-              "TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
-    EXPECT_EQ(*FindEnv(spawner.specs[base].env, "TORCHELASTIC_MAX_RESTARTS"), "TORCHELASTIC_MAX_RESTARTS=2");
+    const Environment env = Environment::FromEntries(spawner.specs[base].env);
+    EXPECT_EQ(*env.Get("TORCHELASTIC_RESTART_COUNT"), std::to_string(attempt));
+    EXPECT_EQ(*env.Get("TORCHELASTIC_MAX_RESTARTS"), "2");
     Exit(Pid(base + 1), ExitStatus::Exited(1));
     for (size_t i : {0, 2, 3}) Exit(Pid(base + i), ExitStatus::Signaled(SIGTERM));
   }

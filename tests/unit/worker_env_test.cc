@@ -2,13 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 namespace ctrun {
 namespace {
 
-std::string Get(const std::vector<std::string>& env, const std::string& k) {
-  const std::string* kv = FindEnv(env, k);
-  return kv ? kv->substr(k.size() + 1) : "<unset>";
+std::string Get(const Environment& env, const std::string& k) {
+  const std::string* v = env.Get(k);
+  return v ? *v : "<unset>";
 }
+
+Environment Env(const std::vector<std::string>& entries) { return Environment::FromEntries(entries); }
 
 struct EnvFixture : ::testing::Test {
   EnvFixture() {
@@ -30,7 +34,7 @@ struct EnvFixture : ::testing::Test {
 };
 
 TEST_F(EnvFixture, SetsEveryTorchrunVariable) {
-  auto env = BuildWorkerEnv(config, {"HOME=/root", "TEST_SENTINEL_PARENT=x"}, rank, attempt);
+  auto env = BuildWorkerEnv(config, Env({"HOME=/root", "TEST_SENTINEL_PARENT=x"}), rank, attempt);
   EXPECT_EQ(Get(env, "LOCAL_RANK"), "2");
   EXPECT_EQ(Get(env, "RANK"), "6");
   EXPECT_EQ(Get(env, "GROUP_RANK"), "1");
@@ -55,12 +59,13 @@ TEST_F(EnvFixture, SetsEveryTorchrunVariable) {
 }
 
 TEST_F(EnvFixture, InheritedValuesAreKeptOrOverridden) {
-  auto env = BuildWorkerEnv(config, {"OMP_NUM_THREADS=7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "RANK=99"}, rank, attempt);
+  auto env = BuildWorkerEnv(config, Env({"OMP_NUM_THREADS=7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "RANK=99"}), rank,
+                            attempt);
   EXPECT_EQ(Get(env, "OMP_NUM_THREADS"), "7");
   EXPECT_EQ(Get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
   EXPECT_EQ(Get(env, "RANK"), "6");
   size_t ranks = 0;
-  for (const auto& kv : env) ranks += kv.rfind("RANK=", 0) == 0;
+  for (const auto& kv : env.Entries()) ranks += kv.rfind("RANK=", 0) == 0;
   EXPECT_EQ(ranks, 1u);
 }
 
@@ -71,16 +76,35 @@ TEST_F(EnvFixture, OmpRuleOnlyForMultipleWorkers) {
   EXPECT_EQ(OmpNotice(config, {}), "");
   config.nproc_per_node = 2;
   EXPECT_NE(OmpNotice(config, {}), "");
-  EXPECT_EQ(OmpNotice(config, {"OMP_NUM_THREADS=4"}), "");
+  EXPECT_EQ(OmpNotice(config, Env({"OMP_NUM_THREADS=4"})), "");
 }
 
 TEST_F(EnvFixture, VirtualLocalRankNarrowsDevices) {
   config.virtual_local_rank = true;
-  auto env = BuildWorkerEnv(config, {"CUDA_VISIBLE_DEVICES=4,5,6,7"}, rank, attempt);
+  auto env = BuildWorkerEnv(config, Env({"CUDA_VISIBLE_DEVICES=4,5,6,7"}), rank, attempt);
   EXPECT_EQ(Get(env, "LOCAL_RANK"), "0");
   EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "6");
   env = BuildWorkerEnv(config, {}, rank, attempt);
   EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "2");
+}
+
+// The environment is read once, with getenv's rule for a name given twice: the first entry wins.
+TEST(Environment, ReadOnceFirstEntryWinsOrderKept) {
+  Environment env = Environment::FromEntries({"A=1", "B=x=y", "A=2", "NOEQUALS", "C=", "=empty"});
+  EXPECT_EQ(*env.Get("A"), "1");
+  EXPECT_EQ(*env.Get("B"), "x=y");  // split at the first '='
+  EXPECT_EQ(*env.Get("C"), "");
+  EXPECT_FALSE(env.Has("NOEQUALS"));
+  EXPECT_FALSE(env.Has("D"));
+  env.Set("B", "z");  // in place
+  env.Set("D", "4");  // appended
+  EXPECT_EQ(env.Entries(), (std::vector<std::string>{"A=1", "B=z", "C=", "=empty", "D=4"}));
+}
+
+TEST(Environment, FromProcessMatchesGetenv) {
+  Environment env = Environment::FromProcess();
+  ASSERT_NE(::getenv("PATH"), nullptr);
+  EXPECT_EQ(*env.Get("PATH"), ::getenv("PATH"));
 }
 
 TEST_F(EnvFixture, PythonArgvForScriptsAndModules) {

@@ -1,0 +1,37 @@
+// Environment: a process environment read once into NAME -> VALUE, in the order of first
+// appearance. Everything ctrun reads from its own environment, and every worker environment it
+// builds, goes through this one reading of the "NAME=VALUE" entries:
+//  - an entry without '=' is dropped;
+//  - when a name occurs more than once the first entry wins, as with getenv(3), so a value seen
+//    here is the value any getenv in ctrun sees; the others are dropped;
+//  - Entries() gives back one "NAME=VALUE" per name, ready for execve.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ctrun {
+
+class Environment {
+ public:
+  Environment() = default;
+  static Environment FromEntries(const std::vector<std::string>& entries);
+  static Environment FromProcess();  // ::environ
+
+  // The value of `name`, or nullptr when it is not set.
+  const std::string* Get(std::string_view name) const;
+  bool Has(std::string_view name) const { return Get(name) != nullptr; }
+  // Replaces the value in place (the entry keeps its position) or appends a new entry.
+  void Set(std::string_view name, std::string value);
+  std::vector<std::string> Entries() const;
+  size_t size() const { return vars_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> vars_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in vars_
+};
+
+}  // namespace ctrun
