@@ -55,7 +55,8 @@ struct Node {
   size_t first_spec = 0;  // spawner.specs index of the current attempt's first worker
 
   std::string Env(size_t worker, const std::string& key) const {
-    const std::string* v = Environment::FromEntries(spawner.specs.at(first_spec + worker).env).Get(key);
+    const Environment env = Environment::FromEntries(spawner.specs.at(first_spec + worker).env);
+    const std::string* v = env.Get(key);  // points into env: read it while env lives
     return v ? *v : "<unset>";
   }
   pid_t Pid(size_t worker) const { return 1000 + static_cast<pid_t>(first_spec + worker); }
