@@ -17,6 +17,7 @@
 #include "logs/logging.h"
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
+#include "sys/posix_util.h"
 
 namespace {
 
@@ -27,15 +28,8 @@ int UsageError(const std::string& msg) {
 
 // 32 hex digits from the kernel's CSPRNG, like uuid4().hex.
 std::string RandomRunId() {
-  unsigned char b[16] = {0};
-  if (getentropy(b, sizeof b) != 0) return "standalone";
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += hex[c >> 4];
-    s += hex[c & 15];
-  }
-  return s;
+  std::string id = ctrun::RandomHex(16);
+  return id.empty() ? "standalone" : id;
 }
 
 int CpuCount() {

@@ -1,6 +1,5 @@
 #include "rendezvous/backend.h"
 
-#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,6 +11,7 @@
 #include <cstring>
 
 #include "base/unique_fd.h"
+#include "sys/posix_util.h"
 #include "rendezvous/etcd_log.h"
 #include "rendezvous/store_log.h"
 
@@ -22,16 +22,11 @@ namespace {
 std::vector<std::string> Resolve(const std::string& host) {
   std::vector<std::string> out;
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    char buf[INET6_ADDRSTRLEN] = {0};
-    const void* src = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
-                                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
-    if (::inet_ntop(a->ai_family, src, buf, sizeof buf)) out.emplace_back(buf);
-  }
+  for (addrinfo* a = res; a; a = a->ai_next)
+    if (std::string h = NumericHost(a->ai_addr); !h.empty()) out.push_back(std::move(h));
   ::freeaddrinfo(res);
   return out;
 }
@@ -41,14 +36,9 @@ std::vector<std::string> LocalAddresses() {
   std::vector<std::string> out;
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) != 0) return out;
-  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
-    char buf[INET6_ADDRSTRLEN] = {0};
-    const void* src = i->ifa_addr->sa_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
-    if (::inet_ntop(i->ifa_addr->sa_family, src, buf, sizeof buf)) out.emplace_back(buf);
-  }
+  for (ifaddrs* i = ifs; i; i = i->ifa_next)
+    if (i->ifa_addr)
+      if (std::string h = NumericHost(i->ifa_addr); !h.empty()) out.push_back(std::move(h));
   ::freeifaddrs(ifs);
   return out;
 }
@@ -68,48 +58,21 @@ bool IsThisMachine(const std::string& host, const std::string& hostname) {
 
 // The local address the kernel would use to reach `target` (a UDP connect sends nothing).
 std::string RouteSource(const HostPort& target) {
-  for (const std::string& a : Resolve(target.host)) {
-    const bool v6 = a.find(':') != std::string::npos;
-    UniqueFd s(::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (!s) continue;
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (v6) {
-      auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
-      in6->sin6_family = AF_INET6;
-      in6->sin6_port = htons(static_cast<uint16_t>(target.port));
-      ::inet_pton(AF_INET6, a.c_str(), &in6->sin6_addr);
-      len = sizeof *in6;
-    } else {
-      auto* in4 = reinterpret_cast<sockaddr_in*>(&ss);
-      in4->sin_family = AF_INET;
-      in4->sin_port = htons(static_cast<uint16_t>(target.port));
-      ::inet_pton(AF_INET, a.c_str(), &in4->sin_addr);
-      len = sizeof *in4;
-    }
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) continue;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(target.host.c_str(), std::to_string(target.port).c_str(), &hints, &res) != 0) return "";
+  std::string out;
+  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
+    UniqueFd s(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     sockaddr_storage local{};
-    socklen_t llen = sizeof local;
-    if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &llen) != 0) continue;
-    char buf[INET6_ADDRSTRLEN] = {0};
-    const void* src = local.ss_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-    if (::inet_ntop(local.ss_family, src, buf, sizeof buf)) return buf;
+    socklen_t len = sizeof local;
+    if (s && ::connect(s.get(), a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0)
+      out = NumericHost(reinterpret_cast<sockaddr*>(&local));
   }
-  return "";
-}
-
-std::string RandomHex(size_t bytes) {
-  unsigned char b[16] = {0};
-  if (bytes > sizeof b || getentropy(b, bytes) != 0) return "0";
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < bytes; ++i) {
-    s += hex[b[i] >> 4];
-    s += hex[b[i] & 15];
-  }
-  return s;
+  ::freeaddrinfo(res);
+  return out;
 }
 
 RendezvousOptions MakeOptions(const LaunchConfig& c) {
@@ -205,7 +168,9 @@ StatusOr<Backend> MakeBackend(const LaunchConfig& c, EventLoop& loop, const std:
   if (b.node_addr.empty()) b.node_addr = hostname;
   auto log = MakeLog(c, loop);
   if (!log.ok()) return Status::Error("cannot reach the rendezvous at " + ep.ToString() + ": " + log.message());
-  const std::string id = hostname.substr(0, hostname.find('.')) + "/" + std::to_string(::getpid()) + "/" + RandomHex(4);
+  const std::string nonce = RandomHex(4);
+  const std::string id =
+      hostname.substr(0, hostname.find('.')) + "/" + std::to_string(::getpid()) + "/" + (nonce.empty() ? "0" : nonce);
   b.rendezvous = std::make_unique<Rendezvous>(std::move(log.value()), loop, MakeOptions(c), id);
   return b;
 }

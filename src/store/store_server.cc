@@ -25,18 +25,12 @@ constexpr int kMaxReadsPerEvent = 16;  // 1 MiB per wake-up, then let other conn
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 
 std::string PeerName(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = "?";
+  const auto* sa = reinterpret_cast<const sockaddr*>(&ss);
+  const std::string host = NumericHost(sa);
   int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    port = ntohs(a->sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
+  if (ss.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return (host.empty() ? "?" : host) + ":" + std::to_string(port);
 }
 
 // std::stoll semantics (what torch's ADD handler uses): leading blanks and a sign are accepted,

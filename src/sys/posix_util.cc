@@ -1,6 +1,9 @@
 #include "sys/posix_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +64,27 @@ bool SetNonBlocking(int fd, bool on) {
   if (flags < 0) return false;
   flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
   return ::fcntl(fd, F_SETFL, flags) == 0;
+}
+
+std::string NumericHost(const sockaddr* addr) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  const void* src = nullptr;
+  if (addr->sa_family == AF_INET) src = &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr;
+  if (addr->sa_family == AF_INET6) src = &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr;
+  if (!src || !::inet_ntop(addr->sa_family, src, buf, sizeof buf)) return "";
+  return buf;
+}
+
+std::string RandomHex(size_t bytes) {
+  unsigned char b[256];
+  if (bytes > sizeof b || ::getentropy(b, bytes) != 0) return "";
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < bytes; ++i) {
+    s += hex[b[i] >> 4];
+    s += hex[b[i] & 15];
+  }
+  return s;
 }
 
 }  // namespace ctrun

@@ -7,6 +7,8 @@
 
 #include <string>
 
+struct sockaddr;
+
 namespace ctrun {
 
 // Retries fn() while it returns -1 with errno == EINTR. Returns the last result; errno preserved.
@@ -32,5 +34,12 @@ bool SetNonBlocking(int fd, bool on);
 void RaiseFdLimit();
 // The soft/hard limits before RaiseFdLimit; false when it was not called or changed nothing.
 bool OriginalFdLimit(struct rlimit* out);
+
+// The numeric address of an AF_INET/AF_INET6 socket address ("10.0.0.1", "::1"); "" otherwise.
+std::string NumericHost(const sockaddr* addr);
+
+// 2 x `bytes` hex digits from the kernel's CSPRNG (getentropy, at most 256 bytes); "" when the
+// kernel refuses.
+std::string RandomHex(size_t bytes);
 
 }  // namespace ctrun
