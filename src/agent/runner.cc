@@ -191,7 +191,7 @@ class RealHooks final : public AgentHooks {
     in.nproc = config_.nproc_per_node;
     in.world_size = round_ ? round_->world_size : config_.max_nodes * config_.nproc_per_node;
     in.node_rank = round_ ? round_->node_rank : config_.node_rank;
-    in.multi_node = round_ ? round_->num_nodes > 1 || config_.max_nodes > 1 : config_.max_nodes > 1;
+    in.multi_node = config_.max_nodes > 1 || (round_ && round_->num_nodes > 1);
     in.host = context_.hostname.substr(0, context_.hostname.find('.'));
     if (round_)  // nodes may differ in nproc: ranks come from the round, not node_rank * nproc
       for (int i = 0; i < config_.nproc_per_node; ++i) in.global_ranks.push_back(round_->base_rank + i);
@@ -260,9 +260,9 @@ int DecideExitCode(const Agent& agent, const std::vector<WorkerFailure>& failure
   return JobExitCode(failures);
 }
 
-std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks) {
+std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
+                                           const std::optional<OomKillSample>& oom_after) {
   std::vector<WorkerFailure> failures;
-  const auto oom_after = ReadOomKillSample();
   for (const auto& f : agent.failures()) {
     WorkerFailure w;
     w.global_rank = f.rank.global_rank;
@@ -283,17 +283,18 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks)
   return failures;
 }
 
-SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks) {
+SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
+                                  const std::optional<OomKillSample>& oom_after) {
   SummaryOptions opts;
   opts.oom_before = hooks.oom_before();
-  opts.oom_after = ReadOomKillSample();
+  opts.oom_after = oom_after;
   if (const int sig = agent.ended_by_signal(); sig != 0) {
     opts.stop_reason = "ctrun received signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
   } else if (agent.job_end() && agent.job_end()->rendezvous_error) {
     opts.stop_reason = "the rendezvous failed: " + agent.job_end()->message;
   } else if (agent.job_end() && agent.job_end()->cause && !agent.job_end()->cause_is_local) {
-    opts.stop_reason = "stopped because " + agent.job_end()->cause->Describe();
     opts.remote_root_cause = agent.job_end()->cause->Describe();
+    opts.stop_reason = "stopped because " + opts.remote_root_cause;
   }
   return opts;
 }
@@ -301,9 +302,11 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks) {
 // The end of the run for the user: the failure summary (torchrun's layout), the agent's own error
 // file, the multi-node outcome. Returns ctrun's exit code.
 int Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks) {
-  const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks);
+  // One reading of the OOM counter serves the per-worker verdicts and the summary's note.
+  const std::optional<OomKillSample> oom_after = ReadOomKillSample();
+  const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
   if (!failures.empty()) {
-    const SummaryOptions opts = MakeSummaryOptions(agent, hooks);
+    const SummaryOptions opts = MakeSummaryOptions(agent, hooks, oom_after);
     std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
     std::fflush(stdout);
     std::fputs(text.c_str(), stderr);
