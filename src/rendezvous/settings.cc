@@ -1,7 +1,7 @@
 #include "rendezvous/settings.h"
 
-#include <cmath>
-#include <cstdlib>
+#include "cli/value_parsers.h"
+
 #include <functional>
 #include <map>
 
@@ -11,12 +11,12 @@ namespace {
 constexpr int kC10dDefaultPort = 29400;
 constexpr int kEtcdDefaultPort = 2379;
 
+// Numbers use the command line's own grammar (cli/value_parsers.h), with the key in the message.
 StatusOr<double> PositiveSeconds(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(d) || d <= 0 || d > 1e7)
+  auto d = ParseNumber(v);
+  if (!d.ok() || *d <= 0 || *d > 1e7)
     return Status::Error("--rdzv_conf " + key + "=" + v + ": expected a positive number of seconds");
-  return d;
+  return *d;
 }
 
 StatusOr<bool> Bool(const std::string& key, const std::string& v) {
@@ -53,11 +53,10 @@ const std::map<std::string, Setter>& Keys() {
       {"read_timeout", SecondsField(&RdzvSettings::read_timeout)},
       {"keep_alive_max_attempt",
        [](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
-         char* end = nullptr;
-         long n = std::strtol(v.c_str(), &end, 10);
-         if (v.empty() || *end != '\0' || n < 1 || n > 1000)
+         auto n = ParseInt(v);
+         if (!n.ok() || *n < 1 || *n > 1000)
            return Status::Error("--rdzv_conf " + k + "=" + v + ": expected an integer from 1 to 1000");
-         s->keep_alive_max_attempt = static_cast<int>(n);
+         s->keep_alive_max_attempt = *n;
          return {};
        }},
       {"is_host",
