@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "helpers/free_port.h"
 #include "helpers/loop_util.h"
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,19 +28,7 @@ using testing::IntoStatus;
 
 using namespace std::chrono_literals;
 
-// A port nothing listens on right now (bound, read, closed).
-int FreePort() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return 0;
-  }
-  return ntohs(a.sin_port);
-}
+using testing::FreePort;
 
 class AsyncClientTest : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "helpers/ctrun_command.h"
+#include "helpers/free_port.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -19,17 +20,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 // Fast rendezvous timings for tests: 1 s heartbeat deadline, 1 s last call.
 const std::string kFastConf = "--rdzv_conf=join_timeout=60,last_call_timeout=1,keep_alive_max_attempt=5";

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "helpers/free_port.h"
 #include "helpers/loop_util.h"
 #include "helpers/test_util.h"
 #include "rendezvous/curl_loop.h"
@@ -83,24 +84,6 @@ inline std::optional<std::string> BlockingPost(const std::string& url, const std
   return out;
 }
 
-// `n` distinct loopback TCP ports that were free a moment ago (all bound at once, then released).
-inline std::vector<int> FreePorts(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
-inline int FreePort() { return FreePorts(1)[0]; }
 
 struct EtcdClusterOptions {
   int members = 1;
