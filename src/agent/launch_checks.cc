@@ -1,15 +1,30 @@
 #include "agent/launch_checks.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "agent/worker_env.h"
 
 namespace ctrun {
 namespace {
+
+// The most processes this machine lets ctrun start: kernel.pid_max, and RLIMIT_NPROC when it is
+// finite (a limit the caller cannot raise past). A count above it can never run; refusing it up
+// front keeps ctrun from planning (and allocating for) millions of workers it cannot fork.
+long ProcessLimit() {
+  long limit = 4194304;  // PID_MAX_LIMIT on 64-bit kernels
+  std::ifstream f("/proc/sys/kernel/pid_max");
+  if (long v = 0; f >> v && v > 0) limit = v;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_max != RLIM_INFINITY)
+    limit = std::min(limit, static_cast<long>(rl.rlim_max));
+  return limit;
+}
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
@@ -81,6 +96,10 @@ Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
     }
   }
   if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");
+  if (const long limit = ProcessLimit(); c->nproc_per_node > limit)
+    return Status::Error("--nproc_per_node=" + std::to_string(c->nproc_per_node) +
+                         ": more workers than this machine can run (at most " + std::to_string(limit) +
+                         " processes: kernel.pid_max and the hard RLIMIT_NPROC)");
   return Status::Ok();
 }
 
