@@ -24,6 +24,9 @@
 //   --hang-if-world N   hang while WORLD_SIZE == N (multi-node: until a membership change)
 //   --wait-file P       before ending, wait (up to 30 s) until P exists
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
+//   --error-raw TEXT    write TEXT verbatim to $TORCHELASTIC_ERROR_FILE (malformed error files)
+//   --error-bytes N     write N bytes of 'x' to $TORCHELASTIC_ERROR_FILE (oversized error files)
+//   --error-dir         make $TORCHELASTIC_ERROR_FILE a directory instead of a file
 //   --heartbeat N       beat N times through the worker library (CTRUN_HEARTBEAT_FD/FILE)
 //   --heartbeat-ms MS   ... MS apart (default 1)
 #include <dirent.h>
@@ -72,7 +75,9 @@ void SleepMs(long ms) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
-  std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
+  std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg, error_raw;
+  long error_bytes = -1;
+  bool error_dir = false;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
   long beat_ms = 1;
   long sleep_ms = 0;
@@ -104,6 +109,9 @@ int main(int argc, char** argv) {
     else if (o == "--heartbeat") beats = atoi(next().c_str());
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
+    else if (o == "--error-raw") error_raw = next();
+    else if (o == "--error-bytes") error_bytes = atol(next().c_str());
+    else if (o == "--error-dir") error_dir = true;
     else {
       fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
       return 64;
@@ -193,6 +201,14 @@ int main(int argc, char** argv) {
       fclose(f);
     }
   }
+  if (!error_raw.empty() || error_bytes >= 0) {
+    if (FILE* f = fopen(Env("TORCHELASTIC_ERROR_FILE").c_str(), "w")) {
+      fputs(error_raw.c_str(), f);
+      for (long i = 0; i < error_bytes; ++i) fputc('x', f);
+      fclose(f);
+    }
+  }
+  if (error_dir) mkdir(Env("TORCHELASTIC_ERROR_FILE").c_str(), 0755);
   if (hang) SleepForever();
   if (sig) {
     signal(sig, SIG_DFL);
