@@ -19,6 +19,7 @@
 //   --signal SIG        kill itself with SIG (number)
 //   --only-rank R       apply --exit/--signal/--hang only on RANK R (others exit 0)
 //   --only-attempt A    ... and only when TORCHELASTIC_RESTART_COUNT == A
+//   --attempts-below A  ... and only while TORCHELASTIC_RESTART_COUNT < A (long restart runs)
 //   --else-hang         ranks/attempts that --only-* excludes hang instead of exiting 0
 //   --else-hang-attempt A  ... only when TORCHELASTIC_RESTART_COUNT == A (later attempts exit 0)
 //   --hang-if-world N   hang while WORLD_SIZE == N (multi-node: until a membership change)
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   long beat_ms = 1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
+  int attempts_below = -1;
   int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1;
   for (size_t i = 0; i < a.size(); ++i) {
     auto next = [&]() -> std::string { return i + 1 < a.size() ? a[++i] : std::string(); };
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
     else if (o == "--signal") sig = atoi(next().c_str());
     else if (o == "--only-rank") only_rank = atoi(next().c_str());
     else if (o == "--only-attempt") only_attempt = atoi(next().c_str());
+    else if (o == "--attempts-below") attempts_below = atoi(next().c_str());
     else if (o == "--wait-file") wait_file = next();
     else if (o == "--else-hang") else_hang = true;
     else if (o == "--else-hang-attempt") else_hang_attempt = atoi(next().c_str());
@@ -183,7 +186,8 @@ int main(int argc, char** argv) {
   }
 
   bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
-                 (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"));
+                 (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0")) &&
+                 (attempts_below < 0 || atoi(Env("TORCHELASTIC_RESTART_COUNT", "0").c_str()) < attempts_below);
   if (hang_if_world >= 0 && Env("WORLD_SIZE", "") == std::to_string(hang_if_world)) SleepForever();
   if (!applies) {
     if (else_hang) SleepForever();

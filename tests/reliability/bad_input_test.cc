@@ -171,6 +171,7 @@ TEST_P(BadInput, RejectedWithItsCodeAndMessage) {
   const std::string port = std::to_string(ctrun::testing::FreePort());
   const bool worker_runs = std::string(row.kind) == "error-file";
   std::vector<std::string> argv{CTRUN_BINARY};
+  if (worker_runs) argv.push_back("--standalone");  // a free port: other tests run at the same time
   for (const std::string& f : row.flags) {
     if (f == "@W") {
       argv.push_back(FAKE_WORKER);

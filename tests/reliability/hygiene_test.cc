@@ -1,0 +1,177 @@
+// Hygiene after jobs that fail, restart and get killed: no process of the job left (found by the
+// environment marker across /proc), no zombie under ctrun, no fd leaked by ctrun over 50 restarts,
+// no temporary file besides the log directory, and a complete log directory.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "helpers/ctrun_command.h"
+#include "helpers/test_util.h"
+#include "reliability/hygiene.h"
+
+namespace ctrun::reliability {
+namespace {
+
+using namespace std::chrono_literals;
+using ctrun::testing::BackgroundProcess;
+using ctrun::testing::Ctrun;
+using ctrun::testing::ReadEnvFile;
+using ctrun::testing::ReadFileOr;
+using ctrun::testing::ReadPids;
+using ctrun::testing::RunCommand;
+using ctrun::testing::RunResult;
+using ctrun::testing::TempDir;
+using ctrun::testing::WaitFor;
+
+// Every rank's env file shows restart count `attempt` (the workers of that attempt all started).
+bool AllStarted(const TempDir& dir, int nproc, int attempt) {
+  for (int r = 0; r < nproc; ++r) {
+    if (ReadEnvFile(dir / ("env." + std::to_string(r)))["TORCHELASTIC_RESTART_COUNT"] != std::to_string(attempt))
+      return false;
+  }
+  return true;
+}
+
+// What ctrun's fds point at, as a multiset ("pipe" x 9, ...): fd numbers differ from one attempt to
+// the next, the kinds and counts must not.
+std::multiset<std::string> Targets(const std::set<std::string>& fds) {
+  std::multiset<std::string> out;
+  for (const auto& f : fds) out.insert(f.substr(f.find(" -> ") + 4));
+  return out;
+}
+
+// ctrun's fds once they stop changing (exec-confirmation pipes of just-started workers close
+// within milliseconds): two equal samples 100 ms apart, within 5 s.
+std::set<std::string> SteadyFds(pid_t pid) {
+  std::set<std::string> prev = OpenFds(pid), cur;
+  WaitFor(
+      [&] {
+        std::this_thread::sleep_for(100ms);
+        cur = OpenFds(pid);
+        const bool same = cur == prev;
+        prev = cur;
+        return same;
+      },
+      5s);
+  return cur;
+}
+
+std::string Diff(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::string out;
+  for (const auto& x : a)
+    if (!b.count(x)) out += " -" + x;
+  for (const auto& x : b)
+    if (!a.count(x)) out += " +" + x;
+  return out;
+}
+
+// The one log directory ctrun made under TMPDIR (torchelastic_XXXXXX/<run>_XXXXXX), or "".
+std::string RunDirUnder(const std::string& tmpdir) {
+  for (const std::string& base : DirEntries(tmpdir)) {
+    if (base.rfind("torchelastic_", 0) != 0) continue;
+    for (const std::string& run : DirEntries(tmpdir + "/" + base)) return tmpdir + "/" + base + "/" + run;
+  }
+  return "";
+}
+
+// What ctrun left in TMPDIR besides its log directory and the test's own files.
+std::vector<std::string> StrayTempFiles(const std::string& tmpdir, const std::set<std::string>& ours) {
+  std::vector<std::string> out;
+  int log_dirs = 0;
+  for (const std::string& e : DirEntries(tmpdir)) {
+    if (ours.count(e)) continue;
+    if (e.rfind("torchelastic_", 0) == 0 && ++log_dirs == 1) continue;
+    out.push_back(e);
+  }
+  return out;
+}
+
+TEST(Hygiene, FiftyRestartsLeakNoFdNoZombieNoProcessNoFile) {
+  TempDir dir;
+  const std::string tmpdir = dir / "tmp";
+  ::mkdir(tmpdir.c_str(), 0700);
+  const std::string marker = NewJobMarker();
+  constexpr int kNproc = 4, kRestarts = 50;
+  // Rank 1 fails in attempts 0..49 (after `go` exists); attempt 50 hangs until ctrun is stopped.
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=4", "--max_restarts=100", "--shutdown-timeout=5"},
+                              {"--env-file", dir / "env", "--pid-file", dir / "pids", "--grandchildren", "1",
+                               "--wait-file", dir / "go", "--only-rank", "1", "--exit", "1", "--attempts-below",
+                               std::to_string(kRestarts), "--else-hang"}),
+                        {MarkerEnv(marker), "TMPDIR=" + tmpdir}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, kNproc, 0); }, 20s)) << ReadFileOr(dir / "err");
+  const std::set<std::string> fds_at_start = SteadyFds(job.pid());
+  const long rss_at_start = RssKib(job.pid());
+  std::ofstream(dir / "go").put('1');
+  ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, kNproc, kRestarts); }, 90s)) << ReadFileOr(dir / "err");
+  // Attempt 50 is steady (every rank hangs): ctrun's fds must be the ones it had in attempt 0.
+  const std::set<std::string> fds_after = SteadyFds(job.pid());
+  EXPECT_EQ(Targets(fds_after), Targets(fds_at_start)) << "ctrun's fds changed over " << kRestarts << " restarts:"
+                                     << Diff(fds_at_start, fds_after);
+  EXPECT_EQ(ZombieChildren(job.pid()), std::vector<pid_t>{});
+  const long rss_after = RssKib(job.pid());
+  // ctrun, its watchdog, and this attempt's 4 workers + 4 grandchildren: earlier attempts' are gone.
+  EXPECT_EQ(ProcessesOfJob(marker).size(), 2u + 2 * kNproc) << Describe(ProcessesOfJob(marker));
+  job.Signal(SIGTERM);
+  EXPECT_EQ(job.Wait(30s), 128 + SIGTERM) << ReadFileOr(dir / "err");
+  const auto left = WaitJobGone(marker);
+  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left);
+  // Every worker and grandchild any attempt recorded is gone (the marker scan above covers the ones
+  // that died before recording their pid).
+  for (pid_t p : ReadPids(dir / "pids")) EXPECT_FALSE(ctrun::testing::ProcessAlive(p)) << p;
+  EXPECT_EQ(StrayTempFiles(tmpdir, {}), std::vector<std::string>{});
+  const LogDirCheck logs = CheckLogDir(RunDirUnder(tmpdir), kNproc, /*redirected=*/false);
+  EXPECT_EQ(logs.attempts, kRestarts + 1);
+  EXPECT_EQ(logs.missing, std::vector<std::string>{});
+  std::printf("[reliability] hygiene: %d restarts, ctrun fds %zu -> %zu (leaked %zu), RSS %ld -> %ld KiB, "
+              "processes left %zu\n",
+              kRestarts, fds_at_start.size(), fds_after.size(),
+              fds_after.size() > fds_at_start.size() ? fds_after.size() - fds_at_start.size() : 0, rss_at_start,
+              rss_after, left.size());
+}
+
+TEST(Hygiene, RedirectedFailingJobLeavesACompleteLogDirAndNothingElse) {
+  TempDir dir;
+  const std::string marker = NewJobMarker();
+  RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=2", "--log_dir", dir / "logs", "--redirects=3",
+                                  "--rdzv_id=hyg"},
+                                 {"--print", "5", "--stderr", "oops", "--grandchildren", "2", "--only-rank", "2",
+                                  "--exit", "7"}),
+                           {MarkerEnv(marker), "TMPDIR=" + dir.path()}, 60s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(WaitJobGone(marker), std::vector<pid_t>{}) << Describe(ProcessesOfJob(marker));
+  EXPECT_EQ(StrayTempFiles(dir.path(), {"logs"}), std::vector<std::string>{});
+  const auto runs = DirEntries(dir / "logs");
+  ASSERT_EQ(runs.size(), 1u);
+  const std::string run = dir / ("logs/" + *runs.begin());
+  const LogDirCheck logs = CheckLogDir(run, 3, /*redirected=*/true);
+  EXPECT_EQ(logs.attempts, 3);
+  EXPECT_EQ(logs.missing, std::vector<std::string>{});
+  // The failing rank printed everything before it exited: all of it is in every attempt's files
+  // (the others may be stopped before they print).
+  for (int a = 0; a < 3; ++a) {
+    const std::string rank2 = run + "/attempt_" + std::to_string(a) + "/2/";
+    EXPECT_NE(ReadFileOr(rank2 + "stdout.log").find("rank 2 line 4"), std::string::npos) << "attempt " << a;
+    EXPECT_EQ(ReadFileOr(rank2 + "stderr.log"), "oops\n") << "attempt " << a;
+  }
+}
+
+TEST(Hygiene, SigkillOfCtrunLeavesNoProcessOfTheJob) {
+  TempDir dir;
+  const std::string marker = NewJobMarker();
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=3"}, {"--env-file", dir / "env", "--grandchildren", "2", "--hang"}),
+                        {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 3, 0); }, 20s)) << ReadFileOr(dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(marker).size() >= 1 + 3 * 3; }, 10s));
+  job.Signal(SIGKILL);
+  EXPECT_EQ(job.Wait(10s), 128 + SIGKILL);
+  const auto left = WaitJobGone(marker);
+  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left);
+}
+
+}  // namespace
+}  // namespace ctrun::reliability
