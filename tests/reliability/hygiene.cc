@@ -156,6 +156,37 @@ LogDirCheck CheckLogDir(const std::string& run_dir, int nproc, bool redirected) 
   return c;
 }
 
+std::vector<pid_t> DescendantsRunning(pid_t ancestor, const std::string& exe) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  const auto want = fs::canonical(exe, ec);
+  for (pid_t pid : AllPids()) {
+    std::error_code ec2;
+    if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec2) != want || ec2) continue;
+    if (StateOf(pid).first == 'Z') continue;
+    for (pid_t p = StateOf(pid).second; p > 1; p = StateOf(p).second) {
+      if (p == ancestor) {
+        out.push_back(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::string EnvOf(pid_t pid, const std::string& name) {
+  const std::string env = ReadFileOr("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = name + "=";
+  size_t pos = 0;
+  while (pos < env.size()) {
+    size_t end = env.find('\0', pos);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(pos, key.size(), key) == 0) return env.substr(pos + key.size(), end - pos - key.size());
+    pos = end + 1;
+  }
+  return "";
+}
+
 long RssKib(pid_t pid) { return StatusField(pid, "VmRSS"); }
 long PeakRssKib(pid_t pid) { return StatusField(pid, "VmHWM"); }
 

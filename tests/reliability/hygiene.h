@@ -49,6 +49,11 @@ LogDirCheck CheckLogDir(const std::string& run_dir, int nproc, bool redirected);
 long RssKib(pid_t pid);
 long PeakRssKib(pid_t pid);
 
+// Live (not zombie) descendants of `ancestor` whose executable is `exe`.
+std::vector<pid_t> DescendantsRunning(pid_t ancestor, const std::string& exe);
+// The value of `name` in pid's environment ("" when unset or gone).
+std::string EnvOf(pid_t pid, const std::string& name);
+
 // Text for a failed expectation: "pid 123 (cmd) state S" for each pid.
 std::string Describe(const std::vector<pid_t>& pids);
 
