@@ -160,6 +160,13 @@ std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>
   std::vector<std::byte> raw;
   if (hd.flags & kFlagZstd) {
 #if CTRUN_WORKER_HAVE_ZSTD
+    // The raw length comes from the file: check it before it becomes an allocation. A zstd block
+    // inflates to at most 128 KiB and takes at least 4 stored bytes (an RLE block), so a larger
+    // raw length is corrupt or crafted; and save() always records the length in the frame.
+    if (hd.raw_len > (hd.stored_len / 4 + 1) * (128u << 10))
+      return "raw length " + std::to_string(hd.raw_len) + " impossible for " + std::to_string(hd.stored_len) +
+             " zstd bytes";
+    if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != hd.raw_len) return "decompressed length mismatch";
     raw.resize(hd.raw_len);
     size_t r = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
     if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);

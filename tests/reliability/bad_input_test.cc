@@ -22,6 +22,7 @@
 #include <fstream>
 
 #include "ctrun/snapshot_store.h"
+#include "worker/crc32c.h"
 #include "helpers/free_port.h"
 #include "helpers/test_util.h"
 #include "reliability/hygiene.h"
@@ -221,6 +222,16 @@ struct SnapRow {
 
 void PutU64(std::string* b, size_t off, uint64_t v) { std::memcpy(b->data() + off, &v, sizeof v); }
 
+// Sets the header's flags and raw length and recomputes both checksums, as a crafted file would.
+void Reseal(std::string* b, uint32_t flags, uint64_t raw_len) {
+  std::memcpy(b->data() + 12, &flags, 4);
+  PutU64(b, 32, raw_len);
+  const uint32_t payload = ctrun::worker::crc32c(b->data() + 64, b->size() - 64);
+  std::memcpy(b->data() + 48, &payload, 4);
+  const uint32_t header = ctrun::worker::crc32c(b->data(), 56);
+  std::memcpy(b->data() + 56, &header, 4);
+}
+
 TEST(BadSnapshot, EveryCorruptFileIsRejectedWithItsReasonAndTheOlderOneLoads) {
   const std::vector<SnapRow> rows = {
       {"empty", [](std::string* b) { b->clear(); }, "truncated header (0 bytes)"},
@@ -232,6 +243,12 @@ TEST(BadSnapshot, EveryCorruptFileIsRejectedWithItsReasonAndTheOlderOneLoads) {
       {"truncated payload", [](std::string* b) { b->resize(b->size() - 3); }, "length mismatch"},
       {"trailing garbage", [](std::string* b) { b->append("junk"); }, "length mismatch"},
       {"all zeros", [](std::string* b) { std::fill(b->begin(), b->end(), '\0'); }, "bad magic"},
+      // Valid checksums around a crafted zstd raw length of 2^60 (found by fuzz/snapshot_header_fuzz.cc:
+      // the reader used to resize a buffer to it and throw std::length_error out of a no-throw API).
+      {"zstd raw length 2^60", [](std::string* b) { Reseal(b, /*flags=*/1, /*raw_len=*/1ULL << 60); },
+       "raw length 1152921504606846976 impossible"},
+      {"zstd flag on raw bytes", [](std::string* b) { Reseal(b, /*flags=*/1, /*raw_len=*/300); },
+       "decompressed length mismatch"},
   };
   TempDir dir;
   size_t rejected = 0;
