@@ -3,11 +3,15 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "agent/dry_run.h"
+#include "agent/job_outcome.h"
 #include "agent/launch_checks.h"
 #include "agent/runner.h"
 #include "agent/worker_env.h"
@@ -17,14 +21,12 @@
 #include "logs/logging.h"
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
+#include "report/events.h"
+#include "report/github_annotation.h"
+#include "report/run_end.h"
 #include "sys/posix_util.h"
 
 namespace {
-
-int UsageError(const std::string& msg) {
-  std::fprintf(stderr, "ctrun: error: %s\n", msg.c_str());
-  return 2;
-}
 
 // 32 hex digits from the kernel's CSPRNG, like uuid4().hex.
 std::string RandomRunId() {
@@ -39,6 +41,52 @@ int CpuCount() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+std::string Hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// Every way a run ends goes through Finish: the run_end event, --summary-file, the annotation.
+class Ending {
+ public:
+  explicit Ending(const ctrun::Environment& env) : start_(std::chrono::system_clock::now()) {
+    targets_.github_actions = ctrun::UnderGithubActions(env);
+    identity_.version = ctrun::VersionNumber();
+    identity_.hostname = Hostname();
+  }
+  void SetConfig(const ctrun::LaunchConfig& config) {
+    targets_.summary_file = config.summary_file;
+    identity_.run_id = config.run_id;
+    identity_.node_rank = config.node_rank;
+  }
+  void SetEvents(ctrun::EventSink* events) { targets_.events = events; }
+  const ctrun::RunIdentity& identity() const { return identity_; }
+
+  // "ctrun: error: <msg>", exit 2.
+  int Usage(const std::string& msg) {
+    std::fprintf(stderr, "ctrun: error: %s\n", msg.c_str());
+    return Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kUsageError, msg));
+  }
+  int Finish(ctrun::RunOutcome outcome) {
+    outcome.start = start_;
+    outcome.end = std::chrono::system_clock::now();
+    return ctrun::ReportRunEnd(outcome, identity_, targets_);
+  }
+
+ private:
+  std::chrono::system_clock::time_point start_;
+  ctrun::RunEndTargets targets_;
+  ctrun::RunIdentity identity_;
+};
+
+// The CLI's one-line error without its "ctrun: error: " and newline.
+std::string ErrorText(const std::string& line) {
+  std::string s = line.rfind("ctrun: error: ", 0) == 0 ? line.substr(14) : line;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,45 +95,77 @@ int main(int argc, char** argv) {
     // The environment is read once; everything below looks values up in it.
     const ctrun::Environment env = ctrun::Environment::FromProcess();
     const ctrun::EnvLookup lookup = ctrun::LookupIn(env);
+    Ending ending(env);
     ctrun::CliOutcome cli = ctrun::ParseCommandLine(args, lookup);
     if (cli.action == ctrun::CliOutcome::Action::kExit) {
       std::fputs(cli.output.c_str(), stdout);
       std::fputs(cli.error.c_str(), stderr);
-      return cli.exit_code;
+      if (cli.exit_code == 0) return 0;  // --help, --version
+      ending.SetConfig(cli.config);
+      std::unique_ptr<ctrun::FileEventSink> events;
+      if (!cli.config.events_file.empty())
+        if (auto e = ctrun::FileEventSink::Open(cli.config.events_file, {ending.identity().hostname, ""}); e.ok())
+          events = std::move(e.value());
+      ending.SetEvents(events.get());
+      return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kUsageError, ErrorText(cli.error)));
     }
     ctrun::LaunchConfig config = std::move(cli.config);
     // torchrun --standalone picks a random run id; an explicit --rdzv_id is kept (ctrun extension).
     if (config.standalone && config.run_id == "none") config.run_id = RandomRunId();
-    if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return UsageError(s.message());
+    ending.SetConfig(config);
+    std::unique_ptr<ctrun::FileEventSink> events;
+    if (!config.events_file.empty()) {
+      auto e = ctrun::FileEventSink::Open(config.events_file, {ending.identity().hostname, config.run_id});
+      if (!e.ok()) return ending.Usage(e.message());
+      events = std::move(e.value());
+      ending.SetEvents(events.get());
+    }
+    if (!config.summary_file.empty())
+      if (ctrun::Status s = ctrun::CheckSummaryPath(config.summary_file); !s.ok()) return ending.Usage(s.message());
+    if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return ending.Usage(s.message());
     const std::string* prefix_template = env.Get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     auto output_flags = ctrun::logs::ParseOutputFlags(config, prefix_template ? prefix_template->c_str() : nullptr);
-    if (!output_flags.ok()) return UsageError(output_flags.message());
+    if (!output_flags.ok()) return ending.Usage(output_flags.message());
 
     // Under Slurm's srun with no node flags: nodes, node rank and master from SLURM_*.
     std::string cluster_notice;
     if (ctrun::Status s =
             ctrun::ApplyClusterEnv(&config, lookup, ctrun::DetectExplicitFlags(args, lookup), &cluster_notice);
         !s.ok())
-      return UsageError(s.message());
+      return ending.Usage(s.message());
     if (!cluster_notice.empty()) spdlog::info("{}", cluster_notice);
+    ending.SetConfig(config);  // the node rank may come from the cluster
 
     ctrun::RunContext ctx;
     ctx.env = env;
     ctx.output_flags = std::move(output_flags.value());
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    ctx.hostname = host;
+    ctx.hostname = ending.identity().hostname;
 
-    if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return UsageError(s.message());
-    if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return UsageError(s.message());
+    if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return ending.Usage(s.message());
+    if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return ending.Usage(s.message());
     ctrun::SystemGpuProbe gpus(lookup);
-    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return UsageError(s.message());
+    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return ending.Usage(s.message());
     auto executable = ctrun::ResolveEntrypoint(config, ctrun::FindPython(env), env);
-    if (!executable.ok()) return UsageError(executable.message());
+    if (!executable.ok()) return ending.Usage(executable.message());
     ctx.executable = std::move(executable.value());
+    if (config.dry_run) {
+      std::fputs(ctrun::FormatDryRun(config, env, ctx.executable, ctx.hostname).c_str(), stdout);
+      return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));
+    }
     if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);
 
-    return ctrun::RunJob(config, ctx);
+    if (events)
+      events->Emit(ctrun::events::kRunStart,
+                   {{"pid", ::getpid()},
+                    {"ctrun_version", ending.identity().version},
+                    {"entrypoint", config.entrypoint},
+                    {"nproc_per_node", config.nproc_per_node},
+                    {"nnodes", std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes)},
+                    {"node_rank", config.node_rank},
+                    {"max_restarts", config.max_restarts},
+                    {"max_run_time_s", config.max_run_time ? nlohmann::json(*config.max_run_time) : nlohmann::json(nullptr)}});
+    ctx.events = events ? events.get() : &ctrun::NullEvents();
+    return ending.Finish(ctrun::RunJob(config, ctx));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ctrun: internal error: %s\n", e.what());
     return 1;

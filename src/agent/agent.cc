@@ -2,8 +2,23 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
+
+#include "agent/rank_plan.h"
+#include "report/run_outcome.h"
+#include "report/summary_file.h"
 
 namespace ctrun {
+namespace {
+
+// "1.5" for 1.5, "30" for 30.0: seconds as the user wrote them.
+std::string FormatSecondsValue(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
 
 Agent::Agent(const LaunchConfig& config, Environment base_env, std::string executable, Spawner& spawner,
              TimerQueue& timers, AgentHooks& hooks)
@@ -21,6 +36,11 @@ void Agent::AttachRendezvous(rdzv::Rendezvous* rendezvous) {
 
 void Agent::Start() {
   restart_count_ = 0;
+  if (config_.max_run_time)
+    deadline_timer_ = timers_.AddTimerAfter(Seconds(*config_.max_run_time), [this] {
+      deadline_timer_.reset();
+      OnDeadline();
+    });
   if (rdzv_) {
     JoinRendezvous();
     return;
@@ -34,6 +54,7 @@ void Agent::JoinRendezvous() {
   self.nproc = config_.nproc_per_node;
   self.declared_rank = config_.rdzv.backend == "static" ? config_.node_rank : -1;
   if (Status s = hooks_.PrepareJoin(&self); !s.ok()) {
+    setup_failed_ = true;
     end_message_ = s.message();
     hooks_.Log(2, s.message());
     rdzv_->Leave();
@@ -52,6 +73,12 @@ void Agent::OnRoundReady(const rdzv::RoundInfo& round) {
   hooks_.Log(0, "rendezvous round " + std::to_string(round.round) + " complete: node rank " +
                     std::to_string(round.node_rank) + " of " + std::to_string(round.num_nodes) + " (" + nodes +
                     "), world size " + std::to_string(round.world_size));
+  events_->Emit(events::kRendezvousRound, {{"round", round.round},
+                                           {"node_rank", round.node_rank},
+                                           {"num_nodes", round.num_nodes},
+                                           {"world_size", round.world_size},
+                                           {"restart_count", round.restart_count},
+                                           {"reason", round.reason}});
   hooks_.OnRound(round);
   StartAttempt();
 }
@@ -86,26 +113,7 @@ void Agent::OnJobEnd(const rdzv::JobEnd& end) {
   }
 }
 
-void Agent::FillRank(int i, RankInfo* r) const {
-  const int n = config_.nproc_per_node;
-  r->local_rank = i;
-  r->local_world_size = n;
-  if (round_) {
-    r->global_rank = round_->base_rank + i;
-    r->group_rank = round_->node_rank;
-    r->group_world_size = round_->num_nodes;
-    r->world_size = round_->world_size;
-  } else {
-    // Single node: group 0 of 1; ranks are contiguous and equal to local ranks.
-    r->global_rank = config_.node_rank * n + i;
-    r->group_rank = config_.node_rank;
-    r->group_world_size = config_.max_nodes;
-    r->world_size = config_.max_nodes * n;
-  }
-  // One role per job: role ranks are the global ranks.
-  r->role_rank = r->global_rank;
-  r->role_world_size = r->world_size;
-}
+void Agent::FillRank(int i, RankInfo* r) const { *r = RankFor(config_, i, round_); }
 
 void Agent::StartAttempt() {
   failures_.clear();
@@ -118,6 +126,7 @@ void Agent::StartAttempt() {
   // (a membership change starts a round without counting a restart).
   const int attempt = rdzv_ ? attempts_started_++ : restart_count_;
   if (Status s = hooks_.PrepareAttempt(attempt, &info); !s.ok()) {
+    setup_failed_ = true;
     end_message_ = s.message();
     hooks_.Log(2, s.message());
     if (rdzv_) rdzv_->Leave();
@@ -125,6 +134,12 @@ void Agent::StartAttempt() {
     return;
   }
   state_ = AgentState::kRunning;
+  attempt_ = attempt;
+  events_->Emit(events::kAttemptStart, {{"attempt", attempt},
+                                        {"restart_count", restart_count_},
+                                        {"nproc", n},
+                                        {"master_addr", info.master_addr},
+                                        {"master_port", info.master_port}});
   hooks_.Log(0, "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
                     std::to_string(restart_count_) + ", max_restarts=" + std::to_string(config_.max_restarts) +
                     ", MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ")");
@@ -136,9 +151,10 @@ void Agent::StartAttempt() {
     FillRank(i, &w.rank);
     w.error_file = static_cast<size_t>(i) < info.error_files.size() ? info.error_files[i] : "";
     SpawnSpec& spec = specs[static_cast<size_t>(i)];
+    RankPlan plan = PlanRank(config_, base_env_, executable_, w.rank, info);
     spec.executable = executable_;
-    spec.argv = BuildWorkerArgv(config_, executable_, w.rank, info);
-    spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info).Entries();
+    spec.argv = std::move(plan.argv);
+    spec.env = plan.env.Entries();
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
   }
   std::vector<SpawnResult> results;
@@ -148,10 +164,17 @@ void Agent::StartAttempt() {
     SpawnResult& r = results[static_cast<size_t>(i)];
     if (!r.ok) {
       if (!first_error) first_error = &r.error;
+      events_->Emit(events::kStartError, {{"rank", planned[static_cast<size_t>(i)].rank.global_rank},
+                                          {"local_rank", i},
+                                          {"attempt", attempt},
+                                          {"message", r.error.message},
+                                          {"exit_code", r.error.shell_code}});
       continue;
     }
     Worker w = planned[static_cast<size_t>(i)];
     w.pid = r.process.pid;
+    events_->Emit(events::kWorkerStart,
+                  {{"rank", w.rank.global_rank}, {"local_rank", i}, {"pid", w.pid}, {"attempt", attempt}});
     if (!r.process.exec_confirmed)
       hooks_.Log(1, "worker local_rank " + std::to_string(i) + " (pid " + std::to_string(w.pid) + "): exec of " +
                         specs[static_cast<size_t>(i)].argv[0] +
@@ -206,6 +229,17 @@ void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
   failures_.push_back(std::move(f));
 }
 
+void Agent::EmitWorkerExit(const Worker& w, const char* cause) {
+  nlohmann::json fields{{"rank", w.rank.global_rank},
+                        {"local_rank", w.rank.local_rank},
+                        {"pid", w.pid},
+                        {"attempt", attempt_},
+                        {"cause", cause},
+                        {"status", w.status.ToString()}};
+  AddExitStatusFields(w.status, &fields);
+  events_->Emit(events::kWorkerExit, fields);
+}
+
 void Agent::OnChildExit(pid_t pid, ExitStatus status) {
   Worker* w = FindWorker(pid);
   if (w && !w->exited) {
@@ -213,6 +247,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     w->status = status;
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
     if (state_ == AgentState::kRunning) {
+      EmitWorkerExit(*w, status.success() ? "succeeded" : "failed");
       if (!status.success()) {
         hooks_.Log(2, "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
@@ -241,7 +276,13 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
       // it stays a root-cause candidate, ordered by its error-file time (see run_summary.h).
       // When the user stopped the job (a signal to ctrun), whatever the workers do in reaction
       // (Python's KeyboardInterrupt exits 1) is a consequence of that signal too.
-      RecordFailure(*w, /*stopped_by_ctrun=*/stop_reason_ == StopReason::kSignal || DiedOfOurSignal(status));
+      const bool stopped = stop_reason_ == StopReason::kSignal || stop_reason_ == StopReason::kDeadline ||
+                           DiedOfOurSignal(status);
+      RecordFailure(*w, /*stopped_by_ctrun=*/stopped);
+      EmitWorkerExit(*w, stopped ? "stopped" : "failed");
+    } else {
+      // Exited 0 during a teardown, or a start error's collateral: stopped by ctrun either way.
+      EmitWorkerExit(*w, status.success() && stop_reason_ == StopReason::kSuccess ? "succeeded" : "stopped");
     }
   }
   if (state_ == AgentState::kStopping) CheckStopped();
@@ -281,6 +322,7 @@ void Agent::OnSignal(int sig) {
     // still reaches the workers that are left.
     stop_reason_ = StopReason::kSignal;
     stop_signal_ = sig;
+    EmitStop(stop_reason_, sig);
     for (const auto& w : workers_)
       if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
     return;
@@ -293,6 +335,7 @@ void Agent::BeginStopping(StopReason reason, int sig) {
   stop_reason_ = reason;
   stop_signal_ = sig;
   killed_ = sig == SIGKILL;
+  EmitStop(reason, sig);
   RefreshGroups();
   for (const auto& w : workers_)
     if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
@@ -389,10 +432,14 @@ void Agent::FinishAttempt() {
     case StopReason::kStartError:
       Finish(start_error_code_);
       return;
+    case StopReason::kDeadline:
+      Finish(kExitMaxRunTime);
+      return;
     case StopReason::kRemote:  // only with a rendezvous
     case StopReason::kFailure:
       if (restart_count_ < config_.max_restarts) {
         ++restart_count_;
+        events_->Emit(events::kRestart, {{"restart_count", restart_count_}, {"max_restarts", config_.max_restarts}});
         hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
                           std::to_string(config_.max_restarts) + ")");
         StartAttempt();
@@ -420,6 +467,10 @@ void Agent::FinishMultiNodeAttempt() {
     Finish(128 + stop_signal_);
     return;
   }
+  if (stop_reason_ == StopReason::kDeadline) {
+    Finish(kExitMaxRunTime);
+    return;
+  }
   if (job_end_) {
     Finish(job_end_->exit_code);
     return;
@@ -433,8 +484,64 @@ void Agent::FinishMultiNodeAttempt() {
   JoinRendezvous();
 }
 
+void Agent::EmitStop(StopReason reason, int sig) {
+  const char* name = "failure";
+  switch (reason) {
+    case StopReason::kFailure: name = "failure"; break;
+    case StopReason::kSignal: name = "signal"; break;
+    case StopReason::kSuccess: name = "success"; break;
+    case StopReason::kStartError: name = "start_error"; break;
+    case StopReason::kRemote: name = "remote"; break;
+    case StopReason::kDeadline: name = "max_run_time"; break;
+  }
+  events_->Emit(events::kStop, {{"reason", name}, {"signal", sig}, {"signal_name", SignalName(sig)}});
+}
+
+// The job deadline: the usual stop (SIGTERM, grace, SIGKILL) ends the run with kExitMaxRunTime,
+// whatever the workers do meanwhile. Multi-node, a fatal cause with that code closes the job for
+// every agent (the first deadline to fire wins), and this agent leaves without waiting for them.
+void Agent::OnDeadline() {
+  if (state_ == AgentState::kIdle || state_ == AgentState::kDone) return;
+  deadline_reached_ = true;
+  if (state_ == AgentState::kRunning || state_ == AgentState::kStopping)
+    for (const auto& w : workers_)
+      if (!w.exited) running_at_deadline_.push_back(w.rank.global_rank);
+  std::sort(running_at_deadline_.begin(), running_at_deadline_.end());
+  std::string ranks;
+  for (int r : running_at_deadline_) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  const std::string limit = FormatSecondsValue(*config_.max_run_time);
+  end_message_ = "reached --max-run-time (" + limit + " s)" +
+                 (ranks.empty() ? "; no worker was running" : "; ranks still running: " + ranks);
+  hooks_.Log(2, end_message_ + (ranks.empty() ? "" : "; stopping them"));
+  events_->Emit(events::kMaxRunTime, {{"max_run_time_s", *config_.max_run_time}, {"running_ranks", running_at_deadline_}});
+  if (rdzv_) {
+    rdzv::Cause c;
+    c.what = "reached --max-run-time (" + limit + " s)";
+    c.exit_code = kExitMaxRunTime;
+    c.fatal = true;
+    rdzv_->ReportFailure(c);
+    rdzv_->Leave();
+  }
+  switch (state_) {
+    case AgentState::kRunning:
+      BeginStopping(StopReason::kDeadline, SIGTERM);
+      return;
+    case AgentState::kStopping:
+      // Already stopping (a failure, a remote stop): no restart follows; the signals were sent.
+      stop_reason_ = StopReason::kDeadline;
+      EmitStop(stop_reason_, stop_signal_);
+      return;
+    default:  // waiting for a round or in the exit barrier: no worker of ours is running
+      stop_reason_ = StopReason::kDeadline;
+      Finish(kExitMaxRunTime);
+      return;
+  }
+}
+
 void Agent::Finish(int code) {
   CancelTimers();
+  if (deadline_timer_) timers_.CancelTimer(*deadline_timer_);
+  deadline_timer_.reset();
   exit_code_ = code;
   state_ = AgentState::kDone;
 }

@@ -35,6 +35,7 @@
 #include "process/exit_status.h"
 #include "process/spawner.h"
 #include "rendezvous/rendezvous.h"
+#include "report/events.h"
 #include "sys/event_loop.h"
 
 namespace ctrun {
@@ -89,6 +90,9 @@ class Agent final : public rdzv::RendezvousListener {
 
   // Multi-node: the rendezvous that decides rounds, restarts and the outcome (before Start()).
   void AttachRendezvous(rdzv::Rendezvous* rendezvous);
+  // Where attempts, worker starts and exits, stops, restarts and rounds are reported (before
+  // Start(); a null sink by default). Not owned.
+  void SetEventSink(EventSink* sink) { events_ = sink ? sink : &NullEvents(); }
   void Start();
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
@@ -106,6 +110,14 @@ class Agent final : public rdzv::RendezvousListener {
   int ended_by_signal() const { return done() && stop_reason_ == StopReason::kSignal ? stop_signal_ : 0; }
   // Set when the run ended for a reason other than worker failures (exec error, signal, ...).
   const std::string& end_message() const { return end_message_; }
+  // --max-run-time fired (the run then ends with kExitMaxRunTime), and the global ranks that were
+  // still running at that moment.
+  bool deadline_reached() const { return deadline_reached_; }
+  const std::vector<int>& running_at_deadline() const { return running_at_deadline_; }
+  // The run ended because a worker could not be started (exit_code() is 126/127).
+  bool ended_by_start_error() const { return done() && stop_reason_ == StopReason::kStartError; }
+  // The run ended because an attempt or a join could not be prepared (exit_code() is 1).
+  bool setup_failed() const { return setup_failed_; }
   // Pids that survived SIGKILL past kFinalWait (D-state), reported at the end.
   const std::vector<pid_t>& unkillable() const { return unkillable_; }
   std::vector<pid_t> live_worker_pids() const;
@@ -121,7 +133,8 @@ class Agent final : public rdzv::RendezvousListener {
 
  private:
   // kRemote: the rendezvous ended the round (another node failed, membership changed, job over).
-  enum class StopReason { kFailure, kSignal, kSuccess, kStartError, kRemote };
+  // kDeadline: --max-run-time fired.
+  enum class StopReason { kFailure, kSignal, kSuccess, kStartError, kRemote, kDeadline };
   struct Worker {
     RankInfo rank;
     pid_t pid = -1;
@@ -146,6 +159,9 @@ class Agent final : public rdzv::RendezvousListener {
   bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
   void CancelTimers();
+  void OnDeadline();
+  void EmitWorkerExit(const Worker& w, const char* cause);
+  void EmitStop(StopReason reason, int sig);
 
   const LaunchConfig config_;
   const Environment base_env_;
@@ -171,6 +187,12 @@ class Agent final : public rdzv::RendezvousListener {
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
   int attempts_started_ = 0;              // multi-node: numbers attempt_<n> log dirs
   std::optional<rdzv::JobEnd> job_end_;
+  EventSink* events_ = &NullEvents();
+  int attempt_ = 0;  // the attempt_<n> number of the attempt running
+  std::optional<TimerQueue::TimerId> deadline_timer_;
+  bool deadline_reached_ = false;
+  std::vector<int> running_at_deadline_;
+  bool setup_failed_ = false;
 };
 
 }  // namespace ctrun

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "agent/agent.h"
+#include "agent/job_outcome.h"
 #include "base/unique_fd.h"
 #include "process/reaper.h"
 #include "process/spawner.h"
@@ -21,6 +22,7 @@
 #include "logs/output_plan.h"
 #include "logs/output_relay.h"
 #include "rendezvous/backend.h"
+#include "report/run_recorder.h"
 #include "report/run_summary.h"
 #include "sys/event_loop.h"
 #include "sys/posix_util.h"
@@ -252,14 +254,6 @@ std::string EntrypointName(const LaunchConfig& config) {
   return std::filesystem::path(config.entrypoint).filename().string();
 }
 
-// The one place that decides ctrun's exit code: a signal to ctrun, 128+signal; multi-node, the
-// outcome the agents agreed on (or this agent's rendezvous error); single node, the root cause
-// chosen with the error files' timestamps; otherwise what the agent ended with.
-int DecideExitCode(const Agent& agent, const std::vector<WorkerFailure>& failures) {
-  if (agent.ended_by_signal() != 0 || agent.multi_node() || failures.empty()) return agent.exit_code();
-  return JobExitCode(failures);
-}
-
 std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {
   std::vector<WorkerFailure> failures;
@@ -290,6 +284,8 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
   opts.oom_after = oom_after;
   if (const int sig = agent.ended_by_signal(); sig != 0) {
     opts.stop_reason = "ctrun received signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
+  } else if (agent.deadline_reached()) {
+    opts.stop_reason = agent.end_message();
   } else if (agent.job_end() && agent.job_end()->rendezvous_error) {
     opts.stop_reason = "the rendezvous failed: " + agent.job_end()->message;
   } else if (agent.job_end() && agent.job_end()->cause && !agent.job_end()->cause_is_local) {
@@ -300,8 +296,8 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
 }
 
 // The end of the run for the user: the failure summary (torchrun's layout), the agent's own error
-// file, the multi-node outcome. Returns ctrun's exit code.
-int Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks) {
+// file, the multi-node outcome. Returns how the run ended (job_outcome.h decides).
+RunOutcome Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks) {
   // One reading of the OOM counter serves the per-worker verdicts and the summary's note.
   const std::optional<OomKillSample> oom_after = ReadOomKillSample();
   const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
@@ -321,25 +317,25 @@ int Report(const LaunchConfig& config, const RunContext& context, const Agent& a
     else if (!end.rendezvous_error && end.exit_code != 0 && !end.cause)
       spdlog::error("{}", end.message);
   }
-  return DecideExitCode(agent, failures);
+  return DecideJobOutcome(agent, failures);
+}
+
+// A run that ends before any worker: logged, then reported with the kind's exit code.
+RunOutcome SetUpFailed(OutcomeKind kind, const std::string& message) {
+  spdlog::error("{}", message);
+  return EarlyOutcome(kind, message);
 }
 
 }  // namespace
 
-int RunJob(const LaunchConfig& config, const RunContext& context) {
+RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   std::vector<int> handled = config.signals_to_handle;
   for (int s : config.forward_only_signals) handled.push_back(s);
-  if (Status s = BlockAgentSignals(handled); !s.ok()) {
-    spdlog::error("{}", s.message());
-    return 1;
-  }
+  if (Status s = BlockAgentSignals(handled); !s.ok()) return SetUpFailed(OutcomeKind::kSetupError, s.message());
   std::vector<int> fd_signals = handled;
   fd_signals.push_back(SIGCHLD);
   auto sigfd = SignalFd::Create(fd_signals);
-  if (!sigfd.ok()) {
-    spdlog::error("{}", sigfd.message());
-    return 1;
-  }
+  if (!sigfd.ok()) return SetUpFailed(OutcomeKind::kSetupError, sigfd.message());
   RaiseFdLimit();
   if (Status s = BecomeChildSubreaper(); !s.ok()) spdlog::warn("{} (grandchildren may outlive ctrun)", s.message());
   std::optional<Watchdog> watchdog;
@@ -350,10 +346,8 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   }
 
   auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
-  if (!log_dir.ok()) {
-    spdlog::error("cannot create the log directory: {}", log_dir.message());
-    return 1;
-  }
+  if (!log_dir.ok())
+    return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
   EventLoop loop;
   logs::ConsoleOptions console;
   console.route_diagnostics = true;
@@ -362,13 +356,14 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   PosixSpawner spawner;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
+  // The summary's per-rank facts come from the same events the events file gets.
+  RunRecorder recorder;
+  TeeEventSink event_tee({context.events, &recorder});
+  agent.SetEventSink(&event_tee);
   rdzv::Backend backend;
   if (config.rdzv.multi_node) {
     auto b = rdzv::MakeBackend(config, loop, context.hostname);
-    if (!b.ok()) {
-      spdlog::error("{}", b.message());
-      return rdzv::kExitRendezvous;
-    }
+    if (!b.ok()) return SetUpFailed(OutcomeKind::kRendezvousError, b.message());
     backend = std::move(b.value());
     hooks.set_node_addr(backend.node_addr);
     agent.AttachRendezvous(backend.rendezvous.get());
@@ -394,10 +389,8 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
                                 else agent.OnSignal(sig);
                               }
                             });
-      !s.ok()) {
-    spdlog::error("cannot watch signals and child exits: {}", s.message());
-    return 1;
-  }
+      !s.ok())
+    return SetUpFailed(OutcomeKind::kSetupError, "cannot watch signals and child exits: " + s.message());
 
   agent.Start();
   while (!agent.done()) loop.RunOnce();
@@ -407,7 +400,10 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   // descendant) is read now, bounded, so the last words of a crashing rank are never lost.
   relay.FlushAll(loop.Now() + std::chrono::seconds(2));
 
-  const int code = Report(config, context, agent, hooks);
+  RunOutcome outcome = Report(config, context, agent, hooks);
+  recorder.Fill(&outcome);
+  if (log_dir->files_enabled()) outcome.log_dir = log_dir->run_dir();
+  const int code = outcome.exit_code;
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");
@@ -420,7 +416,7 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
     int st;
     RetryOnEintr([&] { return ::waitpid(watchdog_pid, &st, 0); });
   }
-  return code;
+  return outcome;
 }
 
 }  // namespace ctrun

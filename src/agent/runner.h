@@ -8,6 +8,8 @@
 #include "base/environment.h"
 #include "config/launch_config.h"
 #include "logs/output_plan.h"
+#include "report/events.h"
+#include "report/run_outcome.h"
 
 namespace ctrun {
 
@@ -17,9 +19,11 @@ struct RunContext {
   std::string executable;          // what every worker execs (ResolveEntrypoint)
   logs::OutputFlags output_flags;  // the log flags, parsed once
   std::string hostname;            // for the summary
+  EventSink* events = &NullEvents();  // --events-file (not owned)
 };
 
-// Runs the job to completion and returns ctrun's exit code (see README "Exit codes").
-int RunJob(const LaunchConfig& config, const RunContext& context);
+// Runs the job to completion and returns how it ended (agent/job_outcome.h decides; its
+// exit_code is ctrun's, see README "Exit codes"). The caller reports it (report/run_end.h).
+RunOutcome RunJob(const LaunchConfig& config, const RunContext& context);
 
 }  // namespace ctrun

@@ -91,7 +91,7 @@ constexpr std::array kOptions = {
     OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
               "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
     OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
-              "Accepted for compatibility (a torchrun Python event handler); ctrun records no events."},
+              "Accepted for compatibility (a torchrun Python event handler); ctrun's own events: --events-file."},
     // --- Entrypoint ---
     OptionDef{"module", 'm', Kind::kFlag, "PET_MODULE", "", "", Group::kEntrypoint,
               "Run the entrypoint as a Python module: python -u -m MODULE ARGS."},
@@ -145,6 +145,20 @@ constexpr std::array kOptions = {
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Do not host the workers' TCPStore in ctrun (TORCHELASTIC_USE_AGENT_STORE=False); the "
               "same as TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."},
+    OptionDef{"max_run_time", 0, Kind::kValue, "", "SECONDS", "", Group::kCtrun,
+              "Job deadline, counted from ctrun's start: then stop every worker the usual way "
+              "(SIGTERM, --shutdown-timeout, SIGKILL), name the ranks still running and exit 124, "
+              "like timeout(1). Multi-node: every agent enforces its own; the first to fire ends "
+              "the job with 124 on every node."},
+    OptionDef{"dry_run", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Check everything, print each rank's command line, the environment ctrun adds or "
+              "changes, and its binding; start nothing and exit 0."},
+    OptionDef{"summary_file", 0, Kind::kValue, "", "PATH", "", Group::kCtrun,
+              "Write the outcome as JSON to PATH when ctrun ends (exit code and its kind, root "
+              "cause, attempts, every rank's exit, durations), atomically, also for usage errors."},
+    OptionDef{"events_file", 0, Kind::kValue, "", "PATH", "", Group::kCtrun,
+              "Append one JSON line per event (attempt and worker starts, exits, stops, restarts, "
+              "rendezvous rounds, the deadline, the run's end) to PATH as it happens."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -517,6 +531,16 @@ class Builder {
       no_agent_store = v && *v == "1";  // torchrun's test: exactly "1"
     }
     c.agent_store = !no_agent_store;
+    Text("max_run_time", [&](const Raw& r) -> Status {
+      auto v = ParseNumber(r.text);
+      if (!v) return v.status();
+      if (*v <= 0) return Status::Error("must be > 0 seconds");
+      c.max_run_time = *v;
+      return {};
+    });
+    Flag("dry_run", c.dry_run);
+    Text("summary_file", [&](const Raw& r) -> Status { return NonEmpty(r, c.summary_file, "give a path"); });
+    Text("events_file", [&](const Raw& r) -> Status { return NonEmpty(r, c.events_file, "give a path"); });
     if (!problem_.empty()) return problem_;
 
     if (worker.empty())
@@ -591,8 +615,8 @@ class Builder {
     out = *v != 0;
   }
 
-  static Status NonEmpty(const Raw& r, std::string& out) {
-    if (r.text.empty()) return Status::Error("must not be empty (0 means none)");
+  static Status NonEmpty(const Raw& r, std::string& out, const std::string& expected = "0 means none") {
+    if (r.text.empty()) return Status::Error("must not be empty (" + expected + ")");
     out = r.text;
     return {};
   }
@@ -793,8 +817,11 @@ std::string HelpText() {
                 "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
                        "interpreter): 126 not executable, 127 not found. No restart is attempted.");
+  env_line("124", "--max-run-time was reached; the workers were stopped first.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
+  out += "\n--summary-file tells these apart without guessing: its \"outcome\" says whether a code came "
+         "from a worker or from ctrun.\n";
   return out;
 }
 
@@ -823,11 +850,35 @@ std::vector<std::string> ExplicitOptionDests(const std::vector<std::string>& arg
   return dests;
 }
 
+namespace {
+
+// The last value of a value option among the arguments that tokenized ("" when none): lets a usage
+// error still be reported in --summary-file / --events-file.
+std::string LastValueOf(const Tokens& t, std::string_view dest) {
+  const std::string name = CanonicalName(FindDest(dest));
+  std::string value;
+  for (size_t i = 0; i + 1 < t.options.size(); ++i)
+    if (t.options[i] == name) value = t.options[i + 1];
+  return value;
+}
+
+// A usage error that keeps the report file paths the user gave, when they could be read.
+CliOutcome UsageErrorFor(const Tokens& t, const std::string& problem) {
+  CliOutcome o = UsageError(problem);
+  o.config.summary_file = LastValueOf(t, "summary_file");
+  o.config.events_file = LastValueOf(t, "events_file");
+  return o;
+}
+
+}  // namespace
+
+std::string VersionNumber() { return CTRUN_VERSION; }
+
 CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLookup& env) {
   Tokens tokens = Tokenize(argv);
   if (tokens.help) return Exit(0, HelpText(), "");
   if (tokens.version) return Exit(0, VersionText(), "");
-  if (!tokens.error.empty()) return UsageError(tokens.error);
+  if (!tokens.error.empty()) return UsageErrorFor(tokens, tokens.error);
 
   // CLI11 binds the normalized options to their storage (last occurrence wins, like argparse).
   std::map<std::string, std::string> texts;
@@ -850,7 +901,7 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
     std::vector<std::string> args(tokens.options.rbegin(), tokens.options.rend());
     app.parse(args);
     if (!app.remaining().empty())
-      return UsageError("unexpected argument '" + app.remaining().front() + "'");
+      return UsageErrorFor(tokens, "unexpected argument '" + app.remaining().front() + "'");
     // Read the results while `app` (which owns the Option objects) is alive.
     for (const OptionDef& def : kOptions) {
       std::string dest(def.dest);
@@ -862,14 +913,14 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
       }
     }
   } catch (const CLI::ParseError& e) {
-    return UsageError(e.what());
+    return UsageErrorFor(tokens, e.what());
   }
 
   CliOutcome outcome;
   outcome.action = CliOutcome::Action::kRun;
   Builder builder(std::move(values), std::move(flags), env);
   std::string problem = builder.Build(outcome.config, std::move(tokens.worker));
-  if (!problem.empty()) return UsageError(problem);
+  if (!problem.empty()) return UsageErrorFor(tokens, problem);
   return outcome;
 }
 

@@ -13,7 +13,9 @@
 //    --duplicate-stderr-filters, --run-path) are stored and refused by CheckSupported
 //    (agent/launch_checks.h) with a reason and exit code 2, never silently ignored.
 //  - Bad input gives Action::kExit with exit_code 2 and `error` = exactly one line,
-//    "ctrun: error: <problem naming the flag or variable and the value>\n".
+//    "ctrun: error: <problem naming the flag or variable and the value>\n"; `config.summary_file`
+//    and `config.events_file` then hold the paths given, as far as the arguments could be read,
+//    so the usage error can be reported there too.
 //  - -h/--help and --version give Action::kExit, exit_code 0 and the text in `output`.
 // Thread-safe and reentrant: no global state.
 #pragma once
@@ -49,6 +51,8 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
 std::string HelpText();
 // The --version text, one line ending in '\n': the version and the torchrun it follows.
 std::string VersionText();
+// ctrun's version alone ("0.1.0"), for the summary and events files.
+std::string VersionNumber();
 
 // One option of the table that drives ParseCommandLine and --help, for the generators of shell
 // completion and the man page (src/docgen): they read the table itself, so they cannot drift from it.

@@ -72,6 +72,12 @@ struct LaunchConfig {
 
   // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)
+
+  // --- CI and operations (ctrun) ---------------------------------------------------------------
+  std::optional<double> max_run_time;      // --max-run-time SECONDS: job deadline, exit 124
+  bool dry_run = false;                    // --dry-run: print each rank's plan, start nothing
+  std::string summary_file;                // --summary-file PATH: the outcome as JSON ("" = none)
+  std::string events_file;                 // --events-file PATH: JSON lines as things happen ("" = none)
 };
 
 }  // namespace ctrun

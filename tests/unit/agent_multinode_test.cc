@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/agent.h"
+#include "agent/job_outcome.h"
 #include "fakes/fake_rendezvous_log.h"
 #include "fakes/fake_spawner.h"
 #include "fakes/fake_timer_queue.h"
@@ -239,6 +240,42 @@ TEST_F(MultiNodeAgentTest, UnexecutableEntrypointEndsEveryNodeWithoutARestartLoo
   EXPECT_EQ(a.agent->exit_code(), 127);
   EXPECT_EQ(b.agent->exit_code(), 127);
   EXPECT_EQ(a.spawner.specs.size(), 2u) << "no restart";
+}
+
+// --max-run-time: each agent enforces its own; the first to fire closes the job for everyone with
+// 124 (a fatal cause), so every agent ends with 124 and calls it the deadline.
+TEST_F(MultiNodeAgentTest, TheFirstDeadlineEndsTheJobWith124OnEveryNode) {
+  Node& a = Add(2, 2, 2, 3);
+  Node& b = Add(2, 2, 2, 3);
+  const std::vector<std::pair<Node*, double>> limits{{&a, 10}, {&b, 20}};
+  for (const auto& [node, limit] : limits) {
+    node->config.max_run_time = limit;
+    node->agent = std::make_unique<Agent>(node->config, Environment::FromEntries({"PATH=/bin"}), "/bin/train",
+                                          node->spawner, timers_, node->hooks);
+    node->agent->AttachRendezvous(node->rdzv.get());
+  }
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 2u);
+  timers_.Advance(Seconds(10));
+  EXPECT_EQ(a.agent->state(), AgentState::kStopping);
+  EXPECT_EQ(b.agent->state(), AgentState::kStopping) << "node b heard of node a's deadline";
+  a.DieOfSignals();
+  b.DieOfSignals();
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  ASSERT_TRUE(b.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 124);
+  EXPECT_EQ(b.agent->exit_code(), 124);
+  EXPECT_EQ(a.spawner.specs.size(), 2u) << "no restart after a deadline";
+  EXPECT_EQ(a.agent->running_at_deadline(), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(b.agent->running_at_deadline().empty()) << "b's own deadline never fired";
+  EXPECT_EQ(DecideJobOutcome(*a.agent, {}).kind, OutcomeKind::kMaxRunTime);
+  const RunOutcome ob = DecideJobOutcome(*b.agent, {});
+  EXPECT_EQ(ob.kind, OutcomeKind::kMaxRunTime);
+  EXPECT_EQ(ob.exit_code, 124);
+  EXPECT_EQ(ob.root_cause, "node 0 (host-a): reached --max-run-time (10 s)");
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <memory>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "helpers/ctrun_command.h"
 #include "helpers/free_port.h"
 #include "helpers/test_util.h"
@@ -287,6 +289,45 @@ TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
       << agents.Err("n1");
   EXPECT_NE(agents.Err("n1").find("the rendezvous failed"), std::string::npos) << "in the summary\n"
                                                                               << agents.Err("n1");
+  ExpectAllGone(dir / "pids");
+}
+
+// --max-run-time on two agents: node 0's deadline (1.5 s) fires first and closes the job with 124
+// for both; node 1's own (60 s) never has to. Both summaries say max_run_time.
+TEST(MultiNode, TheFirstMaxRunTimeEndsEveryNodeWith124) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  for (int node : {1, 0}) {
+    const std::string n = std::to_string(node);
+    agents.Start("n" + n,
+                 {"--nnodes=2", "--nproc_per_node=2", "--node_rank=" + n, "--master_addr=127.0.0.1",
+                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2",
+                  node == 0 ? "--max-run-time=1.5" : "--max-run-time=60", "--summary-file", dir / ("s" + n + ".json"),
+                  "--events-file", dir / ("e" + n + ".jsonl")},
+                 {"--hang", "--pid-file", dir / "pids"});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 124) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 124) << agents.Err("n1");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 15.0) << "node 1 waited for its own deadline";
+  EXPECT_NE(agents.Err("n0").find("reached --max-run-time (1.5 s); ranks still running: 0, 1"), std::string::npos)
+      << agents.Err("n0");
+  for (const std::string n : {"0", "1"}) {
+    const auto s = nlohmann::json::parse(ReadFileOr(dir / ("s" + n + ".json")));
+    EXPECT_EQ(s["outcome"], "max_run_time") << n;
+    EXPECT_EQ(s["exit_code"], 124);
+    EXPECT_EQ(s["ranks"].size(), 2u);
+    bool round = false;
+    for (const auto& line : SplitLines(ReadFileOr(dir / ("e" + n + ".jsonl"))))
+      round |= nlohmann::json::parse(line)["event"] == "rendezvous_round";
+    EXPECT_TRUE(round) << "node " << n << " logged its rendezvous round";
+  }
+  EXPECT_EQ(nlohmann::json::parse(ReadFileOr(dir / "s0.json"))["running_at_deadline"], nlohmann::json({0, 1}));
+  EXPECT_NE(nlohmann::json::parse(ReadFileOr(dir / "s1.json"))["root_cause"].get<std::string>().find(
+                "reached --max-run-time (1.5 s)"),
+            std::string::npos);
   ExpectAllGone(dir / "pids");
 }
 

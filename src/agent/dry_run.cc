@@ -1,0 +1,95 @@
+#include "agent/dry_run.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "agent/rank_plan.h"
+
+namespace ctrun {
+namespace {
+
+constexpr const char* kFreePort = "<free port chosen at start>";
+constexpr const char* kRendezvous = "<decided by the rendezvous>";
+
+// What every worker of the first attempt shares; values known only at start are 0/"" here and
+// replaced by placeholders in Placeholders().
+AttemptInfo FirstAttempt(const LaunchConfig& config) {
+  AttemptInfo info;
+  info.restart_count = 0;
+  info.use_agent_store = config.agent_store;
+  if (!config.rdzv.multi_node) {
+    info.master_addr = config.standalone ? "127.0.0.1" : config.master_addr;
+    info.master_port = config.standalone ? 0 : config.master_port.value_or(29500);
+  }
+  for (int i = 0; i < config.nproc_per_node; ++i) info.error_files.push_back("");
+  return info;
+}
+
+// NAME -> shown value for variables only known at start.
+std::map<std::string, std::string> Placeholders(const LaunchConfig& config, const AttemptInfo& info, int local_rank) {
+  std::map<std::string, std::string> p;
+  if (config.rdzv.multi_node) {
+    p["MASTER_ADDR"] = kRendezvous;
+    p["MASTER_PORT"] = kRendezvous;
+  } else if (info.master_port == 0) {
+    p["MASTER_PORT"] = kFreePort;
+  }
+  const bool no_files = config.log_dir && *config.log_dir == "/dev/null";
+  p["TORCHELASTIC_ERROR_FILE"] =
+      no_files ? "/dev/null" : "<log dir>/attempt_0/" + std::to_string(local_rank) + "/error.json";
+  return p;
+}
+
+std::string NnodesText(const LaunchConfig& c) {
+  return c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
+                                    : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
+}
+
+}  // namespace
+
+std::string ShellQuote(const std::string& word) {
+  static constexpr const char* kSafe =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-";
+  if (!word.empty() && word.find_first_not_of(kSafe) == std::string::npos) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env, const std::string& executable,
+                         const std::string& hostname) {
+  const AttemptInfo info = FirstAttempt(config);
+  const bool dynamic = config.rdzv.multi_node && config.rdzv_backend != "static";
+  std::string out = "ctrun dry run: nothing is started\n";
+  out += "node: host=" + hostname + " node_rank=" + (dynamic ? std::string(kRendezvous) : std::to_string(config.node_rank)) +
+         " nnodes=" + NnodesText(config) + " nproc_per_node=" + std::to_string(config.nproc_per_node) +
+         " world_size=" + std::to_string(config.max_nodes * config.nproc_per_node) +
+         " rdzv_backend=" + config.rdzv_backend + "\n";
+  if (dynamic)
+    out += "note: the rendezvous assigns node ranks, so the ranks below are shown as if this node were node rank " +
+           std::to_string(config.node_rank) + " of " + std::to_string(config.max_nodes) + "\n";
+  for (int i = 0; i < config.nproc_per_node; ++i) {
+    const RankPlan plan = PlanRank(config, base_env, executable, RankFor(config, i, std::nullopt), info);
+    out += "rank " + std::to_string(plan.rank.global_rank) + " (local_rank " + std::to_string(i) + "):\n";
+    std::string exec;
+    for (const std::string& word : plan.argv) exec += (exec.empty() ? "" : " ") + ShellQuote(word);
+    out += "  exec: " + exec + "\n";
+    const std::map<std::string, std::string> placeholders = Placeholders(config, info, i);
+    std::vector<std::string> env_lines;
+    for (const std::string& entry : plan.env.Entries()) {
+      const size_t eq = entry.find('=');
+      const std::string name = entry.substr(0, eq), value = entry.substr(eq + 1);
+      const std::string* before = base_env.Get(name);
+      if (before && *before == value) continue;  // inherited unchanged
+      auto ph = placeholders.find(name);
+      env_lines.push_back(name + "=" + (ph != placeholders.end() ? ph->second : ShellQuote(value)));
+    }
+    std::sort(env_lines.begin(), env_lines.end());
+    for (const std::string& line : env_lines) out += "  env: " + line + "\n";
+    out += "  binding: " + (plan.binding.empty() ? std::string("none") : plan.binding) + "\n";
+  }
+  return out;
+}
+
+}  // namespace ctrun
