@@ -72,6 +72,7 @@ class RealHooks final : public AgentHooks {
         spdlog::warn("cannot prepare the workers' cgroups ({}); leftovers are found through /proc instead",
                      s.message());
         cgroups_.reset();
+        NoteInherited();
       }
     }
     return Status::Ok();
@@ -84,9 +85,11 @@ class RealHooks final : public AgentHooks {
     if (cgroups_) spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
   }
 
-  // What the attempt left behind outside the workers' process groups dies here: the attempt's
-  // cgroup is killed when there is one, then every remaining descendant of ctrun but the watchdog
-  // (they are all orphans of this attempt: every worker leader is gone). Bounded: 2 s each.
+  // What the attempt left behind outside the workers' process groups dies here: with a cgroup
+  // sub-tree, whatever is still in it (one read of cgroup.events when nothing is); without one,
+  // every remaining descendant of ctrun but the watchdog and what ctrun inherited (they are all
+  // orphans of this attempt: every worker leader is gone), found through /proc, which costs a
+  // scan of every process where the kernel has no /proc/<pid>/task/<tid>/children. Bounded: 2 s.
   void OnAttemptOver() override {
     rank_oom_kills_.clear();
     int leftover = 0;
@@ -101,11 +104,13 @@ class RealHooks final : public AgentHooks {
         rank_oom_kills_.push_back(before && after ? std::optional<uint64_t>(*after - *before) : std::nullopt);
       }
     }
-    std::vector<pid_t> keep;
-    if (watchdog_) keep.push_back(watchdog_->pid());
-    const SweepResult swept = KillDescendants(keep, std::chrono::seconds(2));
-    leftover += static_cast<int>(swept.killed.size());
-    for (pid_t p : swept.survivors) spdlog::error("pid {} survived SIGKILL (D state?); giving up on it", p);
+    if (!cgroups_) {
+      std::vector<pid_t> keep = inherited_;
+      if (watchdog_) keep.push_back(watchdog_->pid());
+      const SweepResult swept = KillDescendants(keep, std::chrono::seconds(2));
+      leftover += static_cast<int>(swept.killed.size());
+      for (pid_t p : swept.survivors) spdlog::error("pid {} survived SIGKILL (D state?); giving up on it", p);
+    }
     if (leftover > 0)
       spdlog::warn("killed {} process(es) the workers left running outside their process groups", leftover);
   }
@@ -118,6 +123,13 @@ class RealHooks final : public AgentHooks {
   }
 
   const std::string& log_run_dir() const { return log_dir_.run_dir(); }
+
+  // Without a cgroup, before the first worker: what ctrun already has below it (children of a
+  // shell that exec'd it) is not the workers' and is never swept.
+  void NoteInherited() {
+    inherited_ = ListDescendants(::getpid());
+    if (watchdog_) std::erase(inherited_, watchdog_->pid());
+  }
 
   void OnWorkerStarted(int local_rank, const RankInfo&, SpawnedProcess& proc) override {
     if (watchdog_) watchdog_->AddGroup(proc.pid);
@@ -310,6 +322,8 @@ class RealHooks final : public AgentHooks {
   std::optional<rdzv::RoundInfo> round_;
   std::string node_addr_;
   std::unique_ptr<WorkerCgroups> cgroups_;           // null: no cgroup v2 sub-tree (fallback)
+  std::vector<pid_t> inherited_;  // ctrun's descendants before any worker: never swept
+
   std::vector<std::optional<uint64_t>> rank_oom_kills_;  // of the attempt that just ended
 };
 
@@ -445,7 +459,9 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   if (log_files && log_dir->temporary_base())
     spdlog::info("worker log files: {} (no --log_dir given: a new directory, kept after the run)", log_dir->run_dir());
   std::unique_ptr<WorkerCgroups> cgroups;
-  if (auto cg = WorkerCgroups::Create(); cg.ok()) {
+  if (const std::string* off = context.env.Get("CTRUN_NO_CGROUP"); off && *off == "1") {
+    spdlog::debug("CTRUN_NO_CGROUP=1: no cgroup for the workers; leftovers are found through /proc");
+  } else if (auto cg = WorkerCgroups::Create(); cg.ok()) {
     cgroups = std::move(cg.value());
     spdlog::debug("workers run in cgroup {}{}", cgroups->dir(), cgroups->per_rank_memory() ? " (per-rank memory.events)" : "");
   } else {
@@ -457,7 +473,9 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   // Declared after the loop: destroyed before it (it unregisters its fds).
   logs::OutputRelay relay(loop, console);
   PosixSpawner spawner;
+  const bool no_cgroup = !cgroups;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
+  if (no_cgroup) hooks.NoteInherited();
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   rdzv::Backend backend;
   if (config.rdzv.multi_node) {

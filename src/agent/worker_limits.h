@@ -7,7 +7,7 @@
 //    it then);
 //  - RLIMIT_NOFILE (ulimit -Hn): ctrun raises its soft limit to the hard one and holds up to
 //    kFdsPerWorker descriptors per worker (pidfd, two output pipes, two tee'd log files, the exec
-//    check pipe, the worker's store connection) plus kFdsBase of its own.
+//    check pipe, the worker's store connection, its cgroup's cgroup.procs) plus kFdsBase of its own.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@
 
 namespace ctrun {
 
-inline constexpr uint64_t kFdsPerWorker = 7;
+inline constexpr uint64_t kFdsPerWorker = 8;
 inline constexpr uint64_t kFdsBase = 64;
 
 struct SystemLimits {

@@ -797,6 +797,8 @@ std::string HelpText() {
   env_line("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "Default of --shutdown-timeout.");
   env_line("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "=1: the same as --no-agent-store.");
   env_line("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "Console line prefix template (see --log-prefix).");
+  env_line("CTRUN_NO_CGROUP", "=1: do not run the workers in a cgroup v2 sub-tree of ctrun's (leftover "
+                              "processes are then found through /proc).");
   env_line("OMP_NUM_THREADS", "Passed through; set to 1 for the workers when unset and there is more "
                               "than one worker, as torchrun does.");
   out += "\nExit codes:\n";
@@ -813,8 +815,9 @@ std::string HelpText() {
                        "interpreter): 126 not executable, 127 not found. No restart is attempted.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
-  out += "\nA worker's own exit code 1, 2, 126 or 127 (or 128+N) is passed through unchanged, so it looks\n"
-         "the same as ctrun's codes above; the failure summary on stderr says which it was.\n";
+  out += "\n";
+  Wrap(out, "A worker's own exit code 1, 2, 126 or 127 (or 128+N) is passed through unchanged, so it looks the "
+            "same as ctrun's codes above; the failure summary on stderr says which it was.", 0, 0);
   return out;
 }
 

@@ -51,23 +51,61 @@ bool ChildrenOf(const std::string& proc_root, pid_t pid, std::vector<pid_t>* out
   return any_file;
 }
 
-pid_t ParentFromStat(const std::string& stat) {
+struct StatFields {
+  pid_t ppid = 0;
+};
+
+bool ReadStat(const std::string& proc_root, pid_t pid, StatFields* out) {
+  std::string stat;
+  if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return false;
   const size_t close = stat.rfind(')');  // comm may hold spaces and ')'
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos) return false;
   std::istringstream in(stat.substr(close + 1));
-  std::string state;
+  std::string field;
   long ppid = 0;
-  in >> state >> ppid;
-  return static_cast<pid_t>(ppid);
+  in >> field >> ppid;  // fields 3 (state) and 4 (ppid)
+  out->ppid = static_cast<pid_t>(ppid);
+  return true;
 }
 
-std::vector<pid_t> ScanDescendants(pid_t root, const std::string& proc_root) {
+// One entry per descendant, parents before their children.
+struct Entry {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+};
+
+std::vector<Entry> ScanEdges(pid_t root, const std::string& proc_root) {
   std::map<pid_t, pid_t> parent_of;
   for (pid_t pid : NumericEntries(proc_root)) {
-    std::string stat;
-    if (ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) parent_of[pid] = ParentFromStat(stat);
+    StatFields f;
+    if (ReadStat(proc_root, pid, &f)) parent_of[pid] = f.ppid;
   }
-  return DescendantsFromParents(root, parent_of);
+  std::vector<Entry> out;
+  for (pid_t d : DescendantsFromParents(root, parent_of)) out.push_back({d, parent_of[d]});
+  return out;
+}
+
+std::vector<Entry> DescendantEdges(pid_t root, const std::string& proc_root) {
+  std::vector<Entry> out;
+  std::vector<pid_t> frontier{root};
+  std::set<pid_t> seen{root};
+  while (!frontier.empty()) {
+    std::vector<pid_t> next;
+    for (pid_t p : frontier) {
+      std::vector<pid_t> kids;
+      if (!ChildrenOf(proc_root, p, &kids)) {
+        if (p == root) return ScanEdges(root, proc_root);  // no children files in this kernel
+        continue;  // p is gone (or exited meanwhile): its children are reparented, seen next round
+      }
+      for (pid_t c : kids)
+        if (seen.insert(c).second) {
+          out.push_back({c, p});
+          next.push_back(c);
+        }
+    }
+    frontier = std::move(next);
+  }
+  return out;
 }
 
 }  // namespace
@@ -94,24 +132,7 @@ std::vector<pid_t> DescendantsFromParents(pid_t root, const std::map<pid_t, pid_
 
 std::vector<pid_t> ListDescendants(pid_t root, const std::string& proc_root) {
   std::vector<pid_t> out;
-  std::vector<pid_t> frontier{root};
-  std::set<pid_t> seen{root};
-  while (!frontier.empty()) {
-    std::vector<pid_t> next;
-    for (pid_t p : frontier) {
-      std::vector<pid_t> kids;
-      if (!ChildrenOf(proc_root, p, &kids)) {
-        if (p == root) return ScanDescendants(root, proc_root);
-        continue;  // p is gone (or exited meanwhile): its children are reparented, seen next round
-      }
-      for (pid_t c : kids)
-        if (seen.insert(c).second) {
-          out.push_back(c);
-          next.push_back(c);
-        }
-    }
-    frontier = std::move(next);
-  }
+  for (const Entry& e : DescendantEdges(root, proc_root)) out.push_back(e.pid);
   return out;
 }
 
@@ -122,8 +143,15 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
   SweepResult result;
   std::set<pid_t> killed;
   for (;;) {
-    std::vector<pid_t> victims = ListDescendants(self);
-    std::erase_if(victims, [&](pid_t p) { return std::find(keep.begin(), keep.end(), p) != keep.end(); });
+    std::set<pid_t> spared(keep.begin(), keep.end());
+    std::vector<pid_t> victims;
+    for (const Entry& e : DescendantEdges(self, "/proc")) {
+      if (spared.count(e.pid) > 0 || spared.count(e.ppid) > 0) {
+        spared.insert(e.pid);
+      } else {
+        victims.push_back(e.pid);
+      }
+    }
     if (victims.empty() || Clock::now() >= deadline) {
       result.survivors = victims;
       break;
@@ -133,6 +161,9 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
     std::vector<UniqueFd> fds;
     std::vector<pollfd> pfds;
     for (pid_t p : victims) {
+      // A child of ctrun that is already a zombie (e.g. killed with its cgroup) is only reaped.
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(p), &info, WEXITED | WNOHANG) == 0 && info.si_pid == p) continue;
       UniqueFd fd = PidfdOpen(p);
       if (fd) {
         ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);

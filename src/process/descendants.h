@@ -26,15 +26,16 @@ std::vector<pid_t> ListDescendants(pid_t root, const std::string& proc_root = "/
 std::vector<pid_t> DescendantsFromParents(pid_t root, const std::map<pid_t, pid_t>& parent_of);
 
 struct SweepResult {
-  std::vector<pid_t> killed;    // every descendant that was sent SIGKILL
+  std::vector<pid_t> killed;    // every live descendant that was sent SIGKILL (zombies are only reaped)
   std::vector<pid_t> survivors; // still there when the budget ran out (D state)
 };
 
-// SIGKILLs every descendant of this process except the pids in `keep` (which must have no
-// children of their own: the watchdog), waits for
-// each to exit on its pidfd (no polling), reaps the ones that are (or become) ctrun's children,
-// and repeats until no descendant is left or `budget` is spent. Call it only when every worker
-// leader has been reaped: it reaps any child of ctrun it killed.
+// SIGKILLs every descendant of this process except the pids in `keep` and everything below them
+// (the watchdog, and what ctrun had before its first worker: children inherited from a shell that
+// exec'd it, e.g. `monitor & exec ctrun ...`), waits for each to exit on its pidfd (no polling),
+// reaps the ones that are (or become) ctrun's children, and repeats until no descendant is left or
+// `budget` is spent. Call it only when every worker leader has been reaped: it reaps any child of
+// ctrun it killed.
 SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::milliseconds budget);
 
 }  // namespace ctrun

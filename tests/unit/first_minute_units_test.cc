@@ -62,13 +62,13 @@ TEST(WorkerLimits, RefusesWhatThePidFdAndProcessLimitsCannotTakeWithTheNumbers) 
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(),
             "--nproc_per_node=100000 is more workers than this machine allows: pid_max is 32768 "
-            "(/proc/sys/kernel/pid_max); RLIMIT_NOFILE is 20000 (ulimit -Hn) and ctrun needs up to 7 per worker "
-            "+ 64, so at most 2848 workers");
+            "(/proc/sys/kernel/pid_max); RLIMIT_NOFILE is 20000 (ulimit -Hn) and ctrun needs up to 8 per worker "
+            "+ 64, so at most 2492 workers");
   l.nproc = 100;  // not root
   EXPECT_THAT(CheckWorkerLimits(100, l).message(), HasSubstr("RLIMIT_NPROC is 100 processes for this user (ulimit -u)"));
   EXPECT_TRUE(CheckWorkerLimits(99, l).ok());
-  EXPECT_TRUE(CheckWorkerLimits(2848, SystemLimits{std::nullopt, std::nullopt, 20000}).ok());
-  EXPECT_FALSE(CheckWorkerLimits(2849, SystemLimits{std::nullopt, std::nullopt, 20000}).ok());
+  EXPECT_TRUE(CheckWorkerLimits(2492, SystemLimits{std::nullopt, std::nullopt, 20000}).ok());
+  EXPECT_FALSE(CheckWorkerLimits(2493, SystemLimits{std::nullopt, std::nullopt, 20000}).ok());
 }
 
 TEST(Descendants, WalksTheTreeBelowTheRootParentsFirst) {
