@@ -15,6 +15,7 @@
 #include "agent/launch_checks.h"
 #include "agent/runner.h"
 #include "agent/worker_env.h"
+#include "agent/worker_limits.h"
 #include "cli/cli.h"
 #include "cli/cluster_env.h"
 #include "gpu/gpu_probe.h"
@@ -145,9 +146,15 @@ int main(int argc, char** argv) {
     if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return ending.Usage(s.message());
     ctrun::SystemGpuProbe gpus(lookup);
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return ending.Usage(s.message());
-    auto executable = ctrun::ResolveEntrypoint(config, ctrun::FindPython(env), env);
+    if (ctrun::Status s = ctrun::CheckWorkerLimits(config.nproc_per_node, ctrun::ReadSystemLimits()); !s.ok())
+      return ending.Usage(s.message());
+    const std::string python_notice = ctrun::ClassifyEntrypoint(&config);
+    const std::string python = ctrun::FindPython(env);
+    auto executable = ctrun::ResolveEntrypoint(config, python, env);
     if (!executable.ok()) return ending.Usage(executable.message());
     ctx.executable = std::move(executable.value());
+    if (!python_notice.empty()) spdlog::info("{}", python_notice);
+    if (std::string notice = ctrun::PythonNotice(config, python, env); !notice.empty()) spdlog::info("{}", notice);
     if (config.dry_run) {
       std::fputs(ctrun::FormatDryRun(config, env, ctx.executable, ctx.hostname).c_str(), stdout);
       return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));

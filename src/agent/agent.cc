@@ -316,7 +316,7 @@ void Agent::OnSignal(int sig) {
     return;
   }
   hooks_.Log(1, "received " + SignalName(sig) + ": forwarding it to the workers, then SIGKILL after " +
-                    std::to_string(config_.shutdown_timeout) + " s");
+                    FormatSeconds(config_.shutdown_timeout));
   if (state_ == AgentState::kStopping) {
     // Already tearing down after a failure: this turns the restart into an exit, and the signal
     // still reaches the workers that are left.
@@ -418,6 +418,7 @@ void Agent::CancelTimers() {
 
 void Agent::FinishAttempt() {
   CancelTimers();
+  hooks_.OnAttemptOver();
   if (rdzv_) {
     FinishMultiNodeAttempt();
     return;

@@ -59,6 +59,9 @@ class AgentHooks {
   virtual void OnWorkerExited(int /*local_rank*/, pid_t /*pid*/) {}
   // No process is left in this worker's process group.
   virtual void OnGroupGone(pid_t /*pgid*/) {}
+  // Every worker of the attempt is gone (or given up on): remove whatever they left behind outside
+  // their process groups (escaped descendants, the attempt's cgroup), before a restart or the end.
+  virtual void OnAttemptOver() {}
   // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).

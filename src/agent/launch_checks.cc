@@ -1,6 +1,6 @@
 #include "agent/launch_checks.h"
 
-#include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,21 +10,11 @@
 #include <fstream>
 
 #include "agent/worker_env.h"
+#include "base/unique_fd.h"
+#include "sys/posix_util.h"
 
 namespace ctrun {
 namespace {
-
-// The most processes this machine lets ctrun start: kernel.pid_max, and RLIMIT_NPROC when it is
-// finite (a limit the caller cannot raise past). A count above it can never run; refusing it up
-// front keeps ctrun from planning (and allocating for) millions of workers it cannot fork.
-long ProcessLimit() {
-  long limit = 4194304;  // PID_MAX_LIMIT on 64-bit kernels
-  std::ifstream f("/proc/sys/kernel/pid_max");
-  if (long v = 0; f >> v && v > 0) limit = v;
-  if (rlimit rl{}; ::getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_max != RLIM_INFINITY)
-    limit = std::min(limit, static_cast<long>(rl.rlim_max));
-  return limit;
-}
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
@@ -96,10 +86,6 @@ Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
     }
   }
   if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");
-  if (const long limit = ProcessLimit(); c->nproc_per_node > limit)
-    return Status::Error("--nproc_per_node=" + std::to_string(c->nproc_per_node) +
-                         ": more workers than this machine can run (at most " + std::to_string(limit) +
-                         " processes: kernel.pid_max and the hard RLIMIT_NPROC)");
   return Status::Ok();
 }
 
@@ -108,6 +94,41 @@ std::string FindPython(const Environment& env) {
   if (const std::string* v = env.Get("PYTHON_EXEC"); v && !v->empty()) return ResolveExecutable(*v, path);
   std::string p = ResolveExecutable("python3", path);
   return p.find('/') == std::string::npos ? "" : p;
+}
+
+namespace {
+
+bool IsPythonText(const std::string& path) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
+  if (!fd) return false;
+  char buf[4096];
+  const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+  if (n <= 0) return false;
+  const std::string head(buf, static_cast<size_t>(n));
+  if (head.find('\0') != std::string::npos) return false;
+  if (head.rfind("#!", 0) != 0) return true;
+  const std::string first_line = head.substr(0, head.find('\n'));
+  return first_line.find("python") != std::string::npos;
+}
+
+}  // namespace
+
+std::string ClassifyEntrypoint(LaunchConfig* c) {
+  c->python_text_entrypoint = false;
+  if (c->no_python || c->module || UsesPython(*c)) return "";
+  struct stat st;
+  if (::stat(c->entrypoint.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  if (::access(c->entrypoint.c_str(), X_OK) == 0 || !IsPythonText(c->entrypoint)) return "";
+  c->python_text_entrypoint = true;
+  return c->entrypoint + " is not executable and holds Python: it runs under Python, as torchrun runs "
+                         "every entrypoint (chmod +x it, or --no-python, to execute it directly)";
+}
+
+std::string PythonNotice(const LaunchConfig& c, const std::string& python_exec, const Environment& env) {
+  if (!UsesPython(c) || python_exec.empty()) return "";
+  const std::string* chosen = env.Get("PYTHON_EXEC");
+  if (chosen && !chosen->empty()) return "workers run under " + python_exec + " (PYTHON_EXEC)";
+  return "workers run under " + python_exec + " (the first python3 on PATH; PYTHON_EXEC chooses another)";
 }
 
 namespace {

@@ -27,4 +27,16 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& config, const std::s
 // $PYTHON_EXEC, else python3 resolved through PATH; "" when neither exists.
 std::string FindPython(const Environment& env);
 
+// torchrun runs every entrypoint without --no_python under Python; ctrun executes one that does
+// not end in .py directly, except a Python text file it could not execute (no exec bit): that one
+// sets config->python_text_entrypoint and runs under Python, as torchrun would run it. A Python
+// text file: a regular file whose first 4 KiB hold no NUL byte and that starts with a python #!
+// line or with no #! line at all (a "#!/bin/sh" script without the exec bit stays an error).
+// Returns the one-line notice to log when it applies, else "".
+std::string ClassifyEntrypoint(LaunchConfig* config);
+
+// The info line naming the interpreter the workers run under and where it came from; "" when the
+// entrypoint does not run under Python.
+std::string PythonNotice(const LaunchConfig& config, const std::string& python_exec, const Environment& env);
+
 }  // namespace ctrun

@@ -14,7 +14,10 @@
 
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
+#include "agent/store_bind_error.h"
+#include "agent/worker_env.h"
 #include "base/unique_fd.h"
+#include "process/descendants.h"
 #include "process/reaper.h"
 #include "process/spawner.h"
 #include "process/watchdog.h"
@@ -24,7 +27,9 @@
 #include "rendezvous/backend.h"
 #include "report/run_recorder.h"
 #include "report/run_summary.h"
+#include "sys/cgroup.h"
 #include "sys/event_loop.h"
+#include "sys/fqdn.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 #include "store/store_server.h"
@@ -49,8 +54,14 @@ int FindFreePort() {
 class RealHooks final : public AgentHooks {
  public:
   RealHooks(const LaunchConfig& config, const RunContext& context, EventLoop& loop, Watchdog* watchdog,
-            logs::LogDir& log_dir, logs::OutputRelay& relay)
-      : config_(config), context_(context), loop_(loop), watchdog_(watchdog), log_dir_(log_dir), relay_(relay) {}
+            logs::LogDir& log_dir, logs::OutputRelay& relay, std::unique_ptr<WorkerCgroups> cgroups)
+      : config_(config),
+        context_(context),
+        loop_(loop),
+        watchdog_(watchdog),
+        log_dir_(log_dir),
+        relay_(relay),
+        cgroups_(std::move(cgroups)) {}
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
 
@@ -58,6 +69,14 @@ class RealHooks final : public AgentHooks {
     if (Status s = PrepareStore(info); !s.ok()) return s;
     if (Status s = PrepareOutput(attempt, info); !s.ok()) return s;
     oom_before_ = ReadOomKillSample();
+    if (cgroups_) {
+      if (Status s = cgroups_->PrepareAttempt(config_.nproc_per_node); !s.ok()) {
+        spdlog::warn("cannot prepare the workers' cgroups ({}); leftovers are found through /proc instead",
+                     s.message());
+        cgroups_.reset();
+        NoteInherited();
+      }
+    }
     return Status::Ok();
   }
 
@@ -65,6 +84,53 @@ class RealHooks final : public AgentHooks {
     const auto& plan = plans_[static_cast<size_t>(local_rank)];
     spec->stdout_target = plan.out.target;
     spec->stderr_target = plan.err.target;
+    if (cgroups_) spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
+  }
+
+  // What the attempt left behind outside the workers' process groups dies here: with a cgroup
+  // sub-tree, whatever is still in it (one read of cgroup.events when nothing is); without one,
+  // every remaining descendant of ctrun but the watchdog and what ctrun inherited (they are all
+  // orphans of this attempt: every worker leader is gone), found through /proc, which costs a
+  // scan of every process where the kernel has no /proc/<pid>/task/<tid>/children. Bounded: 2 s.
+  void OnAttemptOver() override {
+    rank_oom_kills_.clear();
+    int leftover = 0;
+    if (cgroups_) {
+      WorkerCgroups::AttemptEnd end = cgroups_->EndAttempt(std::chrono::seconds(2));
+      leftover += end.leftover;
+      if (!end.emptied) spdlog::error("processes in {} survived SIGKILL (D state?); giving up on them", cgroups_->dir());
+      for (size_t r = 0; r < end.memory_events_after.size(); ++r) {
+        std::optional<uint64_t> before, after;
+        if (end.memory_events_before[r]) before = ParseOomKillCounter(*end.memory_events_before[r]);
+        if (end.memory_events_after[r]) after = ParseOomKillCounter(*end.memory_events_after[r]);
+        rank_oom_kills_.push_back(before && after ? std::optional<uint64_t>(*after - *before) : std::nullopt);
+      }
+    }
+    if (!cgroups_) {
+      std::vector<pid_t> keep = inherited_;
+      if (watchdog_) keep.push_back(watchdog_->pid());
+      const SweepResult swept = KillDescendants(keep, std::chrono::seconds(2));
+      leftover += static_cast<int>(swept.killed.size());
+      for (pid_t p : swept.survivors) spdlog::error("pid {} survived SIGKILL (D state?); giving up on it", p);
+    }
+    if (leftover > 0)
+      spdlog::warn("killed {} process(es) the workers left running outside their process groups", leftover);
+  }
+
+  // Exact OOM verdict for a rank from its cgroup's memory.events (kills during the attempt);
+  // nullopt when there is no per-rank memory accounting.
+  std::optional<uint64_t> RankOomKills(int local_rank) const {
+    if (local_rank < 0 || static_cast<size_t>(local_rank) >= rank_oom_kills_.size()) return std::nullopt;
+    return rank_oom_kills_[static_cast<size_t>(local_rank)];
+  }
+
+  const std::string& log_run_dir() const { return log_dir_.run_dir(); }
+
+  // Without a cgroup, before the first worker: what ctrun already has below it (children of a
+  // shell that exec'd it) is not the workers' and is never swept.
+  void NoteInherited() {
+    inherited_ = ListDescendants(::getpid());
+    if (watchdog_) std::erase(inherited_, watchdog_->pid());
   }
 
   void OnWorkerStarted(int local_rank, const RankInfo&, SpawnedProcess& proc) override {
@@ -156,8 +222,9 @@ class RealHooks final : public AgentHooks {
       info->use_agent_store = config_.agent_store;
       return Status::Ok();
     }
-    info->master_addr = config_.standalone ? "127.0.0.1" : config_.master_addr;
-    const int wanted_port = config_.standalone ? 0 : config_.master_port.value_or(29500);
+    const StoreBindContext where = StoreAddress();
+    info->master_addr = where.host;
+    const int wanted_port = where.port;
     if (!config_.agent_store) {
       info->use_agent_store = false;
       info->master_port = wanted_port != 0 ? wanted_port : FindFreePort();
@@ -166,13 +233,10 @@ class RealHooks final : public AgentHooks {
     }
     if (!store_) {
       store::ServerOptions opts;
-      opts.bind_host = config_.standalone ? "127.0.0.1" : config_.master_addr;
+      opts.bind_host = where.host;
       opts.port = wanted_port;
       auto server = store::StoreServer::Start(loop_, opts);
-      if (!server.ok())
-        return Status::Error("cannot host the workers' store on " + opts.bind_host + ":" + std::to_string(wanted_port) +
-                             ": " + server.message() +
-                             (wanted_port ? " (is another job using this port? pick another --master_port)" : ""));
+      if (!server.ok()) return Status::Error(ExplainStoreBindFailure(where, server.message()));
       store_ = std::move(server.value());
       spdlog::debug("agent store listening on {}:{}", opts.bind_host, store_->port());
     } else {
@@ -181,6 +245,32 @@ class RealHooks final : public AgentHooks {
     info->use_agent_store = true;
     info->master_port = store_->port();
     return Status::Ok();
+  }
+
+  // Where a single node's workers' store listens (MASTER_ADDR:MASTER_PORT) and the flags that chose
+  // it: --standalone, a free loopback port (or --local_addr); static, the endpoint rendezvous/
+  // settings resolved from --rdzv_endpoint or --master_addr:--master_port.
+  StoreBindContext StoreAddress() const {
+    StoreBindContext c;
+    c.run_id = config_.run_id;
+    c.entrypoint_name = std::filesystem::path(config_.entrypoint).filename().string();
+    if (config_.standalone) {
+      c.host = config_.local_addr.empty() ? "127.0.0.1" : config_.local_addr;
+      c.addr_flag = "--local_addr";
+      c.port_flag = "--master_port";
+      return c;
+    }
+    const bool endpoint = !config_.rdzv_endpoint.empty();
+    c.addr_flag = endpoint ? "--rdzv_endpoint" : "--master_addr";
+    c.port_flag = endpoint ? "--rdzv_endpoint" : "--master_port";
+    if (!config_.rdzv.endpoints.empty()) {
+      c.host = config_.rdzv.endpoints.front().host;
+      c.port = config_.rdzv.endpoints.front().port;
+    } else {
+      c.host = config_.master_addr;
+      c.port = config_.master_port.value_or(29500);
+    }
+    return c;
   }
 
   // The attempt's log directory (attempt_<n>, recreated) and every worker's output plan: what
@@ -233,6 +323,10 @@ class RealHooks final : public AgentHooks {
   std::unique_ptr<store::StoreServer> next_store_;  // multi-node: advertised in the pending join
   std::optional<rdzv::RoundInfo> round_;
   std::string node_addr_;
+  std::unique_ptr<WorkerCgroups> cgroups_;           // null: no cgroup v2 sub-tree (fallback)
+  std::vector<pid_t> inherited_;  // ctrun's descendants before any worker: never swept
+
+  std::vector<std::optional<uint64_t>> rank_oom_kills_;  // of the attempt that just ended
 };
 
 // After the run: this agent's last transitions (a Leave after a signal) reach the log, and a
@@ -267,7 +361,10 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
     w.time = f.time;
     w.error_file = f.error_file;
     w.stopped_by_ctrun = f.stopped_by_ctrun;
-    w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
+    if (const std::optional<uint64_t> kills = hooks.RankOomKills(f.local_rank))
+      w.oom_killed = !f.stopped_by_ctrun && f.status.signaled() && f.status.signal() == SIGKILL && *kills > 0;
+    else
+      w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
     w.stderr_tail = hooks.StderrTail(f.local_rank);
     failures.push_back(std::move(w));
   }
@@ -302,8 +399,10 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
   const std::optional<OomKillSample> oom_after = ReadOomKillSample();
   const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
   if (!failures.empty()) {
-    const SummaryOptions opts = MakeSummaryOptions(agent, hooks, oom_after);
-    std::string text = FormatFailureSummary(EntrypointName(config), failures, context.hostname, opts);
+    SummaryOptions opts = MakeSummaryOptions(agent, hooks, oom_after);
+    if (UsesPython(config)) opts.python_interpreter = context.executable;
+    // torchrun's host field is socket.getfqdn() ("localhost" where the host name maps to it).
+    std::string text = FormatFailureSummary(EntrypointName(config), failures, Fqdn(context.hostname), opts);
     std::fflush(stdout);
     std::fputs(text.c_str(), stderr);
     if (const std::string* path = context.env.Get("TORCHELASTIC_ERROR_FILE"))
@@ -348,13 +447,29 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
   if (!log_dir.ok())
     return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
+  // torchrun's default base (/tmp/torchelastic_XXXXXX) is never shown; ctrun names it when it
+  // holds log files, and removes it at the end when it holds only the error files.
+  const bool log_files = log_dir->files_enabled() && context.output_flags.redirects.AnySet();
+  if (log_files && log_dir->temporary_base())
+    spdlog::info("worker log files: {} (no --log_dir given: a new directory, kept after the run)", log_dir->run_dir());
+  std::unique_ptr<WorkerCgroups> cgroups;
+  if (const std::string* off = context.env.Get("CTRUN_NO_CGROUP"); off && *off == "1") {
+    spdlog::debug("CTRUN_NO_CGROUP=1: no cgroup for the workers; leftovers are found through /proc");
+  } else if (auto cg = WorkerCgroups::Create(); cg.ok()) {
+    cgroups = std::move(cg.value());
+    spdlog::debug("workers run in cgroup {}{}", cgroups->dir(), cgroups->per_rank_memory() ? " (per-rank memory.events)" : "");
+  } else {
+    spdlog::debug("no cgroup for the workers ({}); leftovers are found through /proc", cg.message());
+  }
   EventLoop loop;
   logs::ConsoleOptions console;
   console.route_diagnostics = true;
   // Declared after the loop: destroyed before it (it unregisters its fds).
   logs::OutputRelay relay(loop, console);
   PosixSpawner spawner;
-  RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
+  const bool no_cgroup = !cgroups;
+  RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
+  if (no_cgroup) hooks.NoteInherited();
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   // The summary's per-rank facts come from the same events the events file gets.
   RunRecorder recorder;
@@ -402,8 +517,14 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
 
   RunOutcome outcome = Report(config, context, agent, hooks);
   recorder.Fill(&outcome);
-  if (log_dir->files_enabled()) outcome.log_dir = log_dir->run_dir();
   const int code = outcome.exit_code;
+  if (log_files && log_dir->temporary_base()) {
+    spdlog::info("worker log files are in {}", log_dir->run_dir());
+  } else if (!log_files) {
+    if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
+  }
+  // A temporary base holding only error files is gone by now: the summary names what is left.
+  if (log_dir->files_enabled() && (log_files || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");

@@ -1,5 +1,8 @@
 #include "agent/worker_env.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace ctrun {
 namespace {
 
@@ -14,6 +17,34 @@ std::string ReplaceAll(std::string s, const std::string& from, const std::string
     pos += to.size();
   }
   return s;
+}
+
+// --expand-placeholders: one left-to-right pass, so a value that itself contains "${" is never
+// expanded again; "$${name}" of a known name gives the literal "${name}", unknown names stay.
+std::string ExpandAll(const std::string& arg, const std::vector<std::pair<std::string, std::string>>& values) {
+  std::string out;
+  size_t i = 0;
+  while (i < arg.size()) {
+    const size_t open = arg.find("${", i);
+    if (open == std::string::npos) break;
+    const size_t close = arg.find('}', open);
+    if (close == std::string::npos) break;
+    const std::string name = arg.substr(open + 2, close - open - 2);
+    const auto it = std::find_if(values.begin(), values.end(), [&](const auto& kv) { return kv.first == name; });
+    const bool escaped = open > i && arg[open - 1] == '$';
+    if (it == values.end()) {
+      out.append(arg, i, close + 1 - i);
+    } else if (escaped) {
+      out.append(arg, i, open - 1 - i);
+      out.append(arg, open, close + 1 - open);
+    } else {
+      out.append(arg, i, open - i);
+      out += it->second;
+    }
+    i = close + 1;
+  }
+  out.append(arg, i, std::string::npos);
+  return out;
 }
 
 }  // namespace
@@ -71,7 +102,7 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
 
 bool UsesPython(const LaunchConfig& config) {
   if (config.no_python) return false;
-  return config.module || EndsWith(config.entrypoint, ".py");
+  return config.module || config.python_text_entrypoint || EndsWith(config.entrypoint, ".py");
 }
 
 std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
@@ -85,12 +116,16 @@ std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::
   argv.push_back(config.entrypoint);
   for (const auto& a : config.args) {
     std::string s = a;
-    if (s.find("${") != std::string::npos) {
-      s = ReplaceAll(s, "${local_rank}", std::to_string(rank.local_rank));
-      s = ReplaceAll(s, "${rank}", std::to_string(rank.global_rank));
-      s = ReplaceAll(s, "${world_size}", std::to_string(rank.world_size));
-      s = ReplaceAll(s, "${master_addr}", attempt.master_addr);
-      s = ReplaceAll(s, "${master_port}", std::to_string(attempt.master_port));
+    if (s.find("${") == std::string::npos) {
+      // nothing to replace
+    } else if (!config.expand_placeholders) {
+      s = ReplaceAll(s, "${local_rank}", std::to_string(rank.local_rank));  // torchrun's only macro
+    } else {
+      s = ExpandAll(s, {{"local_rank", std::to_string(rank.local_rank)},
+                        {"rank", std::to_string(rank.global_rank)},
+                        {"world_size", std::to_string(rank.world_size)},
+                        {"master_addr", attempt.master_addr},
+                        {"master_port", std::to_string(attempt.master_port)}});
     }
     argv.push_back(std::move(s));
   }

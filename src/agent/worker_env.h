@@ -43,12 +43,14 @@ std::string OmpNotice(const LaunchConfig& config, const Environment& base_env);
 
 // Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
 // `executable` is ResolveEntrypoint's answer (agent/launch_checks.h): the interpreter when the
-// entrypoint runs under Python. `${local_rank}` (torchrun), `${rank}`, `${world_size}`,
-// `${master_addr}`, `${master_port}` (ctrun extensions) in args are replaced per worker.
+// entrypoint runs under Python. `${local_rank}` in args is replaced per worker (torchrun's only
+// placeholder); with --expand-placeholders also `${rank}`, `${world_size}`, `${master_addr}` and
+// `${master_port}`, in one pass, and `$${name}` of those names gives a literal `${name}`.
 std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
                                          const RankInfo& rank, const AttemptInfo& attempt);
 
-// Whether the entrypoint runs under Python (-m, or a path ending in .py without --no_python).
+// Whether the entrypoint runs under Python (-m, a path ending in .py, or a non-executable Python
+// text file (ClassifyEntrypoint in agent/launch_checks.h), each without --no_python).
 bool UsesPython(const LaunchConfig& config);
 
 }  // namespace ctrun

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <string>
 
 namespace ctrun {
 
@@ -14,5 +16,12 @@ inline Duration Seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 inline double ToSeconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A number of seconds for messages: "30 s", "0.5 s", "1.25 s" (no trailing zeros).
+inline std::string FormatSeconds(double s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6g s", s);
+  return buf;
+}
 
 }  // namespace ctrun

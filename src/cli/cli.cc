@@ -20,6 +20,9 @@ namespace ctrun {
 namespace {
 
 constexpr int kUsageExitCode = 2;
+constexpr const char* kUsageLines =
+    "Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n"
+    "       ctrun [OPTIONS] -m MODULE [ARGS...]\n";
 
 enum class Kind { kValue, kFlag };
 enum class Group { kNodes, kWorkers, kEntrypoint, kLogs, kSignals, kCtrun };
@@ -60,16 +63,22 @@ constexpr std::array kOptions = {
               "keep_alive_interval (5), keep_alive_max_attempt (3), read_timeout (60), is_host, "
               "close_timeout, timeout (static), etcd_prefix, protocol, cacert, cert, key, username."},
     OptionDef{"standalone", 0, Kind::kFlag, "PET_STANDALONE", "", "", Group::kNodes,
-              "Single-node job with a local rendezvous on a free port: the rendezvous backend, "
-              "endpoint and id are chosen automatically and explicit values are ignored."},
+              "Single-node job: the workers' store listens on a free loopback port (MASTER_ADDR "
+              "127.0.0.1, or --local-addr) and the run id is random unless --rdzv-id is given. "
+              "--rdzv-backend, --rdzv-endpoint, --master-addr and --master-port are ignored; "
+              "--rdzv-conf is checked; --nnodes must be 1 and --node-rank 0."},
     OptionDef{"node_rank", 0, Kind::kValue, "PET_NODE_RANK", "N", "0", Group::kNodes,
-              "Rank of this node (static rendezvous)."},
+              "Rank of this node, 0..nnodes-1 (static rendezvous; c10d and etcd assign ranks)."},
     OptionDef{"master_addr", 0, Kind::kValue, "PET_MASTER_ADDR", "ADDR", "127.0.0.1", Group::kNodes,
-              "Address of the rank-0 node (static rendezvous). IPv6 as [::1]."},
+              "Address of the rank-0 node (static rendezvous without --rdzv-endpoint); node rank 0 "
+              "hosts the store there, so it must be one of its addresses. IPv6 as [::1] or ::1."},
     OptionDef{"master_port", 0, Kind::kValue, "PET_MASTER_PORT", "PORT", "29500", Group::kNodes,
-              "Port on the rank-0 node (static rendezvous), 1-65535."},
+              "Port on the rank-0 node (static rendezvous without --rdzv-endpoint), 1-65535."},
     OptionDef{"local_addr", 0, Kind::kValue, "PET_LOCAL_ADDR", "ADDR", "this host's FQDN", Group::kNodes,
-              "Address of this node, used as its id and as MASTER_ADDR when it hosts rank 0."},
+              "Address of this node: with c10d, etcd or a multi-node static job, how the other nodes "
+              "reach it and MASTER_ADDR when it hosts rank 0; with --standalone, MASTER_ADDR and "
+              "where the store listens. Unused by a single-node static job (MASTER_ADDR is "
+              "--master-addr). IPv6 as [::1] or ::1."},
     // --- Workers ---
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
               "Workers per node: a count; cpu (one per CPU); gpu (one per visible GPU, counted at run "
@@ -159,6 +168,10 @@ constexpr std::array kOptions = {
     OptionDef{"events_file", 0, Kind::kValue, "", "PATH", "", Group::kCtrun,
               "Append one JSON line per event (attempt and worker starts, exits, stops, restarts, "
               "rendezvous rounds, the deadline, the run's end) to PATH as it happens."},
+    OptionDef{"expand_placeholders", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Also replace ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS per "
+              "worker (torchrun replaces only ${local_rank}, and so does ctrun without this flag, so "
+              "Hydra's key=${world_size} passes through). With it, $${name} gives a literal ${name}."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -443,8 +456,9 @@ class Builder {
     Flag("standalone", c.standalone);
     IntAtLeast("node_rank", 0, &c.node_rank);
     Text("master_addr", [&](const Raw& r) -> Status {
-      if (r.text.empty()) return Status::Error("the address must not be empty");
-      c.master_addr = r.text;
+      auto v = ParseAddress(r.text);
+      if (!v) return v.status();
+      c.master_addr = *v;
       return {};
     });
     Text("master_port", [&](const Raw& r) -> Status {
@@ -454,7 +468,9 @@ class Builder {
       return {};
     });
     Text("local_addr", [&](const Raw& r) -> Status {
-      c.local_addr = r.text;
+      auto v = ParseAddress(r.text);
+      if (!v) return v.status();
+      c.local_addr = *v;
       return {};
     });
     IntAtLeast("max_restarts", 0, &c.max_restarts);
@@ -524,6 +540,7 @@ class Builder {
       c.log_level = LogLevelNamed(level);
       return {};
     });
+    Flag("expand_placeholders", c.expand_placeholders);
     bool no_agent_store = false;
     Flag("no_agent_store", no_agent_store);
     if (!no_agent_store) {
@@ -710,10 +727,11 @@ constexpr std::array<std::string_view, 3> kHelpParagraphs = {
     "reports the root cause. A drop-in replacement for torchrun: its flags, defaults and PET_ "
     "variables work unchanged.",
     "ENTRYPOINT: a path ending in .py (and -m MODULE) runs under $PYTHON_EXEC, else the first python3 "
-    "on PATH, with -u; anything else is executed directly. ARGS, and everything after ENTRYPOINT even "
+    "on PATH, with -u; so does a Python text file that is not executable (torchrun runs every "
+    "entrypoint under Python); anything else is executed directly (--no-python: always). ARGS, and everything after ENTRYPOINT even "
     "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
-    "${local_rank}, ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS are replaced "
-    "per worker.",
+    "${local_rank} in ARGS is replaced per worker (torchrun's only placeholder; "
+    "--expand-placeholders adds ${rank}, ${world_size}, ${master_addr}, ${master_port}).",
     "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
     "[env: PET_X] means the variable is used when the option is not given (the option wins); "
     "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off."};
@@ -752,10 +770,7 @@ std::vector<std::string> HelpParagraphs() { return {kHelpParagraphs.begin(), kHe
 
 std::string HelpText() {
   constexpr size_t kCol = 30;
-  std::string out =
-      "Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n"
-      "       ctrun [OPTIONS] -m MODULE [ARGS...]\n"
-      "\n";
+  std::string out = std::string(kUsageLines) + "\n";
   for (size_t i = 0; i < kHelpParagraphs.size(); ++i) {
     if (i > 0) out += "\n";
     Wrap(out, kHelpParagraphs[i], 0, 0);
@@ -801,10 +816,13 @@ std::string HelpText() {
     }
     Wrap(out, text, kCol, kCol);
   };
-  env_line("PYTHON_EXEC", "Interpreter for .py entrypoints and -m (default: python3 on PATH).");
+  env_line("PYTHON_EXEC", "Interpreter for .py entrypoints, -m and non-executable Python files (default: "
+                          "the first python3 on PATH); the choice is logged at start.");
   env_line("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "Default of --shutdown-timeout.");
   env_line("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "=1: the same as --no-agent-store.");
   env_line("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "Console line prefix template (see --log-prefix).");
+  env_line("CTRUN_NO_CGROUP", "=1: do not run the workers in a cgroup v2 sub-tree of ctrun's (leftover "
+                              "processes are then found through /proc).");
   env_line("OMP_NUM_THREADS", "Passed through; set to 1 for the workers when unset and there is more "
                               "than one worker, as torchrun does.");
   out += "\nExit codes:\n";
@@ -812,7 +830,9 @@ std::string HelpText() {
   env_line("N", "the root-cause worker's exit code, or 128+S when it was killed by signal S.");
   env_line("2", "usage error: bad option or value, or an entrypoint that does not exist or is not "
                 "executable; nothing was started.");
-  env_line("1", "ctrun could not set up the run (e.g. the agent store's port is taken).");
+  env_line("1", "ctrun could not set up the run, before any worker started: the store's address "
+                "does not resolve or is not this machine's, its port is taken (the message names the "
+                "holder), the log directory cannot be made. One line on stderr says which.");
   env_line("3", "multi-node: the rendezvous failed on this node (join timeout, rendezvous store or etcd "
                 "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
@@ -820,8 +840,10 @@ std::string HelpText() {
   env_line("124", "--max-run-time was reached; the workers were stopped first.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
-  out += "\n--summary-file tells these apart without guessing: its \"outcome\" says whether a code came "
-         "from a worker or from ctrun.\n";
+  out += "\n";
+  Wrap(out, "A worker's own exit code 1, 2, 124, 126 or 127 (or 128+N) is passed through unchanged, so it looks "
+            "the same as ctrun's codes above; the failure summary on stderr says which it was, and "
+            "--summary-file's \"outcome\" says it without guessing.", 0, 0);
   return out;
 }
 
@@ -876,9 +898,12 @@ std::string VersionNumber() { return CTRUN_VERSION; }
 
 CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLookup& env) {
   Tokens tokens = Tokenize(argv);
+  if (argv.size() <= 1)  // a bare "ctrun": what to type, not a complaint
+    return Exit(kUsageExitCode, "", std::string(kUsageLines) + "Run 'ctrun --help' for the options.\n");
+  // --help wins over anything (argparse's action); --version only when the rest is valid.
   if (tokens.help) return Exit(0, HelpText(), "");
-  if (tokens.version) return Exit(0, VersionText(), "");
   if (!tokens.error.empty()) return UsageErrorFor(tokens, tokens.error);
+  if (tokens.version) return Exit(0, VersionText(), "");
 
   // CLI11 binds the normalized options to their storage (last occurrence wins, like argparse).
   std::map<std::string, std::string> texts;

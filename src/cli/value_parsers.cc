@@ -148,6 +148,22 @@ StatusOr<int> ParsePort(std::string_view text) {
   return *p;
 }
 
+StatusOr<std::string> ParseAddress(std::string_view text) {
+  if (text.empty()) return Status::Error("the address must not be empty");
+  if (text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos || close == 1) return Status::Error("unbalanced '[': expected [IPv6]");
+    if (close + 1 != text.size())
+      return Status::Error("an address takes no port here (give the port with its own flag, e.g. --master_port)");
+    return std::string(text.substr(1, close - 1));
+  }
+  if (text.find_first_of("[]/ ") != std::string_view::npos) return Status::Error("not a host name or IP address");
+  const size_t colon = text.find(':');
+  if (colon != std::string_view::npos && text.find(':', colon + 1) == std::string_view::npos)
+    return Status::Error("an address takes no port here (give the port with its own flag, e.g. --master_port)");
+  return std::string(text);
+}
+
 std::vector<std::string> SplitCommaEscaped(std::string_view text) {
   std::vector<std::string> out;
   if (text.empty()) return out;

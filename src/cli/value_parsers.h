@@ -44,6 +44,11 @@ StatusOr<std::vector<int>> ParseSignalList(std::string_view text);
 // A TCP port, 1..65535.
 StatusOr<int> ParsePort(std::string_view text);
 
+// A host address without a port (--master_addr, --local_addr): a name, an IPv4 address, or an IPv6
+// address with or without brackets ("[::1]" and "::1" both give "::1"). "host:port" and
+// "[v6]:port" are errors that point to the port flag; so are empty text and unbalanced brackets.
+StatusOr<std::string> ParseAddress(std::string_view text);
+
 // torchrun's comma_separated_list: split on ',', where ",," stands for a literal comma. Empty text
 // gives an empty list (torchrun would give [""], a filter matching every line).
 std::vector<std::string> SplitCommaEscaped(std::string_view text);

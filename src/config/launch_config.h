@@ -57,6 +57,9 @@ struct LaunchConfig {
   bool run_path = false;                   // --run_path (refused: needs a Python agent)
   std::string entrypoint;                  // training_script
   std::vector<std::string> args;           // training_script_args (REMAINDER)
+  bool expand_placeholders = false;        // --expand-placeholders (ctrun): ${rank} etc. in args too
+  bool python_text_entrypoint = false;     // not from a flag: a non-executable Python text file runs
+                                           // under Python (agent/launch_checks.h ClassifyEntrypoint)
 
   // --- worker output and logs ----------------------------------------------------------------
   std::optional<std::string> log_dir;      // --log_dir

@@ -20,7 +20,8 @@ struct RdzvSettings {
   // false: the single-node agent (--standalone, or static with one node); nothing below is used.
   bool multi_node = false;
   std::string backend = "static";      // static | c10d | etcd ("etcd-v2" is an alias of etcd)
-  std::vector<HostPort> endpoints;     // static: the master; c10d: the store; etcd: one or more
+  std::vector<HostPort> endpoints;     // static: the master (also for one node: where its workers'
+                                       // store listens); c10d: the store; etcd: one or more
   // --rdzv_conf keys, with torchrun's defaults (seconds).
   double join_timeout = 600;           // join_timeout (static: timeout)
   double last_call_timeout = 30;       // last_call_timeout

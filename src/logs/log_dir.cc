@@ -33,9 +33,10 @@ Status MakeDirs(const std::string& path) {
 }  // namespace
 
 StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const std::string& run_id) {
-  if (base && *base == kDevNull) return LogDir(kDevNull);
+  if (base && *base == kDevNull) return LogDir(kDevNull, "");
   std::string root;
-  if (base && !base->empty()) {
+  const bool temporary = !base || base->empty();
+  if (!temporary) {
     root = *base;
     if (Status s = MakeDirs(root); !s.ok()) return s;
   } else {
@@ -55,7 +56,15 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
   }
   auto run_dir = MakeTempDir(root + "/" + id + "_XXXXXX");
   if (!run_dir.ok()) return run_dir.status();
-  return LogDir(std::move(*run_dir));
+  return LogDir(std::move(*run_dir), temporary ? root : "");
+}
+
+Status LogDir::RemoveTemporaryBase() const {
+  if (temp_base_.empty()) return Status::Ok();
+  std::error_code ec;
+  fs::remove_all(temp_base_, ec);
+  if (ec) return Status::Error("rm -rf " + temp_base_ + ": " + ec.message());
+  return Status::Ok();
 }
 
 StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {

@@ -3,8 +3,9 @@
 //   <base>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
 // - <base> is --log_dir; when absent, a fresh mkdtemp "$TMPDIR/torchelastic_XXXXXX" (torchrun's
-//   default), so TORCHELASTIC_ERROR_FILE can always be set. Nothing is cleaned up at exit: the
-//   error files and logs are the post-mortem.
+//   default), so TORCHELASTIC_ERROR_FILE can always be set. LogDir removes nothing itself; the
+//   runner says where log files went and removes a fresh base that holds only error files
+//   (RemoveTemporaryBase) once the summary has read them.
 // - <run_id>_<random> is made once per agent (mkdtemp), attempt_<n> is removed and recreated on
 //   each (re)start, and every per-rank directory exists even without redirects.
 // - base == "/dev/null" turns files off: every path (error.json included) is "/dev/null" and no
@@ -46,10 +47,15 @@ class LogDir {
 
   const std::string& run_dir() const { return run_dir_; }
   bool files_enabled() const { return run_dir_ != kDevNull; }
+  // The base was made here (no --log_dir): "$TMPDIR/torchelastic_XXXXXX".
+  bool temporary_base() const { return !temp_base_.empty(); }
+  // rm -rf of that fresh base; does nothing when --log_dir was given.
+  Status RemoveTemporaryBase() const;
 
  private:
-  explicit LogDir(std::string run_dir) : run_dir_(std::move(run_dir)) {}
+  LogDir(std::string run_dir, std::string temp_base) : run_dir_(std::move(run_dir)), temp_base_(std::move(temp_base)) {}
   std::string run_dir_;
+  std::string temp_base_;  // "" unless the base was made by Create
 };
 
 // The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the

@@ -78,6 +78,7 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
       } else {
         sp.target = StdioTarget::Pipe();
         sp.console = true;
+        sp.unprefixed = p.tee.AnySet() && !p.prefix_given;
       }
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
     }
@@ -96,7 +97,7 @@ StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream) {
   const StreamPlan& sp = stream == Stream::kStdout ? plan.out : plan.err;
   Sinks s;
   s.console = sp.console;
-  s.prefix = plan.prefix;
+  s.prefix = sp.unprefixed ? "" : plan.prefix;
   s.color_key = plan.global_rank;
   if (!sp.tee_file.empty()) {
     auto fd = OpenLogFile(sp.tee_file);

@@ -11,6 +11,8 @@
 //                                different ranks never mix), except Inherit (zero overhead, the
 //                                worker keeps the TTY) when nproc == 1 and no --log-prefix,
 //                                or when --log-prefix inherit (torchrun's behaviour)
+//                                With --tee (and no --log-prefix) these lines carry no prefix:
+//                                only the streams --tee names are prefixed, as in torchrun.
 // Whenever stderr would go to DevNull it is piped instead with no sinks, so the failure summary
 // still has its tail (OutputRelay::StderrTail).
 // error_file is always set (TORCHELASTIC_ERROR_FILE): <rank dir>/error.json, or /dev/null.
@@ -35,6 +37,8 @@ struct StreamPlan {
   bool console = false;  // relay copies lines to ctrun's console (target is kPipe)
   std::string tee_file;  // relay copies raw bytes to this file (target is kPipe); "" none
   std::string log_file;  // this stream's log file however written (direct or tee); "" none
+  bool unprefixed = false;  // console lines without the worker's prefix: --tee chose torchrun's
+                            // prefix, which (as in torchrun) marks only the streams it tees
   bool relayed() const { return target.kind == StdioTarget::Kind::kPipe; }
 };
 

@@ -33,6 +33,9 @@ struct SpawnSpec {
   std::vector<std::string> env;   // complete environment, "K=V", exactly as execve gets it
   StdioTarget stdout_target;
   StdioTarget stderr_target;
+  // An open cgroup.procs file (cgroup v2, sys/cgroup.h): the child writes "0" to it before exec and
+  // so runs, with everything it starts, in that cgroup. -1: ctrun's own cgroup. Not owned here.
+  int cgroup_procs_fd = -1;
 };
 
 }  // namespace ctrun

@@ -108,12 +108,15 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   const pid_t parent = ::getpid();
   const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get();
   const int ew = err_write.get();
+  const int cgroup_fd = spec.cgroup_procs_fd;
 
   pid_t pid = ::fork();
   if (pid < 0) return fail("fork", errno);
   if (pid == 0) {
     // ---- child: async-signal-safe calls only ----
     if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
+    // Joining the cgroup is best effort: without it the descendant sweep still finds what escapes.
+    if (cgroup_fd >= 0) (void)!::write(cgroup_fd, "0", 1);
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
     // The parent may have died between fork and prctl; then no signal will ever come.
     if (::getppid() != parent) ::_exit(128 + SIGKILL);

@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "base/unique_fd.h"
+#include "sys/port_owner.h"
 #include "sys/posix_util.h"
 #include "rendezvous/etcd_log.h"
 #include "rendezvous/store_log.h"
@@ -114,9 +116,14 @@ StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig&
   auto server = store::StoreServer::Start(loop, opts);
   if (server.ok()) return std::move(server.value());
   if (!must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
+  const std::string port_flag = r.backend == "static" ? "--master_port" : "--rdzv_endpoint port";
+  // A port in use names its holder (and whether it is a still-running run of this job).
+  if (std::optional<PortHolder> holder = FindPortHolder(ep.port))
+    return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
+                         DescribePortHolder(holder, c.run_id,
+                                            std::filesystem::path(c.entrypoint).filename().string(), port_flag));
   return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
-                       server.message() + " (is another job using it? pick another " +
-                       (r.backend == "static" ? "--master_port" : "--rdzv_endpoint port") + ")");
+                       server.message() + " (pick another " + port_flag + ")");
 }
 
 StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoop& loop) {

@@ -115,13 +115,17 @@ StatusOr<int> Port(std::string_view text, std::string_view whole) {
 
 Status ResolveEndpoints(LaunchConfig* c, RdzvSettings* s) {
   if (s->backend == "static") {
+    // torchrun: the endpoint, else --master_addr:--master_port; the endpoint must name its port.
     HostPort master{c->master_addr, c->master_port.value_or(29500)};
     if (!c->rdzv_endpoint.empty()) {
-      auto hp = ParseHostPort(c->rdzv_endpoint, master.port);
+      auto hp = ParseHostPort(c->rdzv_endpoint, 0);
       if (!hp.ok()) return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint + ": " + hp.message());
+      if (hp->port == 0)
+        return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint +
+                             ": the static backend needs HOST:PORT (or drop it and use --master_addr/--master_port)");
       master = *hp;
     } else if (auto hp = ParseHostPort(c->master_addr, master.port); hp.ok()) {
-      master.host = hp->host;  // --master_addr=[::1]
+      master.host = hp->host;  // a config not from the CLI may still hold "[::1]"
     }
     s->endpoints = {master};
     return {};
@@ -181,6 +185,10 @@ Status ResolveSettings(LaunchConfig* c) {
     if (c->max_nodes > 1)
       return Status::Error("--standalone runs a single node, but --nnodes=" + std::to_string(c->min_nodes) + ":" +
                            std::to_string(c->max_nodes) + " asks for more: drop one of them");
+    if (c->node_rank != 0)
+      return Status::Error("--node_rank=" + std::to_string(c->node_rank) +
+                           " with --standalone: a single node has node rank 0 (drop --node_rank)");
+    if (Status st = ApplyConf(c->rdzv_conf, &s); !st.ok()) return st;  // checked, though one node needs none
     c->rdzv = s;
     return {};
   }
@@ -188,18 +196,21 @@ Status ResolveSettings(LaunchConfig* c) {
     return Status::Error("--rdzv_backend=" + c->rdzv_backend + ": unknown backend (static, c10d, etcd, etcd-v2)");
   if (Status st = ApplyConf(c->rdzv_conf, &s); !st.ok()) return st;
   if (s.backend == "static") {
-    if (c->max_nodes == 1 && c->min_nodes == 1) {
-      c->rdzv = s;  // the single-node agent
-      return {};
-    }
     if (c->min_nodes != c->max_nodes)
       return Status::Error("--nnodes=" + std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes) +
                            ": the static rendezvous needs a fixed node count (use --rdzv_backend=c10d for MIN:MAX)");
     if (c->node_rank >= c->max_nodes)
       return Status::Error("--node_rank=" + std::to_string(c->node_rank) + " is out of range for --nnodes=" +
-                           std::to_string(c->max_nodes) + " (0.." + std::to_string(c->max_nodes - 1) + ")");
+                           std::to_string(c->max_nodes) + (c->max_nodes == 1 ? " (the default)" : "") +
+                           ": node ranks are 0.." + std::to_string(c->max_nodes - 1));
+    if (Status st = ResolveEndpoints(c, &s); !st.ok()) return st;
+    if (c->max_nodes == 1) {
+      c->rdzv = s;  // the single-node agent: endpoints[0] is where its workers' store listens
+      return {};
+    }
+  } else if (Status st = ResolveEndpoints(c, &s); !st.ok()) {
+    return st;
   }
-  if (Status st = ResolveEndpoints(c, &s); !st.ok()) return st;
   s.multi_node = true;
   c->rdzv = s;
   return {};

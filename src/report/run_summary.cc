@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <ctime>
 
+#include "report/python_hint.h"
+
 namespace ctrun {
 namespace {
 
 constexpr size_t kMaxWidth = 60;  // torch: width = min(widest line, 60)
+constexpr const char* kStoppedHeading = "Stopped by ctrun (not failures of their own):";
 constexpr const char* kTracebackHint =
     "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
 
@@ -109,6 +112,11 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
   }
   b += "  cause     : " + CauseText(f, all, root, o) + "\n";
   if (f.oom_killed) b += "  note      : " + OomNote(o) + "\n";
+  if (!f.stopped_by_ctrun) {
+    const std::string python_note =
+        MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter);
+    if (!python_note.empty()) b += "  note      : " + python_note + "\n";
+  }
 
   if (f.error_data) {
     b += "  traceback : " + IndentTraceback(f.error_data->traceback);
@@ -186,15 +194,27 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
   std::optional<size_t> root = ChooseRootCause(failures);
   const std::string title = entrypoint_name + " FAILED";
 
+  // torch numbers the failures it collected (only workers that failed on their own); the workers
+  // ctrun stopped come after them, in a section of their own.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < failures.size(); ++i)
+    if (!failures[i].stopped_by_ctrun) order.push_back(i);
+  for (size_t i = 0; i < failures.size(); ++i)
+    if (failures[i].stopped_by_ctrun) order.push_back(i);
+
   size_t width = title.size();
   std::string root_text;
   std::vector<std::string> others;
-  for (size_t i = 0; i < failures.size(); ++i) {
+  std::vector<std::string> stopped;
+  for (size_t idx = 0; idx < order.size(); ++idx) {
+    const size_t i = order[idx];
     bool is_root = root && *root == i;
-    std::string block = FormatBlock(i, failures[i], is_root, failures, root, hostname, options);
+    std::string block = FormatBlock(idx, failures[i], is_root, failures, root, hostname, options);
     width = std::max(width, WidestLine(block));
     if (is_root) {
       root_text = std::move(block);
+    } else if (failures[i].stopped_by_ctrun) {
+      stopped.push_back(std::move(block));
     } else {
       others.push_back(std::move(block));
     }
@@ -222,6 +242,11 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
   out += section + "\n";
   out += "Root Cause (first observed failure):\n";
   out += root_text + "\n";
+  if (!stopped.empty()) {
+    out += section + "\n";
+    out += std::string(kStoppedHeading) + "\n";
+    for (const std::string& b : stopped) out += b + "\n";
+  }
   out += border + "\n";
   return out;
 }

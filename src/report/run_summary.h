@@ -15,6 +15,12 @@
 //   * an unreadable error file: "error_file: <path> (unreadable: <reason>)", then as if none.
 // Deliberate differences: multi-line tracebacks have trailing newlines trimmed (torch leaves a
 // line of two spaces), and every traceback is indented, string-message ones included.
+// Numbering and sections follow torch: [idx] counts the workers that failed on their own (torch
+// only collects those), in rank order, and "Failures:" lists them except the root cause, or
+// <NO_OTHER_FAILURES>. Workers ctrun stopped in the teardown come after the root cause, behind
+// another line of '-', under "Stopped by ctrun (not failures of their own):", numbered on.
+// A worker whose output says "No module named 'torch'" gets a note naming the interpreter that
+// ran it and how to choose another (report/python_hint.h).
 // When every failure was stopped by ctrun (ctrun itself was signalled), the root-cause section
 // says so instead of naming a rank: one fixed format for every exit path, so a scraper never meets
 // a summary without a root-cause section.
@@ -79,10 +85,13 @@ struct SummaryOptions {
   std::optional<OomKillSample> oom_after;
   // Times in UTC instead of local time (tests; torch uses local time).
   bool utc = false;
+  // The interpreter the workers ran under ("" when the entrypoint is not run under Python).
+  std::string python_interpreter;
 };
 
 // The report text, one string ending in '\n'; "" when failures is empty. failures are listed in
-// the given order (the caller passes them by rank), and [idx] is the position in that order.
+// the given order (the caller passes them by rank), own failures first: [idx] is the position in
+// that order.
 std::string FormatFailureSummary(const std::string& entrypoint_name,
                                  const std::vector<WorkerFailure>& failures,
                                  const std::string& hostname, const SummaryOptions& options);

@@ -316,8 +316,8 @@ Status StoreClient::Wait(const std::vector<std::string>& keys, Duration timeout)
   auto r = TryWait(keys, timeout);
   if (!r.ok()) return r.status();
   if (!*r) {
-    return Status::Error("store wait timed out after " + std::to_string(ToSeconds(timeout)) +
-                         " s for keys " + KeyList(keys));
+    return Status::Error("store wait timed out after " + FormatSeconds(ToSeconds(timeout)) +
+                         " for keys " + KeyList(keys));
   }
   return Status::Ok();
 }

@@ -122,7 +122,7 @@ TEST(Compat, RecordDecoratedTracebackAppearsInSummary) {
 
 TEST(Compat, ModuleEntrypointRunsUnderPython) {
   if (!HaveTorch()) GTEST_SKIP() << "no torch";
-  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", "-m", "json.tool", "--help"}, kPyEnv, 60s);
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "-m", "json.tool", "--help"}, kPyEnv, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("usage"), std::string::npos) << r.out;
 }

@@ -243,7 +243,7 @@ TEST(CtrunE2E, ExecFailureAtSpawnIs127WithoutRestartLoop) {
   std::string script = d / "train";
   std::ofstream(script) << "#!/nonexistent/interpreter\n";
   chmod(script.c_str(), 0755);
-  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", "--max_restarts=50", script});
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=50", script});
   EXPECT_EQ(r.exit_code, 127) << r.err;
   EXPECT_NE(r.err.find("cannot execute " + script), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
@@ -292,7 +292,7 @@ TEST(CtrunE2E, GpuWithoutGpusIsAClearError) {
   auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=gpu", FAKE_WORKER}, {"CUDA_VISIBLE_DEVICES="});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("no GPU"), std::string::npos) << r.err;
-  auto r2 = RunCommand({CTRUN_BINARY, "--nproc_per_node=gpu", FAKE_WORKER, "--env-file", "/dev/null/x"},
+  auto r2 = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=gpu", FAKE_WORKER, "--env-file", "/dev/null/x"},
                 {"CUDA_VISIBLE_DEVICES=0,1,2"});
   EXPECT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_NE(r2.err.find("starting 3 workers"), std::string::npos) << r2.err;
@@ -300,7 +300,7 @@ TEST(CtrunE2E, GpuWithoutGpusIsAClearError) {
 
 TEST(CtrunE2E, PlaceholdersReachTheWorker) {
   TempDir d;
-  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--expand-placeholders"},
                      {"--env-file", d.path() + "/env_${local_rank}_${rank}_${world_size}"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string env0 = ReadFileOr(d / "env_0_0_2.0"), env1 = ReadFileOr(d / "env_1_1_2.1");

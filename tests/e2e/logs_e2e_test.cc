@@ -139,7 +139,7 @@ TEST(LogsE2E, PrefixNoneAndCustomTemplate) {
 TEST(LogsE2E, SingleWorkerInheritsTheConsole) {
   // One worker, no log options: the worker writes to ctrun's own stdout directly.
   TempDir d;
-  auto r = RunCommand(Ctrun({"--nproc_per_node=1"}, {"--print", "1", "--fd-file", d / "fds"}));
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=1"}, {"--print", "1", "--fd-file", d / "fds"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "rank 0 line 0\n");
 }

@@ -58,7 +58,7 @@ const std::vector<Row>& Table() {
       {"cli", {"--nproc_per_node=-1", "@W"}, {}, 2, "invalid value '-1' for --nproc_per_node"},
       {"cli", {"--nproc_per_node=abc", "@W"}, {}, 2, "expected an integer >= 1, cpu, gpu or auto"},
       {"cli", {"--nproc_per_node=xpu", "@W"}, {}, 2, "'xpu' devices are not supported"},
-      {"cli", {"--nproc_per_node=100000000", "@W"}, {}, 2, "--nproc_per_node=100000000: more workers than"},
+      {"cli", {"--nproc_per_node=100000000", "@W"}, {}, 2, "--nproc_per_node=100000000 is more workers than"},
       {"cli", {"--nproc_per_node=99999999999999999999", "@W"}, {}, 2, "for --nproc_per_node"},
       {"cli", {"--nnodes=0", "@W"}, {}, 2, "the number of nodes must be >= 1"},
       {"cli", {"--nnodes=3:2", "@W"}, {}, 2, "MIN (3) must not exceed MAX (2)"},

@@ -491,6 +491,30 @@ TEST(CliHelp, HelpWinsOverOtherErrors) {
   EXPECT_EQ(Parse({"--nnodes=2:1", "-h"}).exit_code, 0);
 }
 
+TEST(CliHelp, NoArgumentsPrintsTheUsageLines) {
+  CliOutcome o = ParseCommandLine({"ctrun"}, MapEnv({}));
+  EXPECT_EQ(o.action, CliOutcome::Action::kExit);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_THAT(o.output, IsEmpty());
+  EXPECT_EQ(o.error,
+            "Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n"
+            "       ctrun [OPTIONS] -m MODULE [ARGS...]\n"
+            "Run 'ctrun --help' for the options.\n");
+}
+
+TEST(CliAddresses, BracketedIpv6IsAcceptedWhereverAnAddressIs) {
+  EXPECT_EQ(Ok({"--master_addr=[::1]", "./t"}).master_addr, "::1");
+  EXPECT_EQ(Ok({"--master_addr=::1", "./t"}).master_addr, "::1");
+  EXPECT_EQ(Ok({"--local_addr=[fe80::2]", "./t"}).local_addr, "fe80::2");
+  EXPECT_EQ(Ok({"./t"}, {{"PET_MASTER_ADDR", "[::1]"}}).master_addr, "::1");
+}
+
+TEST(CliPlaceholders, ExtraPlaceholdersOnlyWithTheFlag) {
+  EXPECT_FALSE(Ok({"./t", "${rank}"}).expand_placeholders);
+  EXPECT_TRUE(Ok({"--expand-placeholders", "./t"}).expand_placeholders);
+  EXPECT_TRUE(Ok({"--expand_placeholders", "./t"}).expand_placeholders);
+}
+
 TEST(CliHelp, VersionExitsZero) {
   CliOutcome o = Parse({"--version"});
   EXPECT_EQ(o.action, CliOutcome::Action::kExit);
@@ -526,7 +550,8 @@ TEST(CliHelp, TextIsGroupedAndComplete) {
         "--no-python", "--run-path", "--log-dir", "--local-ranks-filter", "--duplicate-stdout-filters",
         "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port", "--local-addr",
         "--logs-specs", "--numa-binding", "--signals-to-handle", "--shutdown-timeout", "--virtual-local-rank",
-        "--forward-signals", "--log-prefix", "--ranks-filter", "--log-level", "--no-agent-store", "--version"})
+        "--forward-signals", "--log-prefix", "--ranks-filter", "--log-level", "--no-agent-store", "--version",
+        "--expand-placeholders"})
     EXPECT_THAT(h, HasSubstr(flag));
 }
 
@@ -605,7 +630,11 @@ std::vector<BadCase> BadCases() {
       {"module_and_no_python", {"-m", "--no_python", "pkg"}, {}, {"Don't use both the '--no-python' flag and the '--module'"}},
       {"missing_entrypoint", {"--nproc_per_node=2"}, {}, {"missing the entrypoint"}},
       {"missing_entrypoint_after_dashdash", {"--"}, {}, {"missing the entrypoint"}},
-      {"missing_entrypoint_nothing", {}, {}, {"missing the entrypoint"}},
+      {"version_with_bad_flag", {"--version", "--foo"}, {}, {"unrecognized option '--foo'"}},
+      {"master_addr_with_port", {"--master_addr=node1:29500", "./t"}, {}, {"--master_addr", "takes no port"}},
+      {"master_addr_unbalanced", {"--master_addr=[::1", "./t"}, {}, {"--master_addr", "unbalanced '['"}},
+      {"master_addr_empty", {"--master_addr=", "./t"}, {}, {"--master_addr", "must not be empty"}},
+      {"local_addr_bracket_port", {"--local_addr=[::1]:80", "./t"}, {}, {"--local_addr", "takes no port"}},
       {"empty_entrypoint", {""}, {}, {"entrypoint"}},
       {"port_zero", {"--master_port=0", "./t"}, {}, {"--master_port", "1..65535"}},
       {"port_too_big", {"--master-port=65536", "./t"}, {}, {"--master-port", "'65536'"}},

@@ -77,6 +77,44 @@ TEST(ResolveSettings, StaticRefusesRangesAndOutOfRangeNodeRanks) {
   EXPECT_NE(s.message().find("--node_rank=2 is out of range"), std::string::npos);
 }
 
+TEST(ResolveSettings, NodeRankMustBeBelowNnodesForStaticAndStandalone) {
+  LaunchConfig c;
+  c.node_rank = 1;  // --node_rank=1 without --nnodes
+  Status s = ResolveSettings(&c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "--node_rank=1 is out of range for --nnodes=1 (the default): node ranks are 0..0");
+  c = LaunchConfig{};
+  c.standalone = true;
+  c.node_rank = 1;
+  EXPECT_NE(ResolveSettings(&c).message().find("--node_rank=1 with --standalone"), std::string::npos);
+  c = Multi("c10d", 1, 2);  // c10d assigns node ranks: --node_rank is not used
+  c.rdzv_endpoint = "h:1";
+  c.node_rank = 5;
+  EXPECT_TRUE(ResolveSettings(&c).ok());
+}
+
+TEST(ResolveSettings, OneStaticNodeUsesTheEndpointWhichNeedsAPort) {
+  LaunchConfig c;
+  c.rdzv_endpoint = "127.0.0.1:1234";
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_FALSE(c.rdzv.multi_node);
+  ASSERT_EQ(c.rdzv.endpoints.size(), 1u);
+  EXPECT_EQ(c.rdzv.endpoints[0].ToString(), "127.0.0.1:1234");
+  c = LaunchConfig{};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.endpoints[0].ToString(), "127.0.0.1:29500");
+  c = LaunchConfig{};
+  c.rdzv_endpoint = "localhost:abc";
+  EXPECT_EQ(ResolveSettings(&c).message(), "--rdzv_endpoint=localhost:abc: bad port in 'localhost:abc'");
+  c.rdzv_endpoint = "localhost";
+  EXPECT_NE(ResolveSettings(&c).message().find("the static backend needs HOST:PORT"), std::string::npos);
+  c = LaunchConfig{};
+  c.rdzv_conf = {{"timeout", "abc"}};
+  EXPECT_NE(ResolveSettings(&c).message().find("timeout=abc"), std::string::npos);
+  c.standalone = true;
+  EXPECT_NE(ResolveSettings(&c).message().find("timeout=abc"), std::string::npos);
+}
+
 TEST(ResolveSettings, C10dNeedsAnEndpointAndTakesTorchrunsConfKeys) {
   LaunchConfig c = Multi("c10d", 1, 4);
   EXPECT_NE(ResolveSettings(&c).message().find("needs --rdzv_endpoint"), std::string::npos);

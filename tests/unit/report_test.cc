@@ -469,14 +469,7 @@ TEST(ReportSummary, TwoFailuresWithErrorFileGolden) {
       "train.py FAILED\n"
       "--------------------------------------------------------\n"
       "Failures:\n"
-      "[1]:\n"
-      "  time      : 2023-11-14_22:13:21\n"
-      "  host      : node1.example.com\n"
-      "  rank      : 1 (local_rank: 1)\n"
-      "  exitcode  : -15 (SIGTERM) (pid: 1001)\n"
-      "  error_file: <N/A>\n"
-      "  cause     : stopped by ctrun after rank 0 failed\n"
-      "  traceback : Signal 15 (SIGTERM) received by PID 1001\n"
+      "  <NO_OTHER_FAILURES>\n"
       "--------------------------------------------------------\n"
       "Root Cause (first observed failure):\n"
       "[0]:\n"
@@ -490,6 +483,16 @@ TEST(ReportSummary, TwoFailuresWithErrorFileGolden) {
       "    File \"train.py\", line 9, in main\n"
       "      raise ValueError(\"boom\")\n"
       "  ValueError: boom\n"
+      "--------------------------------------------------------\n"
+      "Stopped by ctrun (not failures of their own):\n"
+      "[1]:\n"
+      "  time      : 2023-11-14_22:13:21\n"
+      "  host      : node1.example.com\n"
+      "  rank      : 1 (local_rank: 1)\n"
+      "  exitcode  : -15 (SIGTERM) (pid: 1001)\n"
+      "  error_file: <N/A>\n"
+      "  cause     : stopped by ctrun after rank 0 failed\n"
+      "  traceback : Signal 15 (SIGTERM) received by PID 1001\n"
       "========================================================\n";
   EXPECT_EQ(FormatFailureSummary("train.py", fs, "node1.example.com", o), expected);
 }
@@ -610,7 +613,25 @@ TEST(ReportSummary, OomVictimAmongRanksStoppedByCtrunGolden) {
       "train.py FAILED\n"
       "------------------------------------------------------------\n"
       "Failures:\n"
+      "  <NO_OTHER_FAILURES>\n"
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n"
       "[0]:\n"
+      "  time      : 2023-11-14_22:13:20\n"
+      "  host      : node1\n"
+      "  rank      : 2 (local_rank: 2)\n"
+      "  exitcode  : -9 (SIGKILL) (pid: 1002)\n"
+      "  error_file: <N/A>\n"
+      "  cause     : failed on its own\n"
+      "  note      : likely killed by the kernel OOM killer: cgroup memory.events oom_kill went "
+      "from 0 to 1\n"
+      "  traceback : Signal 9 (SIGKILL) received by PID 1002; last 3 lines of stderr:\n"
+      "    epoch 3 step 1200 loss 0.412\n"
+      "    epoch 3 step 1300 loss 0.398\n"
+      "    allocating activations 48 GiB\n"
+      "------------------------------------------------------------\n"
+      "Stopped by ctrun (not failures of their own):\n"
+      "[1]:\n"
       "  time      : 2023-11-14_22:13:20\n"
       "  host      : node1\n"
       "  rank      : 0 (local_rank: 0)\n"
@@ -618,7 +639,7 @@ TEST(ReportSummary, OomVictimAmongRanksStoppedByCtrunGolden) {
       "  error_file: <N/A>\n"
       "  cause     : stopped by ctrun after rank 2 failed\n"
       "  traceback : Signal 15 (SIGTERM) received by PID 1000\n"
-      "[1]:\n"
+      "[2]:\n"
       "  time      : 2023-11-14_22:13:20\n"
       "  host      : node1\n"
       "  rank      : 1 (local_rank: 1)\n"
@@ -634,21 +655,6 @@ TEST(ReportSummary, OomVictimAmongRanksStoppedByCtrunGolden) {
       "  error_file: <N/A>\n"
       "  cause     : stopped by ctrun after rank 2 failed\n"
       "  traceback : Signal 9 (SIGKILL) received by PID 1003\n"
-      "------------------------------------------------------------\n"
-      "Root Cause (first observed failure):\n"
-      "[2]:\n"
-      "  time      : 2023-11-14_22:13:20\n"
-      "  host      : node1\n"
-      "  rank      : 2 (local_rank: 2)\n"
-      "  exitcode  : -9 (SIGKILL) (pid: 1002)\n"
-      "  error_file: <N/A>\n"
-      "  cause     : failed on its own\n"
-      "  note      : likely killed by the kernel OOM killer: cgroup memory.events oom_kill went "
-      "from 0 to 1\n"
-      "  traceback : Signal 9 (SIGKILL) received by PID 1002; last 3 lines of stderr:\n"
-      "    epoch 3 step 1200 loss 0.412\n"
-      "    epoch 3 step 1300 loss 0.398\n"
-      "    allocating activations 48 GiB\n"
       "============================================================\n";
   std::vector<WorkerFailure> fs = OomJob();
   std::string s = FormatFailureSummary("train.py", fs, "node1", OomOptions());
@@ -666,13 +672,14 @@ TEST(ReportSummary, EveryWorkerStoppedByCtrun) {
   o.utc = true;
   o.stop_reason = "ctrun received signal 15 (SIGTERM)";
   std::string s = FormatFailureSummary("./train", fs, "h", o);
-  EXPECT_NE(s.find("Failures:\n[0]:\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("Failures:\n  <NO_OTHER_FAILURES>\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("Stopped by ctrun (not failures of their own):\n[0]:\n"), std::string::npos) << s;
   EXPECT_NE(s.find("[1]:\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  cause     : stopped by ctrun (ctrun received signal 15 (SIGTERM))\n"),
             std::string::npos)
       << s;
   EXPECT_NE(s.find("Root Cause (first observed failure):\n  <NO_ROOT_CAUSE>: every failed worker was "
-                   "stopped by ctrun; ctrun received signal 15 (SIGTERM)\n====="),
+                   "stopped by ctrun; ctrun received signal 15 (SIGTERM)\n-----"),
             std::string::npos)
       << s;
   EXPECT_EQ(FormatFailureSummary("x", {}, "h", o), "");
@@ -690,6 +697,44 @@ TEST(ReportSummary, CoreDumpAndOtherFailuresOnTheirOwn) {
   EXPECT_EQ(s.find("stopped by ctrun"), std::string::npos) << s;
   // The hint is for exit codes, not signals: the root cause here is a signal.
   EXPECT_EQ(s.find("To enable traceback"), std::string::npos) << s;
+}
+
+TEST(ReportSummary, IndicesCountOwnFailuresFirstLikeTorch) {
+  // Rank 0 stopped by ctrun, ranks 1 and 2 failed on their own (2 first): torch numbers the
+  // failures it collected, [0] rank 1 and [1] rank 2; the stopped rank follows as [2].
+  std::vector<WorkerFailure> fs = {
+      Failure(0, ExitStatus::Signaled(15), At(1700000003), true),
+      Failure(1, ExitStatus::Exited(1), At(1700000002)),
+      Failure(2, ExitStatus::Exited(1), At(1700000001)),
+  };
+  std::string s = FormatFailureSummary("t", fs, "h", UtcOptions());
+  const size_t failures = s.find("Failures:\n[0]:\n");
+  const size_t root = s.find("Root Cause (first observed failure):\n[1]:\n");
+  const size_t stopped = s.find("Stopped by ctrun (not failures of their own):\n[2]:\n");
+  ASSERT_NE(failures, std::string::npos) << s;
+  ASSERT_NE(root, std::string::npos) << s;
+  ASSERT_NE(stopped, std::string::npos) << s;
+  EXPECT_NE(s.find("rank      : 1 (local_rank: 1)"), std::string::npos);
+  EXPECT_LT(s.find("rank      : 1 (local_rank: 1)"), root) << s;
+  EXPECT_GT(s.find("rank      : 0 (local_rank: 0)"), stopped) << s;
+}
+
+TEST(ReportSummary, MissingTorchNamesTheInterpreter) {
+  std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000000))};
+  fs[0].stderr_tail = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n";
+  SummaryOptions o = UtcOptions();
+  EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);  // not under Python
+  o.python_interpreter = "/home/u/.pyenv/shims/python3";
+  EXPECT_NE(FormatFailureSummary("t.py", fs, "h", o)
+                .find("  note      : the worker ran under /home/u/.pyenv/shims/python3, which cannot import "
+                      "torch; choose an interpreter that has it with PYTHON_EXEC, e.g. "
+                      "PYTHON_EXEC=/usr/bin/python3\n"),
+            std::string::npos);
+  o.python_interpreter = "/usr/bin/python3";
+  EXPECT_NE(FormatFailureSummary("t.py", fs, "h", o).find("PYTHON_EXEC=/path/to/python3 (or install torch for it)"),
+            std::string::npos);
+  fs[0].stderr_tail = "ModuleNotFoundError: No module named 'torchvision'\n";
+  EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);
 }
 
 TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {

@@ -125,12 +125,28 @@ TEST_F(EnvFixture, ExecutablesRunDirectly) {
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), std::vector<std::string>{"script.py"});
 }
 
-TEST_F(EnvFixture, PlaceholdersAreReplacedPerWorker) {
+TEST_F(EnvFixture, OnlyLocalRankIsReplacedByDefaultLikeTorchrun) {
   config.entrypoint = "./bin";
-  config.args = {"--local_rank=${local_rank}", "--rank", "${rank}", "${world_size}", "${master_addr}:${master_port}",
-                 "${unknown}"};
+  config.args = {"--local_rank=${local_rank}", "trainer.world=${world_size}", "${rank}", "$${local_rank}"};
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
-            (std::vector<std::string>{"./bin", "--local_rank=2", "--rank", "6", "8", "10.1.2.3:29511", "${unknown}"}));
+            (std::vector<std::string>{"./bin", "--local_rank=2", "trainer.world=${world_size}", "${rank}", "$2"}));
+}
+
+TEST_F(EnvFixture, ExpandPlaceholdersReplacesTheRestAndHasAnEscape) {
+  config.entrypoint = "./bin";
+  config.expand_placeholders = true;
+  config.args = {"--local_rank=${local_rank}", "--rank", "${rank}", "${world_size}", "${master_addr}:${master_port}",
+                 "${unknown}", "key=$${world_size}", "$$${rank}", "${rank"};
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
+            (std::vector<std::string>{"./bin", "--local_rank=2", "--rank", "6", "8", "10.1.2.3:29511", "${unknown}",
+                                      "key=${world_size}", "$${rank}", "${rank"}));
+}
+
+TEST_F(EnvFixture, ANonExecutablePythonTextFileRunsUnderPython) {
+  config.entrypoint = "./train";
+  config.python_text_entrypoint = true;
+  EXPECT_EQ(BuildWorkerArgv(config, "/usr/bin/python3", rank, attempt),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "./train"}));
 }
 
 }  // namespace

@@ -1,0 +1,200 @@
+#include "process/descendants.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "base/unique_fd.h"
+#include "sys/pidfd.h"
+#include "sys/posix_util.h"
+
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+namespace ctrun {
+namespace {
+
+std::vector<pid_t> NumericEntries(const std::string& dir) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long v = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && v > 0) out.push_back(static_cast<pid_t>(v));
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The children of pid from /proc/<pid>/task/*/children; false when the kernel lacks the file.
+bool ChildrenOf(const std::string& proc_root, pid_t pid, std::vector<pid_t>* out) {
+  const std::string task_dir = proc_root + "/" + std::to_string(pid) + "/task";
+  bool any_file = false;
+  for (pid_t tid : NumericEntries(task_dir)) {
+    std::string text;
+    if (!ReadFile(task_dir + "/" + std::to_string(tid) + "/children", &text)) continue;
+    any_file = true;
+    std::istringstream in(text);
+    long child = 0;
+    while (in >> child) out->push_back(static_cast<pid_t>(child));
+  }
+  return any_file;
+}
+
+struct StatFields {
+  pid_t ppid = 0;
+};
+
+bool ReadStat(const std::string& proc_root, pid_t pid, StatFields* out) {
+  std::string stat;
+  if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return false;
+  const size_t close = stat.rfind(')');  // comm may hold spaces and ')'
+  if (close == std::string::npos) return false;
+  std::istringstream in(stat.substr(close + 1));
+  std::string field;
+  long ppid = 0;
+  in >> field >> ppid;  // fields 3 (state) and 4 (ppid)
+  out->ppid = static_cast<pid_t>(ppid);
+  return true;
+}
+
+// One entry per descendant, parents before their children.
+struct Entry {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+};
+
+std::vector<Entry> ScanEdges(pid_t root, const std::string& proc_root) {
+  std::map<pid_t, pid_t> parent_of;
+  for (pid_t pid : NumericEntries(proc_root)) {
+    StatFields f;
+    if (ReadStat(proc_root, pid, &f)) parent_of[pid] = f.ppid;
+  }
+  std::vector<Entry> out;
+  for (pid_t d : DescendantsFromParents(root, parent_of)) out.push_back({d, parent_of[d]});
+  return out;
+}
+
+std::vector<Entry> DescendantEdges(pid_t root, const std::string& proc_root) {
+  std::vector<Entry> out;
+  std::vector<pid_t> frontier{root};
+  std::set<pid_t> seen{root};
+  while (!frontier.empty()) {
+    std::vector<pid_t> next;
+    for (pid_t p : frontier) {
+      std::vector<pid_t> kids;
+      if (!ChildrenOf(proc_root, p, &kids)) {
+        if (p == root) return ScanEdges(root, proc_root);  // no children files in this kernel
+        continue;  // p is gone (or exited meanwhile): its children are reparented, seen next round
+      }
+      for (pid_t c : kids)
+        if (seen.insert(c).second) {
+          out.push_back({c, p});
+          next.push_back(c);
+        }
+    }
+    frontier = std::move(next);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<pid_t> DescendantsFromParents(pid_t root, const std::map<pid_t, pid_t>& parent_of) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  for (const auto& [pid, ppid] : parent_of)
+    if (pid != ppid) children[ppid].push_back(pid);
+  std::vector<pid_t> out;
+  std::set<pid_t> seen{root};
+  std::vector<pid_t> frontier{root};
+  while (!frontier.empty()) {
+    std::vector<pid_t> next;
+    for (pid_t p : frontier)
+      for (pid_t c : children[p])
+        if (seen.insert(c).second) {
+          out.push_back(c);
+          next.push_back(c);
+        }
+    frontier = std::move(next);
+  }
+  return out;
+}
+
+std::vector<pid_t> ListDescendants(pid_t root, const std::string& proc_root) {
+  std::vector<pid_t> out;
+  for (const Entry& e : DescendantEdges(root, proc_root)) out.push_back(e.pid);
+  return out;
+}
+
+SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::milliseconds budget) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + budget;
+  const pid_t self = ::getpid();
+  SweepResult result;
+  std::set<pid_t> killed;
+  for (;;) {
+    std::set<pid_t> spared(keep.begin(), keep.end());
+    std::vector<pid_t> victims;
+    for (const Entry& e : DescendantEdges(self, "/proc")) {
+      if (spared.count(e.pid) > 0 || spared.count(e.ppid) > 0) {
+        spared.insert(e.pid);
+      } else {
+        victims.push_back(e.pid);
+      }
+    }
+    if (victims.empty() || Clock::now() >= deadline) {
+      result.survivors = victims;
+      break;
+    }
+    // pidfds first: a pidfd names this very process, so neither the kill nor the wait can hit a
+    // recycled pid (the ones that are not ctrun's children can be reaped by their own parents).
+    std::vector<UniqueFd> fds;
+    std::vector<pollfd> pfds;
+    for (pid_t p : victims) {
+      // A child of ctrun that is already a zombie (e.g. killed with its cgroup) is only reaped.
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(p), &info, WEXITED | WNOHANG) == 0 && info.si_pid == p) continue;
+      UniqueFd fd = PidfdOpen(p);
+      if (fd) {
+        ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+        pfds.push_back({fd.get(), POLLIN, 0});
+        fds.push_back(std::move(fd));
+      } else {
+        ::kill(p, SIGKILL);  // no pidfds (Linux < 5.3), or already gone
+      }
+      if (killed.insert(p).second) result.killed.push_back(p);
+    }
+    // Wait for every pidfd to turn readable (the process exited), within the budget.
+    size_t open = pfds.size();
+    while (open > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) break;
+      const int n = RetryOnEintr([&] { return ::poll(pfds.data(), pfds.size(), static_cast<int>(left)); });
+      if (n <= 0) break;
+      for (pollfd& p : pfds)
+        if (p.fd >= 0 && p.revents != 0) {
+          p.fd = -p.fd - 1;  // poll ignores negative fds
+          --open;
+        }
+    }
+    // Reap what is ours; grandchildren reparented to ctrun as their parents died are found (as
+    // zombies) and reaped by the next round.
+    for (pid_t p : victims) {
+      int st = 0;
+      RetryOnEintr([&] { return ::waitpid(p, &st, WNOHANG); });
+    }
+  }
+  return result;
+}
+
+}  // namespace ctrun

@@ -1,0 +1,19 @@
+#include "report/python_hint.h"
+
+namespace ctrun {
+
+std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter) {
+  if (interpreter.empty()) return "";
+  // Python 3: "ModuleNotFoundError: No module named 'torch'" (or 'torch.xyz' for a submodule).
+  if (worker_output.find("No module named 'torch'") == std::string::npos &&
+      worker_output.find("No module named 'torch.") == std::string::npos)
+    return "";
+  constexpr const char* kDebianPython = "/usr/bin/python3";
+  std::string note = "the worker ran under " + interpreter + ", which cannot import torch; choose an "
+                     "interpreter that has it with PYTHON_EXEC";
+  note += interpreter == kDebianPython ? "=/path/to/python3 (or install torch for it)"
+                                       : std::string(", e.g. PYTHON_EXEC=") + kDebianPython;
+  return note;
+}
+
+}  // namespace ctrun

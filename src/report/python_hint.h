@@ -1,0 +1,15 @@
+// The note the failure summary adds when a Python worker could not import torch: the interpreter
+// that ran it (the first python3 on PATH may be a pyenv shim or a venv without torch) and how to
+// choose another. Pure: text in, text out.
+#pragma once
+
+#include <string>
+
+namespace ctrun {
+
+// "" unless `worker_output` (stderr tail and error-file traceback) shows Python failing to import
+// torch ("No module named 'torch'" / "No module named 'torch.distributed'"...) and `interpreter`
+// is known; otherwise one line (no newline) for the summary's "note" field.
+std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter);
+
+}  // namespace ctrun

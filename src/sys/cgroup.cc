@@ -1,0 +1,172 @@
+#include "sys/cgroup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <sstream>
+
+#include "sys/posix_util.h"
+
+namespace ctrun {
+namespace {
+
+bool WriteText(const std::string& path, const std::string& text) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC); }));
+  return fd && WriteAll(fd.get(), text.data(), text.size());
+}
+
+std::string RankDir(const std::string& dir, int rank) { return dir + "/rank-" + std::to_string(rank); }
+
+bool Populated(const std::string& dir) {
+  std::string events;
+  if (!ReadFile(dir + "/cgroup.events", &events)) return false;
+  return events.find("populated 1") != std::string::npos;
+}
+
+}  // namespace
+
+std::optional<Cgroup2Mount> ParseCgroup2Mount(const std::string& mountinfo) {
+  std::istringstream in(mountinfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string fstype;
+    tail >> fstype;
+    if (fstype != "cgroup2") continue;
+    std::istringstream head(line.substr(0, dash));
+    std::string id, parent, devno, root, mount_point;
+    if (!(head >> id >> parent >> devno >> root >> mount_point)) continue;
+    return Cgroup2Mount{mount_point, root};
+  }
+  return std::nullopt;
+}
+
+std::string CgroupDirectory(const Cgroup2Mount& mount, const std::string& cgroup_path) {
+  std::string rel = cgroup_path;
+  if (mount.root != "/" && rel.rfind(mount.root, 0) == 0) rel = rel.substr(mount.root.size());
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  if (!rel.empty() && rel.front() != '/') rel = "/" + rel;
+  return mount.mount_point + rel;
+}
+
+std::optional<std::string> ParseCgroup2Path(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return std::nullopt;
+}
+
+StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create() {
+  std::string mountinfo, self;
+  if (!ReadFile("/proc/self/mountinfo", &mountinfo) || !ReadFile("/proc/self/cgroup", &self))
+    return Status::Error("cannot read /proc/self/mountinfo or /proc/self/cgroup");
+  const std::optional<Cgroup2Mount> mount = ParseCgroup2Mount(mountinfo);
+  const std::optional<std::string> path = ParseCgroup2Path(self);
+  if (!mount || !path) return Status::Error("no cgroup v2 hierarchy");
+  if (path->find("..") != std::string::npos) return Status::Error("odd cgroup path " + *path);
+  const std::string dir = CgroupDirectory(*mount, *path) + "/ctrun-" + std::to_string(::getpid());
+  if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno("mkdir " + dir, errno);
+  std::unique_ptr<WorkerCgroups> cg(new WorkerCgroups(dir));
+  // Per-rank memory.events need the memory controller below ctrun-<pid>; ctrun only takes what
+  // its parent already offers (cgroup.controllers), it never enables anything above itself.
+  std::string offered;
+  if (ReadFile(dir + "/cgroup.controllers", &offered) && (" " + offered).find(" memory") != std::string::npos)
+    cg->memory_ = WriteText(dir + "/cgroup.subtree_control", "+memory");
+  return cg;
+}
+
+WorkerCgroups::~WorkerCgroups() {
+  procs_.clear();
+  if (Populated(dir_)) {
+    KillAll();
+    (void)WaitEmpty(std::chrono::seconds(2));  // bounded; a D-state survivor keeps its directory
+  }
+  RemoveRanks();
+  ::rmdir(dir_.c_str());
+}
+
+Status WorkerCgroups::PrepareAttempt(int nproc) {
+  for (int r = static_cast<int>(procs_.size()); r < nproc; ++r) {
+    const std::string rd = RankDir(dir_, r);
+    if (::mkdir(rd.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno("mkdir " + rd, errno);
+    UniqueFd fd(RetryOnEintr([&] { return ::open((rd + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC); }));
+    if (!fd) return Status::Errno("open " + rd + "/cgroup.procs", errno);
+    procs_.push_back(std::move(fd));
+  }
+  events_before_.clear();
+  for (int r = 0; r < nproc; ++r) events_before_.push_back(MemoryEvents(r));
+  return Status::Ok();
+}
+
+std::optional<std::string> WorkerCgroups::MemoryEvents(int rank) const {
+  std::string text;
+  if (!memory_ || !ReadFile(RankDir(dir_, rank) + "/memory.events", &text)) return std::nullopt;
+  return text;
+}
+
+int WorkerCgroups::procs_fd(int local_rank) const {
+  return local_rank >= 0 && static_cast<size_t>(local_rank) < procs_.size() ? procs_[local_rank].get() : -1;
+}
+
+void WorkerCgroups::KillAll() {
+  if (WriteText(dir_ + "/cgroup.kill", "1")) return;
+  // Linux < 5.14 has no cgroup.kill: SIGKILL every process listed, rank by rank.
+  for (int r = 0;; ++r) {
+    std::string procs;
+    if (!ReadFile(RankDir(dir_, r) + "/cgroup.procs", &procs)) break;
+    std::istringstream in(procs);
+    long pid = 0;
+    while (in >> pid) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+}
+
+bool WorkerCgroups::WaitEmpty(std::chrono::milliseconds budget) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + budget;
+  // cgroup.events raises POLLPRI on every change of "populated": no polling loop.
+  UniqueFd events(RetryOnEintr([&] { return ::open((dir_ + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC); }));
+  while (Populated(dir_)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || !events) return false;
+    pollfd p{events.get(), POLLPRI, 0};
+    if (RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left)); }) <= 0) return !Populated(dir_);
+    char buf[256];
+    ::lseek(events.get(), 0, SEEK_SET);
+    (void)::read(events.get(), buf, sizeof buf);  // re-arm
+  }
+  return true;
+}
+
+void WorkerCgroups::RemoveRanks() {
+  for (int r = 0;; ++r) {
+    const std::string rd = RankDir(dir_, r);
+    if (::rmdir(rd.c_str()) != 0 && errno == ENOENT) break;
+  }
+}
+
+WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds budget) {
+  AttemptEnd end;
+  if (Populated(dir_)) {  // one read in the usual case: nothing was left behind
+    for (size_t r = 0; r < procs_.size(); ++r) {
+      std::string procs;
+      if (!ReadFile(RankDir(dir_, static_cast<int>(r)) + "/cgroup.procs", &procs)) continue;
+      std::istringstream in(procs);
+      long pid = 0;
+      while (in >> pid) ++end.leftover;
+    }
+    KillAll();
+    end.emptied = WaitEmpty(budget);
+  }
+  end.memory_events_before = events_before_;
+  for (size_t r = 0; r < events_before_.size(); ++r) end.memory_events_after.push_back(MemoryEvents(static_cast<int>(r)));
+  return end;
+}
+
+}  // namespace ctrun

@@ -1,0 +1,84 @@
+// WorkerCgroups: a cgroup v2 sub-tree for the workers, where ctrun may create one (root, or a
+// cgroup delegated to the user such as a systemd scope with Delegate=yes):
+//
+//   <cgroup2 mount><ctrun's own cgroup>/ctrun-<pid>/rank-<local_rank>/
+//
+// Each worker joins its rank's cgroup between fork and exec (SpawnSpec::cgroup_procs_fd), so
+// everything it ever starts (setsid children, daemons) stays inside, whatever process group or
+// session it moves to. At the end of an attempt EndAttempt checks ctrun-<pid>/cgroup.events; when
+// something is still inside, it writes cgroup.kill (every process below dies at once, no list to
+// race with) and waits for "populated 0" (poll POLLPRI on cgroup.events, bounded). The rank
+// directories live as long as the agent (creating and removing cgroups per attempt would cost a
+// restart milliseconds), so OOM kills are counted as the difference of each rank's memory.events
+// between the start and the end of the attempt, when the memory controller could be enabled for
+// the sub-tree: exact per-rank OOM attribution. The destructor kills what is left and removes the
+// directories.
+// Create fails (the caller falls back to process groups and the descendant sweep) when there is
+// no cgroup2 mount or ctrun may not write there. ctrun's own cgroup is never changed: the
+// memory controller is enabled only below ctrun-<pid>, and only when the parent already offers it.
+// Not thread-safe; one per agent.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace ctrun {
+
+// The cgroup2 mount point and the root of the hierarchy it shows, from /proc/self/mountinfo text;
+// nullopt when there is none.
+struct Cgroup2Mount {
+  std::string mount_point;  // "/sys/fs/cgroup" or "/sys/fs/cgroup/unified"
+  std::string root;         // "/" unless the mount shows a sub-tree (containers)
+};
+std::optional<Cgroup2Mount> ParseCgroup2Mount(const std::string& mountinfo);
+// The directory of a cgroup v2 path ("0::<path>" of /proc/self/cgroup) under the mount.
+std::string CgroupDirectory(const Cgroup2Mount& mount, const std::string& cgroup_path);
+// The "0::" path of /proc/self/cgroup text; nullopt when there is none.
+std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup);
+
+class WorkerCgroups {
+ public:
+  static StatusOr<std::unique_ptr<WorkerCgroups>> Create();
+  ~WorkerCgroups();
+  WorkerCgroups(const WorkerCgroups&) = delete;
+  WorkerCgroups& operator=(const WorkerCgroups&) = delete;
+
+  // Makes the missing rank-0..rank-<nproc-1> directories, opens their cgroup.procs for the
+  // spawner, and notes each rank's memory.events as the attempt's baseline.
+  Status PrepareAttempt(int nproc);
+  // An open (O_WRONLY, CLOEXEC) cgroup.procs of the rank's cgroup; -1 when there is none.
+  int procs_fd(int local_rank) const;
+
+  struct AttemptEnd {
+    // Per local rank of the attempt, memory.events at its start and now (report/oom.h parses the
+    // oom_kill lines); both nullopt when the memory controller is not enabled for the sub-tree.
+    std::vector<std::optional<std::string>> memory_events_before, memory_events_after;
+    int leftover = 0;     // processes still in the sub-tree when the attempt ended (all killed)
+    bool emptied = true;  // false: something survived cgroup.kill for `budget` (D state)
+  };
+  // Kills everything still in the sub-tree and waits (at most `budget`) until it is empty.
+  AttemptEnd EndAttempt(std::chrono::milliseconds budget);
+
+  const std::string& dir() const { return dir_; }
+  bool per_rank_memory() const { return memory_; }
+
+ private:
+  explicit WorkerCgroups(std::string dir) : dir_(std::move(dir)) {}
+  void KillAll();
+  bool WaitEmpty(std::chrono::milliseconds budget);
+  void RemoveRanks();
+  std::optional<std::string> MemoryEvents(int rank) const;
+
+  std::string dir_;
+  bool memory_ = false;
+  std::vector<UniqueFd> procs_;                             // by local rank
+  std::vector<std::optional<std::string>> events_before_;  // by local rank, this attempt's baseline
+};
+
+}  // namespace ctrun

@@ -1,0 +1,149 @@
+#include "sys/port_owner.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "sys/posix_util.h"
+
+namespace ctrun {
+namespace {
+
+constexpr size_t kMaxCommand = 120;
+
+std::vector<pid_t> Pids(const std::string& proc_root) {
+  std::vector<pid_t> pids;
+  DIR* d = ::opendir(proc_root.c_str());
+  if (!d) return pids;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long v = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && v > 0) pids.push_back(static_cast<pid_t>(v));
+  }
+  ::closedir(d);
+  return pids;
+}
+
+bool HoldsInode(const std::string& proc_root, pid_t pid, unsigned long inode) {
+  const std::string dir = proc_root + "/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char buf[64];
+    const ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), buf, sizeof buf);
+    if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// NUL-separated /proc files (cmdline, environ) as a list.
+std::vector<std::string> NulList(const std::string& path) {
+  std::string text;
+  std::vector<std::string> out;
+  if (!ReadFile(path, &text)) return out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nul = text.find('\0', start);
+    if (nul == std::string::npos) nul = text.size();
+    out.push_back(text.substr(start, nul - start));
+    start = nul + 1;
+  }
+  return out;
+}
+
+std::string RunIdOf(const std::string& proc_root, pid_t pid) {
+  for (const std::string& kv : NulList(proc_root + "/" + std::to_string(pid) + "/environ"))
+    if (kv.rfind("TORCHELASTIC_RUN_ID=", 0) == 0) return kv.substr(20);
+  return "";
+}
+
+// The parent pid from /proc/<pid>/stat ("pid (comm) S ppid ..."; comm may hold spaces and ')').
+pid_t ParentOf(const std::string& proc_root, pid_t pid) {
+  std::string stat;
+  if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return 0;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(stat.substr(close + 1));
+  std::string state;
+  long ppid = 0;
+  in >> state >> ppid;
+  return static_cast<pid_t>(ppid);
+}
+
+}  // namespace
+
+std::vector<unsigned long> SocketInodesOnPort(const std::string& text, int port) {
+  std::vector<unsigned long> listening, other;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string sl, local, remote, st, queues, timer, retr, uid, timeout;
+    unsigned long inode = 0;
+    if (!(f >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    const size_t colon = local.rfind(':');
+    if (colon == std::string::npos) continue;
+    const long p = std::strtol(local.c_str() + colon + 1, nullptr, 16);
+    if (p != port || inode == 0) continue;
+    (st == "0A" ? listening : other).push_back(inode);
+  }
+  listening.insert(listening.end(), other.begin(), other.end());
+  return listening;
+}
+
+std::optional<PortHolder> FindPortHolder(int port, const std::string& proc_root) {
+  std::vector<unsigned long> inodes;
+  for (const char* file : {"/net/tcp", "/net/tcp6"}) {
+    std::string text;
+    if (!ReadFile(proc_root + file, &text)) continue;
+    for (unsigned long i : SocketInodesOnPort(text, port)) inodes.push_back(i);
+  }
+  if (inodes.empty()) return std::nullopt;
+  PortHolder h;
+  const std::vector<pid_t> pids = Pids(proc_root);
+  for (pid_t pid : pids)
+    if (HoldsInode(proc_root, pid, inodes.front())) {
+      h.pid = pid;
+      break;
+    }
+  if (h.pid == 0) return h;
+  for (const std::string& arg : NulList(proc_root + "/" + std::to_string(h.pid) + "/cmdline"))
+    h.command += (h.command.empty() ? "" : " ") + arg;
+  if (h.command.size() > kMaxCommand) h.command = h.command.substr(0, kMaxCommand - 3) + "...";
+  h.run_id = RunIdOf(proc_root, h.pid);
+  for (size_t i = 0; i < pids.size() && h.run_id.empty(); ++i)
+    if (ParentOf(proc_root, pids[i]) == h.pid) h.run_id = RunIdOf(proc_root, pids[i]);
+  return h;
+}
+
+std::string DescribePortHolder(const std::optional<PortHolder>& holder, const std::string& own_run_id,
+                               const std::string& entrypoint_name, const std::string& port_flag) {
+  const std::string pick = "pick another " + port_flag + ", or --standalone for a free one";
+  if (!holder) return "the port is in use: " + pick;
+  if (holder->pid == 0) return "the port is in use by a process this user cannot see: " + pick;
+  const std::string who = "pid " + std::to_string(holder->pid) + " (" + holder->command + ")";
+  const bool same_id = !holder->run_id.empty() && holder->run_id == own_run_id;
+  const bool same_job = same_id && (own_run_id != "none" || entrypoint_name.empty() ||
+                                    holder->command.find(entrypoint_name) != std::string::npos);
+  if (same_job)
+    return "the port is held by " + who + ", a run of this same job (run id '" + own_run_id +
+           "') that is still running: stop it (kill " + std::to_string(holder->pid) + ") or pick another " +
+           port_flag;
+  std::string text = "the port is held by " + who;
+  if (!holder->run_id.empty()) text += ", a job with run id '" + holder->run_id + "'";
+  return text + ": " + pick;
+}
+
+}  // namespace ctrun

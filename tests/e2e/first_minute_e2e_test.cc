@@ -1,0 +1,404 @@
+// End-to-end tests of what a new user meets in the first minute (issue 9): set-up failures that
+// name the problem, Python interpreter choice, torchrun's placeholders, usage errors, leftovers of
+// escaped descendants (and the cgroup sub-tree), where log files went, and the failure summary's
+// torchrun layout. The real ctrun binary against ctrun_fake_worker; every wait polls a deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "helpers/ctrun_command.h"
+#include "helpers/free_port.h"
+#include "helpers/test_util.h"
+
+namespace ctrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string EnvValue(const std::string& env_dump, const std::string& key) {
+  for (const auto& l : SplitLines(env_dump))
+    if (l.rfind(key + "=", 0) == 0) return l.substr(key.size() + 1);
+  return "<unset>";
+}
+
+bool Contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// ctrun's error lines ("ctrun: error: ..." or its own "[ctrun] E ..." diagnostics).
+std::vector<std::string> ErrorLines(const std::string& err) {
+  std::vector<std::string> out;
+  for (const auto& l : SplitLines(err))
+    if (l.rfind("ctrun: error: ", 0) == 0 || l.rfind("[ctrun] E ", 0) == 0) out.push_back(l);
+  return out;
+}
+
+void WriteExecutable(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), 0755);
+}
+
+// A stand-in for python: records its arguments (one per line) in $FAKEPY_ARGS.$RANK, prints
+// $FAKEPY_STDERR to stderr and exits with $FAKEPY_EXIT (default 0).
+std::string FakePython(const TempDir& d) {
+  const std::string path = d / "fakepy";
+  WriteExecutable(path,
+                  "#!/bin/sh\n"
+                  "for a in \"$@\"; do echo \"$a\"; done > \"$FAKEPY_ARGS.$RANK\"\n"
+                  "[ -n \"$FAKEPY_STDERR\" ] && echo \"$FAKEPY_STDERR\" >&2\n"
+                  "exit ${FAKEPY_EXIT:-0}\n");
+  return path;
+}
+
+// A socket listening on a loopback port (closed by the destructor).
+class Listener {
+ public:
+  Listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 4) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port_ = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+bool HasIpv6Loopback() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// --- each bad command line: exit code and message ------------------------------------------
+
+TEST(FirstMinuteE2E, EveryBadCommandLineHasItsExitCodeAndOneLine) {
+  Listener busy;
+  ASSERT_NE(busy.port(), 0);
+  const std::string free_port = std::to_string(FreePort());
+  const std::string w = FAKE_WORKER;
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--version", "--foo"}, 2, "ctrun: error: unrecognized option '--foo'"},
+      {{"--node_rank=1", w}, 2, "--node_rank=1 is out of range for --nnodes=1 (the default): node ranks are 0..0"},
+      {{"--nnodes=2", "--node_rank=2", w}, 2, "--node_rank=2 is out of range for --nnodes=2"},
+      {{"--standalone", "--node_rank=1", w}, 2, "--node_rank=1 with --standalone"},
+      {{"--rdzv_endpoint=localhost:abc", w}, 2, "--rdzv_endpoint=localhost:abc: bad port in 'localhost:abc'"},
+      {{"--rdzv_endpoint=localhost", w}, 2, "the static backend needs HOST:PORT"},
+      {{"--rdzv_conf=timeout=abc", w}, 2, "--rdzv_conf timeout=abc: expected a positive number of seconds"},
+      {{"--standalone", "--rdzv_conf=timeout=abc", w}, 2, "--rdzv_conf timeout=abc"},
+      {{"--master_addr=[::1", w}, 2, "invalid value '[::1' for --master_addr: unbalanced '['"},
+      {{"--master_addr=localhost:29500", w}, 2, "--master_addr: an address takes no port here"},
+      {{"--local_addr=[::1]:5", w}, 2, "--local_addr: an address takes no port here"},
+      // A million needs more fds than any RLIMIT_NOFILE ctrun uses (1<<20): refused on every machine.
+      {{"--nproc_per_node=1000000", w}, 2, "--nproc_per_node=1000000 is more workers than this machine allows: "},
+      {{"--master_port=" + std::to_string(busy.port()), w}, 1,
+       "cannot host the workers' store on 127.0.0.1:" + std::to_string(busy.port()) + ": the port is held by pid " +
+           std::to_string(::getpid())},
+      {{"--master_addr=nosuchhost.invalid", "--master_port=" + free_port, w}, 1,
+       "cannot host the workers' store on nosuchhost.invalid:" + free_port +
+           ": --master_addr=nosuchhost.invalid does not resolve"},
+      {{"--master_addr=192.0.2.1", "--master_port=" + free_port, w}, 1,
+       "--master_addr=192.0.2.1 is not an address of this machine"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv{CTRUN_BINARY};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const RunResult r = RunCommand(argv, {}, 20s);
+    const std::string what = c.args[0] + (c.args.size() > 1 ? " " + c.args[1] : "");
+    EXPECT_EQ(r.exit_code, c.code) << what << ": " << r.err;
+    const std::vector<std::string> errors = ErrorLines(r.err);
+    ASSERT_EQ(errors.size(), 1u) << what << ": " << r.err;
+    EXPECT_TRUE(Contains(errors[0], c.message)) << what << ":\n  got:  " << errors[0] << "\n  want: " << c.message;
+    if (c.code == 2) {
+      EXPECT_EQ(SplitLines(r.err).size(), 1u) << what << ": " << r.err;
+    }
+  }
+}
+
+TEST(FirstMinuteE2E, NoArgumentsPrintsTheUsage) {
+  const RunResult r = RunCommand({CTRUN_BINARY});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("Usage: ctrun [OPTIONS] ENTRYPOINT [ARGS...]\n", 0), 0u) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ctrun --help")) << r.err;
+}
+
+TEST(FirstMinuteE2E, HelpSaysWhatStandaloneIgnoresAndKeeps) {
+  const RunResult r = RunCommand({CTRUN_BINARY, "--help"});
+  ASSERT_EQ(r.exit_code, 0);
+  std::string flat = r.out;
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  flat.erase(std::unique(flat.begin(), flat.end(), [](char a, char b) { return a == ' ' && b == ' '; }), flat.end());
+  EXPECT_TRUE(Contains(flat, "--rdzv-backend, --rdzv-endpoint, --master-addr and --master-port are ignored")) << r.out;
+  EXPECT_TRUE(Contains(flat, "the run id is random unless --rdzv-id is given")) << r.out;
+}
+
+// --- 1. set-up failures ------------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, PortHeldByARunOfTheSameJobIsNamed) {
+  TempDir d;
+  const std::string port = std::to_string(FreePort());
+  const std::vector<std::string> flags{"--master_port=" + port, "--rdzv_id=job9"};
+  BackgroundProcess first(Ctrun(flags, {"--pid-file", d / "pids", "--hang"}), {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return !ReadPids(d / "pids").empty(); }, 10s)) << ReadFileOr(d / "err");
+  const RunResult second = RunCommand(Ctrun(flags, {"--hang"}), {}, 20s);
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  const std::vector<std::string> errors = ErrorLines(second.err);
+  ASSERT_EQ(errors.size(), 1u) << second.err;
+  EXPECT_TRUE(Contains(errors[0], "cannot host the workers' store on 127.0.0.1:" + port + ": the port is held by pid " +
+                                      std::to_string(first.pid())))
+      << errors[0];
+  EXPECT_TRUE(Contains(errors[0], "a run of this same job (run id 'job9') that is still running: stop it (kill " +
+                                      std::to_string(first.pid()) + ")"))
+      << errors[0];
+  first.Signal(SIGTERM);
+  EXPECT_EQ(first.Wait(10s), 128 + SIGTERM);
+}
+
+TEST(FirstMinuteE2E, BracketedIpv6MasterAddrAndEndpointWork) {
+  if (!HasIpv6Loopback()) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  TempDir d;
+  const std::string port = std::to_string(FreePort());
+  RunResult r = RunCommand(Ctrun({"--master_addr=[::1]", "--master_port=" + port}, {"--env-file", d / "a"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "a.0"), "MASTER_ADDR"), "::1");
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "a.0"), "MASTER_PORT"), port);
+  r = RunCommand(Ctrun({"--rdzv_endpoint=[::1]:" + port}, {"--env-file", d / "b"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "b.0"), "MASTER_ADDR"), "::1");
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "b.0"), "MASTER_PORT"), port);
+}
+
+// --- 5. Python ---------------------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, PythonExecIsHonouredAndLogged) {
+  TempDir d;
+  const std::string py = FakePython(d);
+  std::ofstream(d / "train.py") << "print('hi')\n";
+  const RunResult r = RunCommand({CTRUN_BINARY, "--standalone", d / "train.py", "--lr", "0.1"},
+                                 {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", d / "train.py", "--lr", "0.1"}));
+  EXPECT_TRUE(Contains(r.err, "workers run under " + py + " (PYTHON_EXEC)")) << r.err;
+}
+
+TEST(FirstMinuteE2E, MissingTorchNamesTheInterpreterAndHowToChooseAnother) {
+  TempDir d;
+  const std::string py = FakePython(d);
+  std::ofstream(d / "train.py") << "import torch\n";
+  const RunResult r = RunCommand(
+      {CTRUN_BINARY, "--standalone", "--nproc_per_node=2", d / "train.py"},
+      {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args"), "FAKEPY_EXIT=1",
+       "FAKEPY_STDERR=ModuleNotFoundError: No module named 'torch'"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "note      : the worker ran under " + py +
+                                  ", which cannot import torch; choose an interpreter that has it with PYTHON_EXEC, "
+                                  "e.g. PYTHON_EXEC=/usr/bin/python3"))
+      << r.err;
+}
+
+TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
+  TempDir d;
+  const std::string py = FakePython(d);
+  std::ofstream(d / "train") << "#!/usr/bin/env python3\nimport os\n";
+  const RunResult r =
+      RunCommand({CTRUN_BINARY, "--standalone", d / "train", "x"}, {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", d / "train", "x"}));
+  EXPECT_TRUE(Contains(r.err, "is not executable and holds Python: it runs under Python")) << r.err;
+}
+
+// --- 6. placeholders ---------------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, OnlyLocalRankIsReplacedUnlessAskedAndTheEscapeWorks) {
+  TempDir d;
+  RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},
+                                 {"--env-file", d.path() + "/plain_${local_rank}_${rank}_key=${world_size}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d / "plain_1_${rank}_key=${world_size}.1"));
+  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--expand-placeholders"},
+                       {"--env-file", d.path() + "/all_${local_rank}_${rank}_${world_size}_$${rank}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d / "all_1_1_2_${rank}.1"));
+}
+
+// --- 7. accepted but wrong ---------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, LocalAddrIsMasterAddrOfAStandaloneJob) {
+  TempDir d;
+  const RunResult r = RunCommand(Ctrun({"--standalone", "--local_addr=localhost"}, {"--env-file", d / "env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "env.0"), "MASTER_ADDR"), "localhost");
+}
+
+TEST(FirstMinuteE2E, StaticBackendUsesTheRendezvousEndpoint) {
+  TempDir d;
+  const std::string port = std::to_string(FreePort());
+  const RunResult r = RunCommand(Ctrun({"--rdzv_endpoint=127.0.0.1:" + port}, {"--env-file", d / "env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "env.0"), "MASTER_PORT"), port);
+}
+
+// --- 8. leftovers ------------------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, EscapedSetsidGrandchildrenAreGoneAfterRestartAndExit) {
+  // With the cgroup sub-tree where ctrun can make one, and with the /proc sweep (CTRUN_NO_CGROUP=1).
+  for (const std::vector<std::string>& env : {std::vector<std::string>{}, std::vector<std::string>{"CTRUN_NO_CGROUP=1"}}) {
+    TempDir d;
+    // Attempt 0: rank 1 fails; attempt 1 succeeds. Every worker leaves a setsid() grandchild behind.
+    const RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
+                                         {"--pid-file", d / "pids", "--detached-grandchild", "--only-rank", "1",
+                                          "--only-attempt", "0", "--exit", "3"}),
+                                   env);
+    const std::string what = env.empty() ? "default" : env[0];
+    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+    const std::vector<pid_t> pids = ReadPids(d / "pids");
+    ASSERT_EQ(pids.size(), 8u) << what;  // 2 attempts x 2 workers x (worker + grandchild)
+    for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p)) << what << ": pid " << p << " outlived ctrun";
+    // A grandchild may not have left the group yet when its worker's group is stopped: one or two
+    // per attempt are left to the sweep.
+    EXPECT_TRUE(Contains(r.err, "process(es) the workers left running outside their process groups"))
+        << what << ": " << r.err;
+  }
+}
+
+TEST(FirstMinuteE2E, ChildrenCtrunInheritedFromItsShellAreSpared) {
+  TempDir d;
+  // `monitor & exec ctrun ...`: the monitor becomes ctrun's child, but it is not the workers'.
+  const std::string script = "sleep 60 & echo $! > " + (d / "monitor") + "; exec " + std::string(CTRUN_BINARY) +
+                             " --standalone " + FAKE_WORKER + " --detached-grandchild --pid-file " + (d / "pids");
+  const RunResult r = RunCommand({"/bin/sh", "-c", script}, {"CTRUN_NO_CGROUP=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<pid_t> monitor = ReadPids(d / "monitor");
+  ASSERT_EQ(monitor.size(), 1u);
+  EXPECT_TRUE(ProcessAlive(monitor[0])) << r.err;
+  ::kill(monitor[0], SIGKILL);
+  for (pid_t p : ReadPids(d / "pids")) EXPECT_FALSE(ProcessAlive(p)) << p;
+}
+
+// The cgroup v2 sub-tree: only where ctrun can make one (root with a writable cgroup2 mount).
+TEST(FirstMinuteE2E, WorkersRunInTheirRankCgroupWhichIsRemovedAfterwards) {
+  std::string mountinfo;
+  {
+    std::ifstream in("/proc/self/mountinfo");
+    mountinfo.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: ctrun cannot create a cgroup here (it falls back to /proc)";
+  if (!Contains(mountinfo, " - cgroup2 ")) GTEST_SKIP() << "no cgroup2 mount";
+  TempDir d;
+  const std::string go = d / "go";
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--log-level=debug"},
+                            {"--pid-file", d / "pids", "--detached-grandchild", "--wait-file", go}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 4; }, 10s)) << ReadFileOr(d / "err");
+  if (!Contains(ReadFileOr(d / "err"), "workers run in cgroup ")) {
+    std::ofstream(go).put('x');
+    p.Wait(10s);
+    GTEST_SKIP() << "the cgroup2 mount is not writable here: " << ReadFileOr(d / "err");
+  }
+  const std::string tag = "/ctrun-" + std::to_string(p.pid()) + "/rank-";
+  for (pid_t pid : ReadPids(d / "pids"))
+    EXPECT_TRUE(Contains(ReadFileOr("/proc/" + std::to_string(pid) + "/cgroup"), tag)) << pid;
+  std::ofstream(go).put('x');
+  ASSERT_EQ(p.Wait(10s), 0) << ReadFileOr(d / "err");
+  for (pid_t pid : ReadPids(d / "pids")) EXPECT_FALSE(ProcessAlive(pid)) << pid;
+  std::string dir;
+  for (const auto& l : SplitLines(ReadFileOr(d / "err")))
+    if (size_t at = l.find("workers run in cgroup "); at != std::string::npos) dir = l.substr(at + 22, l.find(' ', at + 22) - at - 22);
+  ASSERT_FALSE(dir.empty());
+  EXPECT_FALSE(fs::exists(dir)) << dir;
+}
+
+// --- 9. where output went ----------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, TheFreshLogDirectoryIsNamedAtStartAndEndOrRemoved) {
+  TempDir tmp;
+  RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--tee=3"}, {"--print", "1"}),
+                           {"TMPDIR=" + tmp.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string base = tmp / "torchelastic_";
+  EXPECT_TRUE(Contains(r.err, "worker log files: " + base)) << r.err;
+  EXPECT_TRUE(Contains(r.err, "worker log files are in " + base)) << r.err;
+  int dirs = 0;
+  for (const auto& e : fs::directory_iterator(tmp.path())) dirs += e.path().filename().string().rfind("torchelastic_", 0) == 0;
+  EXPECT_EQ(dirs, 1);
+
+  TempDir tmp2;
+  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--print", "1"}), {"TMPDIR=" + tmp2.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_empty(tmp2.path())) << "an unlisted directory was left in " << tmp2.path();
+}
+
+// --- compatibility details -----------------------------------------------------------------------
+
+TEST(FirstMinuteE2E, SummaryHasTorchrunsLayoutWithStoppedRanksInTheirOwnSection) {
+  const RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},
+                                       {"--only-rank", "1", "--exit", "4", "--else-hang"}));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  const std::string& e = r.err;
+  const size_t failures = e.find("Failures:\n  <NO_OTHER_FAILURES>\n");
+  const size_t root = e.find("Root Cause (first observed failure):\n[0]:\n");
+  const size_t stopped = e.find("Stopped by ctrun (not failures of their own):\n[1]:\n");
+  ASSERT_NE(failures, std::string::npos) << e;
+  ASSERT_NE(root, std::string::npos) << e;
+  ASSERT_NE(stopped, std::string::npos) << e;
+  EXPECT_LT(failures, root);
+  EXPECT_LT(root, stopped);
+  EXPECT_TRUE(Contains(e.substr(root, stopped - root), "rank      : 1 (local_rank: 1)")) << e;
+  EXPECT_TRUE(Contains(e.substr(stopped), "rank      : 0 (local_rank: 0)")) << e;
+  // torchrun's host field is Python's socket.getfqdn().
+  const RunResult fqdn = RunCommand({"/usr/bin/python3", "-c", "import socket; print(socket.getfqdn())"});
+  if (fqdn.exit_code == 0) {
+    EXPECT_TRUE(Contains(e, "  host      : " + SplitLines(fqdn.out)[0] + "\n")) << e;
+  }
+}
+
+TEST(FirstMinuteE2E, DurationsPrintWithoutTrailingZeros) {
+  TempDir d;
+  BackgroundProcess p(Ctrun({"--standalone"}, {"--pid-file", d / "pids", "--hang"}), {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return !ReadPids(d / "pids").empty(); }, 10s));
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(10s), 128 + SIGTERM);
+  EXPECT_TRUE(Contains(ReadFileOr(d / "err"), "then SIGKILL after 30 s\n")) << ReadFileOr(d / "err");
+}
+
+TEST(FirstMinuteE2E, TeeMapPrefixesOnlyTheRanksItTees) {
+  TempDir d;
+  const RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--tee=1:1", "--log_dir", d.path()},
+                                       {"--print", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = SplitLines(r.out);
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "rank 0 line 0"), lines.end()) << r.out;
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "[default1]:rank 1 line 0"), lines.end()) << r.out;
+  const RunResult none = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--tee=3:3", "--log_dir", d.path()},
+                                          {"--print", "1"}));
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  for (const auto& l : SplitLines(none.out)) EXPECT_EQ(l.rfind("rank ", 0), 0u) << none.out;
+}
+
+}  // namespace
+}  // namespace ctrun::testing
