@@ -1,0 +1,69 @@
+#include "logs/duplicate_filter.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::logs {
+namespace {
+
+using ctrun::testing::ReadFileOr;
+using ctrun::testing::TempDir;
+
+std::shared_ptr<DuplicateFile> Open(const std::string& path, std::vector<std::string> filters) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  return std::make_shared<DuplicateFile>(std::move(fd), std::move(filters), path);
+}
+
+TEST(DuplicateFilter, CopiesMatchingWholeLinesWithThePrefix) {
+  TempDir d;
+  auto f = Open(d / "filtered", {"loss", "acc"});
+  DuplicateTap tap(f, "[r0] ", 1024);
+  tap.Feed("step 1 loss=3\nstep 1 lr=0.1\nstep 2 ac");  // "acc" split across reads
+  tap.Feed("c=0.5\nnothing\n");
+  tap.Finish();
+  EXPECT_EQ(ReadFileOr(d / "filtered"), "[r0] step 1 loss=3\n[r0] step 2 acc=0.5\n");
+}
+
+TEST(DuplicateFilter, RanksShareOneFileLineByLine) {
+  TempDir d;
+  auto f = Open(d / "filtered", {"x"});
+  DuplicateTap a(f, "[r0] ", 1024), b(f, "[r1] ", 1024);
+  a.Feed("x from 0, part");
+  b.Feed("x from 1\n");
+  a.Feed(" two\n");
+  a.Finish();
+  b.Finish();
+  EXPECT_EQ(ReadFileOr(d / "filtered"), "[r1] x from 1\n[r0] x from 0, part two\n");
+}
+
+TEST(DuplicateFilter, CarriageReturnEndsALineAndThePartialLastLineCountsAtTheEnd) {
+  TempDir d;
+  auto f = Open(d / "filtered", {"it/s"});
+  DuplicateTap tap(f, "", 1024);
+  tap.Feed("\r 10% 5it/s\r 20% 6it/s\r\nCUDA error it/s");
+  tap.Finish();
+  EXPECT_EQ(ReadFileOr(d / "filtered"), " 10% 5it/s\n 20% 6it/s\nCUDA error it/s\n");
+}
+
+TEST(DuplicateFilter, LongPartialLinesAreTestedInPieces) {
+  TempDir d;
+  auto f = Open(d / "filtered", {"needle"});
+  DuplicateTap tap(f, "", 8);
+  tap.Feed("aaaaaaaaneedle");  // 8 'a' then a piece with the needle
+  tap.Finish();
+  EXPECT_EQ(ReadFileOr(d / "filtered"), "needle\n");
+}
+
+TEST(DuplicateFilter, CommaEscapedFilterMatchesLiterally) {
+  TempDir d;
+  auto f = Open(d / "filtered", {"a,b"});
+  DuplicateTap tap(f, "", 1024);
+  tap.Feed("a,b\na b\n");
+  tap.Finish();
+  EXPECT_EQ(ReadFileOr(d / "filtered"), "a,b\n");
+}
+
+}  // namespace
+}  // namespace ctrun::logs
