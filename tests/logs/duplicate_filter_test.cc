@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers/test_util.h"
+#include "logs/output_plan.h"
 
 namespace ctrun::logs {
 namespace {
@@ -63,6 +64,26 @@ TEST(DuplicateFilter, CommaEscapedFilterMatchesLiterally) {
   tap.Feed("a,b\na b\n");
   tap.Finish();
   EXPECT_EQ(ReadFileOr(d / "filtered"), "a,b\n");
+}
+
+TEST(DuplicateFilter, OpenDuplicateFilesOnlyForStreamsWithFilters) {
+  TempDir d;
+  OutputFlags flags;
+  flags.duplicate_stderr = {"warn"};
+  AttemptPaths paths;
+  paths.dir = d.path();
+  paths.filtered_stdout = d / "filtered_stdout.log";
+  paths.filtered_stderr = d / "filtered_stderr.log";
+  auto files = OpenDuplicateFiles(flags, paths);
+  ASSERT_TRUE(files.ok()) << files.message();
+  EXPECT_EQ(files->out, nullptr);
+  ASSERT_NE(files->err, nullptr);
+  EXPECT_TRUE(::access((d / "filtered_stderr.log").c_str(), F_OK) == 0);
+  EXPECT_FALSE(::access((d / "filtered_stdout.log").c_str(), F_OK) == 0);
+  paths.dir = kDevNull;  // files off
+  auto none = OpenDuplicateFiles(flags, paths);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->err, nullptr);
 }
 
 }  // namespace
