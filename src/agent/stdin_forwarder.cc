@@ -42,25 +42,24 @@ void StdinForwarder::OnContinued() {
   Update();
 }
 
+namespace {
+// Adds or removes fd's watch so that it matches `want`.
+void Watch(EventLoop& loop, int fd, uint32_t events, bool want, bool* watched, EventLoop::FdHandler handler) {
+  if (want == *watched) return;
+  if (want) {
+    *watched = loop.AddFd(fd, events, std::move(handler)).ok();
+  } else {
+    loop.RemoveFd(fd);
+    *watched = false;
+  }
+}
+}  // namespace
+
 void StdinForwarder::Update() {
   const bool want_in = target_ && pending_.empty() && !background_;
   const bool want_out = target_ && !pending_.empty();
-  if (want_in != in_watched_) {
-    if (want_in) {
-      in_watched_ = loop_.AddFd(in_.get(), EPOLLIN, [this](uint32_t) { OnInput(); }).ok();
-    } else {
-      loop_.RemoveFd(in_.get());
-      in_watched_ = false;
-    }
-  }
-  if (want_out != out_watched_) {
-    if (want_out) {
-      out_watched_ = loop_.AddFd(target_.get(), EPOLLOUT, [this](uint32_t) { OnTargetWritable(); }).ok();
-    } else {
-      loop_.RemoveFd(target_.get());
-      out_watched_ = false;
-    }
-  }
+  Watch(loop_, in_.get(), EPOLLIN, want_in, &in_watched_, [this](uint32_t) { OnInput(); });
+  Watch(loop_, target_.get(), EPOLLOUT, want_out, &out_watched_, [this](uint32_t) { OnTargetWritable(); });
 }
 
 void StdinForwarder::OnInput() {

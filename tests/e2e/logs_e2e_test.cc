@@ -156,28 +156,13 @@ TEST(LogsE2E, BadLogFlagsAreUsageErrors) {
   }
 }
 
-}  // namespace
-}  // namespace ctrun::testing
-
-namespace ctrun::testing {
-namespace {
-
-using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-std::string OnlyRunDir(const std::string& base) {
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator(base)) found.push_back(e.path().string());
-  return found.size() == 1 ? found[0] : "";
-}
-
 TEST(LogsE2E, DuplicateFiltersCopyMatchingLinesOfEveryRankToOneFilePerStream) {
   TempDir d;
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--log_dir", d.path(), "--redirects", "1",
                              "--duplicate-stdout-filters", "line 1,line 3", "--duplicate-stderr-filters", "oops,,x"},
                             {"--print", "5", "--stderr", "oops,x happened", "--partial", "oops,x at the end"}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  const std::string run = OnlyRunDir(d.path());
+  const std::string run = RunDir(d.path());
   ASSERT_FALSE(run.empty());
   std::vector<std::string> out = SplitLines(ReadFileOr(run + "/attempt_0/filtered_stdout.log"));
   std::sort(out.begin(), out.end());

@@ -17,14 +17,20 @@ std::shared_ptr<DuplicateFile> Open(const std::string& path, std::vector<std::st
   return std::make_shared<DuplicateFile>(std::move(fd), std::move(filters), path);
 }
 
-TEST(DuplicateFilter, CopiesMatchingWholeLinesWithThePrefix) {
+// What one stream fed with `reads` (then ended) leaves in a filtered file.
+std::string Filtered(std::vector<std::string> filters, const std::vector<std::string>& reads,
+                     const std::string& prefix = "", size_t max_line = 1024) {
   TempDir d;
-  auto f = Open(d / "filtered", {"loss", "acc"});
-  DuplicateTap tap(f, "[r0] ", 1024);
-  tap.Feed("step 1 loss=3\nstep 1 lr=0.1\nstep 2 ac");  // "acc" split across reads
-  tap.Feed("c=0.5\nnothing\n");
+  DuplicateTap tap(Open(d / "filtered", std::move(filters)), prefix, max_line);
+  for (const auto& r : reads) tap.Feed(r);
   tap.Finish();
-  EXPECT_EQ(ReadFileOr(d / "filtered"), "[r0] step 1 loss=3\n[r0] step 2 acc=0.5\n");
+  return ReadFileOr(d / "filtered");
+}
+
+TEST(DuplicateFilter, CopiesMatchingWholeLinesWithThePrefix) {
+  // "acc" split across reads
+  EXPECT_EQ(Filtered({"loss", "acc"}, {"step 1 loss=3\nstep 1 lr=0.1\nstep 2 ac", "c=0.5\nnothing\n"}, "[r0] "),
+            "[r0] step 1 loss=3\n[r0] step 2 acc=0.5\n");
 }
 
 TEST(DuplicateFilter, RanksShareOneFileLineByLine) {
@@ -40,30 +46,16 @@ TEST(DuplicateFilter, RanksShareOneFileLineByLine) {
 }
 
 TEST(DuplicateFilter, CarriageReturnEndsALineAndThePartialLastLineCountsAtTheEnd) {
-  TempDir d;
-  auto f = Open(d / "filtered", {"it/s"});
-  DuplicateTap tap(f, "", 1024);
-  tap.Feed("\r 10% 5it/s\r 20% 6it/s\r\nCUDA error it/s");
-  tap.Finish();
-  EXPECT_EQ(ReadFileOr(d / "filtered"), " 10% 5it/s\n 20% 6it/s\nCUDA error it/s\n");
+  EXPECT_EQ(Filtered({"it/s"}, {"\r 10% 5it/s\r 20% 6it/s\r\nCUDA error it/s"}),
+            " 10% 5it/s\n 20% 6it/s\nCUDA error it/s\n");
 }
 
 TEST(DuplicateFilter, LongPartialLinesAreTestedInPieces) {
-  TempDir d;
-  auto f = Open(d / "filtered", {"needle"});
-  DuplicateTap tap(f, "", 8);
-  tap.Feed("aaaaaaaaneedle");  // 8 'a' then a piece with the needle
-  tap.Finish();
-  EXPECT_EQ(ReadFileOr(d / "filtered"), "needle\n");
+  EXPECT_EQ(Filtered({"needle"}, {"aaaaaaaaneedle"}, "", 8), "needle\n");  // 8 'a', then the needle
 }
 
 TEST(DuplicateFilter, CommaEscapedFilterMatchesLiterally) {
-  TempDir d;
-  auto f = Open(d / "filtered", {"a,b"});
-  DuplicateTap tap(f, "", 1024);
-  tap.Feed("a,b\na b\n");
-  tap.Finish();
-  EXPECT_EQ(ReadFileOr(d / "filtered"), "a,b\n");
+  EXPECT_EQ(Filtered({"a,b"}, {"a,b\na b\n"}), "a,b\n");
 }
 
 TEST(DuplicateFilter, OpenDuplicateFilesOnlyForStreamsWithFilters) {

@@ -18,6 +18,16 @@ AttemptPaths Paths(int n, bool files = true) {
   return p;
 }
 
+// Parses the flags of c and plans with `in` (its paths set by the caller).
+std::vector<WorkerOutputPlan> RunPlan(const LaunchConfig& c, const PlanInputs& in, const char* env_template) {
+  auto flags = ParseOutputFlags(c, env_template);
+  EXPECT_TRUE(flags.ok()) << flags.message();
+  if (!flags.ok()) return {};
+  auto r = PlanOutput(c, *flags, in);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+}
+
 std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files = true,
                                    const char* env_template = nullptr, int node_rank = 0) {
   AttemptPaths paths = Paths(nproc, files);
@@ -26,12 +36,7 @@ std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files 
   in.world_size = nproc * (node_rank + 1);
   in.node_rank = node_rank;
   in.paths = &paths;
-  auto flags = ParseOutputFlags(c, env_template);
-  EXPECT_TRUE(flags.ok()) << flags.message();
-  if (!flags.ok()) return {};
-  auto r = PlanOutput(c, *flags, in);
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+  return RunPlan(c, in, env_template);
 }
 
 TEST(OutputPlan, SingleWorkerWithoutOptionsInherits) {
@@ -185,12 +190,7 @@ std::vector<WorkerOutputPlan> PlanWithInputs(const LaunchConfig& c, int nproc, s
   in.paths = &paths;
   in.pty_window = window;
   in.forward_stdin = forward_stdin;
-  auto flags = ParseOutputFlags(c, nullptr);
-  EXPECT_TRUE(flags.ok()) << flags.message();
-  if (!flags.ok()) return {};
-  auto r = PlanOutput(c, *flags, in);
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+  return RunPlan(c, in, nullptr);
 }
 
 TEST(OutputPlan, WithAWindowConsoleStdoutGetsAPtyLessThePrefixStderrStaysAPipe) {

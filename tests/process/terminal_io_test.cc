@@ -110,42 +110,42 @@ TEST(StdinForwarder, NotATerminalNoForwarder) {
   EXPECT_EQ(StdinForwarder::Create(loop, p.read_end.get()), nullptr);
 }
 
-TEST(StdinForwarder, TypedLinesReachTheTargetAndCtrlDClosesIt) {
+// A forwarder reading a fake terminal, and rank 0's stdin pipe.
+struct ForwarderTest : ::testing::Test {
+  void SetUp() override {
+    fwd = StdinForwarder::Create(loop, term.slave.get());
+    ASSERT_NE(fwd, nullptr);
+  }
+  // Runs the loop until rank 0 has read `want` in all.
+  bool Rank0Reads(const std::string& want) {
+    std::string got;
+    return RunUntil(loop, [&] { return (got += rank0.ReadNow()) == want; }, 5s);
+  }
   EventLoop loop;
   FakeTerminal term;
-  auto fwd = StdinForwarder::Create(loop, term.slave.get());
-  ASSERT_NE(fwd, nullptr);
+  std::unique_ptr<StdinForwarder> fwd;
   Pipe rank0;
+};
+
+TEST_F(ForwarderTest, TypedLinesReachTheTargetAndCtrlDClosesIt) {
   fwd->SetTarget(std::move(rank0.write_end));
   term.Type("c\n");
-  std::string got;
-  ASSERT_TRUE(RunUntil(loop, [&] { return (got += rank0.ReadNow()) == "c\n"; }, 5s)) << got;
+  ASSERT_TRUE(Rank0Reads("c\n"));
   term.Type("\x04");  // Ctrl-D at the start of a line: end of file
   ASSERT_TRUE(RunUntil(loop, [&] { return !fwd->has_target(); }, 5s));
   char c;
   EXPECT_EQ(::read(rank0.read_end.get(), &c, 1), 0);  // rank 0 reads EOF
 }
 
-TEST(StdinForwarder, NothingIsConsumedWithoutATarget) {
-  EventLoop loop;
-  FakeTerminal term;
-  auto fwd = StdinForwarder::Create(loop, term.slave.get());
-  ASSERT_NE(fwd, nullptr);
+TEST_F(ForwarderTest, NothingIsConsumedWithoutATarget) {
   term.Type("early\n");
   testing::RunFor(loop, 50ms);
-  Pipe rank0;
   fwd->SetTarget(std::move(rank0.write_end));  // e.g. the restarted rank 0
-  std::string got;
-  ASSERT_TRUE(RunUntil(loop, [&] { return (got += rank0.ReadNow()) == "early\n"; }, 5s)) << got;
+  ASSERT_TRUE(Rank0Reads("early\n"));
 }
 
-TEST(StdinForwarder, AGoneReaderDropsTheTarget) {
+TEST_F(ForwarderTest, AGoneReaderDropsTheTarget) {
   ::signal(SIGPIPE, SIG_IGN);  // as in ctrun (BlockAgentSignals): EPIPE, not a dead process
-  EventLoop loop;
-  FakeTerminal term;
-  auto fwd = StdinForwarder::Create(loop, term.slave.get());
-  ASSERT_NE(fwd, nullptr);
-  Pipe rank0;
   fwd->SetTarget(std::move(rank0.write_end));
   rank0.read_end.reset();  // rank 0 exited
   term.Type("x\n");
