@@ -125,7 +125,8 @@ constexpr std::array kOptions = {
     OptionDef{"signals_to_handle", 0, Kind::kValue, "PET_SIGNALS_TO_HANDLE", "SIGNALS",
               "SIGTERM,SIGINT,SIGHUP,SIGQUIT", Group::kSignals,
               "Signals that stop the job: ctrun forwards them to every worker's process group, waits "
-              "up to the shutdown timeout, and exits 128+signal."},
+              "up to the shutdown timeout, and exits 128+signal. Each is followed by SIGCONT, so a "
+              "stopped worker acts on it at once."},
     OptionDef{"shutdown_timeout", 0, Kind::kValue, "PET_SHUTDOWN_TIMEOUT", "SECONDS", "30", Group::kSignals,
               "Grace period between SIGTERM and SIGKILL when workers are stopped. Without the flag: "
               "PET_SHUTDOWN_TIMEOUT, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30."},
@@ -144,7 +145,9 @@ constexpr std::array kOptions = {
     OptionDef{"tty", 0, Kind::kValue, "CTRUN_TTY", "auto|always|never", "auto", Group::kCtrun,
               "Give each worker whose output goes to the console a pseudo-terminal as stdout (it "
               "line-buffers, isatty() is true, it sees the window size less the prefix): auto, when "
-              "ctrun's stdout is a terminal; always; never (pipes). Stderr stays a pipe."},
+              "ctrun's stdout is a terminal; always; never (pipes). Stderr stays a pipe. Whatever this "
+              "says, when ctrun's stdin is a terminal local rank 0 reads what is typed there (pdb, "
+              "input()) and the other ranks /dev/null, and Ctrl-Z suspends the whole job."},
     OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "trace|debug|info|warning|error|off", "info",
               Group::kCtrun, "How much ctrun says about itself (warn means warning; any case)."},
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
