@@ -4,6 +4,8 @@
 //             default multi-worker output redirected to a file)
 // MODE tee:   relay, plus each rank's raw bytes into OUT_FILE.<rank> (like --tee)
 // MODE cat:   each writer piped into its own `cat` appending to OUT_FILE (the no-work baseline)
+// RELAY_PTY=1: each writer's stdout is a pseudo-terminal (sys/pty.h, as ctrun --tty gives
+// workers at a terminal) instead of a pipe; relay/tee modes only.
 // Prints wall time, aggregate throughput, and CPU time (user+sys) of the writers and of the
 // relay (this process) or of the cats.
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "logs/output_relay.h"
+#include "sys/pty.h"
 
 using namespace ctrun;
 
@@ -66,9 +69,17 @@ int main(int argc, char** argv) {
   logs::OutputRelay relay(loop, opt);
   int drained = 0;
   relay.SetOnWorkerDrained([&](int) { ++drained; });
+  const bool use_pty = std::getenv("RELAY_PTY") != nullptr && mode != "cat";
   for (int r = 0; r < n; ++r) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return 1;
+    if (use_pty) {
+      auto p = OpenPty(WindowSize{24, 80});
+      if (!p.ok()) return 1;
+      fds[0] = p->master.release();
+      fds[1] = p->slave.release();
+    } else if (::pipe2(fds, O_CLOEXEC) != 0) {
+      return 1;
+    }
     std::vector<std::string> wargv{writer, bytes, std::to_string(r)};
     if (argc == 7) wargv.push_back(argv[6]);
     writers.push_back(Spawn(wargv, -1, fds[1]));
@@ -110,6 +121,7 @@ int main(int argc, char** argv) {
   double in_bytes = static_cast<double>(n) * std::strtod(bytes.c_str(), nullptr);
   off_t out_bytes = ::lseek(out.get(), 0, SEEK_END);
   double self_user = static_cast<double>(self.ru_utime.tv_sec) + static_cast<double>(self.ru_utime.tv_usec) / 1e6;
+  if (use_pty) std::printf("pty ");
   std::printf("%s mode=%-5s writers=%d in=%.0fMB out=%.0fMB wall=%.2fs throughput=%.0fMB/s writers_cpu=%.2fs %s_cpu=%.2fs",
               argc == 7 ? "printf-writers" : "memcpy-writers", mode.c_str(), n, in_bytes / 1e6, static_cast<double>(out_bytes) / 1e6, wall, in_bytes / 1e6 / wall,
               writers_cpu, mode == "cat" ? "cats" : "relay", mode == "cat" ? cats_cpu : Cpu(self));

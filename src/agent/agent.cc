@@ -324,7 +324,7 @@ void Agent::OnSignal(int sig) {
     stop_signal_ = sig;
     EmitStop(stop_reason_, sig);
     for (const auto& w : workers_)
-      if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+      if (!w.group_gone) SignalToStop(w.pid, sig);
     return;
   }
   BeginStopping(StopReason::kSignal, sig);
@@ -338,18 +338,12 @@ void Agent::BeginStopping(StopReason reason, int sig) {
   EmitStop(reason, sig);
   RefreshGroups();
   for (const auto& w : workers_)
-    if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+    if (!w.group_gone) SignalToStop(w.pid, sig);
   CancelTimers();
   if (killed_) {
-    final_timer_ = timers_.AddTimerAfter(kFinalWait, [this] {
-      final_timer_.reset();
-      OnFinalWaitExpired();
-    });
+    ArmFinalWait(timers_.Now() + kFinalWait);
   } else {
-    grace_timer_ = timers_.AddTimerAfter(Seconds(config_.shutdown_timeout), [this] {
-      grace_timer_.reset();
-      OnGraceExpired();
-    });
+    ArmGrace(timers_.Now() + Seconds(config_.shutdown_timeout));
   }
   CheckStopped();
 }
@@ -367,10 +361,7 @@ void Agent::OnGraceExpired() {
   if (n > 0 && !killed_)
     hooks_.Log(1, "grace period over: sent SIGKILL to " + std::to_string(n) + " worker process group(s)");
   killed_ = true;
-  final_timer_ = timers_.AddTimerAfter(kFinalWait, [this] {
-    final_timer_.reset();
-    OnFinalWaitExpired();
-  });
+  ArmFinalWait(timers_.Now() + kFinalWait);
   CheckStopped();
 }
 
@@ -407,6 +398,50 @@ void Agent::CheckStopped() {
   for (const auto& w : workers_)
     if (!w.group_gone) return;
   FinishAttempt();
+}
+
+void Agent::SignalToStop(pid_t pgid, int sig) {
+  spawner_.SignalGroup(pgid, sig);
+  // A stopped process acts on nothing but SIGKILL and SIGCONT: wake it so it sees `sig` now.
+  if (sig != SIGKILL && sig != SIGCONT) spawner_.SignalGroup(pgid, SIGCONT);
+}
+
+void Agent::ArmGrace(TimePoint deadline) {
+  grace_deadline_ = deadline;
+  grace_timer_ = timers_.AddTimer(deadline, [this] {
+    grace_timer_.reset();
+    OnGraceExpired();
+  });
+}
+
+void Agent::ArmFinalWait(TimePoint deadline) {
+  final_deadline_ = deadline;
+  final_timer_ = timers_.AddTimer(deadline, [this] {
+    final_timer_.reset();
+    OnFinalWaitExpired();
+  });
+}
+
+int Agent::SuspendWorkers() {
+  int n = 0;
+  for (const auto& w : workers_)
+    if (!w.group_gone && spawner_.SignalGroup(w.pid, SIGTSTP)) ++n;
+  return n;
+}
+
+void Agent::ResumeWorkers(Duration suspended_for) {
+  for (const auto& w : workers_)
+    if (!w.group_gone) spawner_.SignalGroup(w.pid, SIGCONT);
+  if (suspended_for <= Duration::zero()) return;
+  // The deadlines move with the suspension; the handlers are the ones armed before.
+  if (grace_timer_) {
+    timers_.CancelTimer(*grace_timer_);
+    ArmGrace(grace_deadline_ + suspended_for);
+  }
+  if (final_timer_) {
+    timers_.CancelTimer(*final_timer_);
+    ArmFinalWait(final_deadline_ + suspended_for);
+  }
 }
 
 void Agent::CancelTimers() {

@@ -18,7 +18,13 @@
 // Stopping a group means: signal every worker process group of the attempt that still has a
 // member (leader or any descendant), arm the grace timer, SIGKILL what is left when it fires, then
 // wait at most kFinalWait more; a process that survives SIGKILL (D-state) is reported, never
-// waited on forever.
+// waited on forever. Every signal sent to stop a group (SIGTERM, a forwarded SIGINT, ...) is
+// followed by SIGCONT: a stopped worker (Ctrl-Z, a debugger, SIGTTIN) acts on it at once
+// instead of sitting out the grace period.
+//
+// Job control (Ctrl-Z): SuspendWorkers sends SIGTSTP to every worker group with members;
+// ResumeWorkers sends SIGCONT and moves the grace / final-wait deadlines by the time the job was
+// suspended, so a teardown's grace period counts only time the workers could run.
 #pragma once
 
 #include <sys/types.h>
@@ -101,6 +107,9 @@ class Agent final : public rdzv::RendezvousListener {
   void OnChildExit(pid_t pid, ExitStatus status);
   // A signal delivered to the agent (from the signalfd).
   void OnSignal(int sig);
+  // Job control (see above). Returns the number of groups signalled.
+  int SuspendWorkers();
+  void ResumeWorkers(Duration suspended_for);
 
   AgentState state() const { return state_; }
   bool done() const { return state_ == AgentState::kDone; }
@@ -165,6 +174,9 @@ class Agent final : public rdzv::RendezvousListener {
   void OnDeadline();
   void EmitWorkerExit(const Worker& w, const char* cause);
   void EmitStop(StopReason reason, int sig);
+  void SignalToStop(pid_t pgid, int sig);
+  void ArmGrace(TimePoint deadline);
+  void ArmFinalWait(TimePoint deadline);
 
   const LaunchConfig config_;
   const Environment base_env_;
@@ -185,6 +197,8 @@ class Agent final : public rdzv::RendezvousListener {
   std::string end_message_;
   std::optional<TimerQueue::TimerId> grace_timer_;
   std::optional<TimerQueue::TimerId> final_timer_;
+  TimePoint grace_deadline_{};
+  TimePoint final_deadline_{};
   bool killed_ = false;  // SIGKILL already sent in this stop
   rdzv::Rendezvous* rdzv_ = nullptr;
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run

@@ -49,15 +49,6 @@ Status CheckSupported(const LaunchConfig& c) {
         "ctrun starts every worker as its own process (drop --run_path)");
   if (!c.numa_binding.empty())
     return Status::Error("--numa-binding is not supported yet: ctrun does not bind workers to CPUs (drop the flag)");
-  // torchrun's comma_separated_list gives the flag with an empty value no filter at all.
-  if (!c.duplicate_stdout_filters.empty())
-    return Status::Error(
-        "--duplicate-stdout-filters (PET_DUPLICATE_STDOUT_FILTERS) is not supported yet: ctrun would not "
-        "copy the matching lines anywhere (drop the flag)");
-  if (!c.duplicate_stderr_filters.empty())
-    return Status::Error(
-        "--duplicate-stderr-filters (PET_DUPLICATE_STDERR_FILTERS) is not supported yet: ctrun would not "
-        "copy the matching lines anywhere (drop the flag)");
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@
 
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
+#include "agent/job_terminal.h"
 #include "agent/store_bind_error.h"
 #include "agent/worker_env.h"
 #include "base/unique_fd.h"
@@ -64,6 +65,7 @@ class RealHooks final : public AgentHooks {
         cgroups_(std::move(cgroups)) {}
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
+  void set_terminal(JobTerminal* terminal) { terminal_ = terminal; }
 
   Status PrepareAttempt(int attempt, AttemptInfo* info) override {
     if (Status s = PrepareStore(info); !s.ok()) return s;
@@ -82,6 +84,7 @@ class RealHooks final : public AgentHooks {
 
   void ConfigureStdio(int local_rank, const RankInfo&, int, SpawnSpec* spec) override {
     const auto& plan = plans_[static_cast<size_t>(local_rank)];
+    spec->stdin_target = plan.in;
     spec->stdout_target = plan.out.target;
     spec->stderr_target = plan.err.target;
     if (cgroups_) spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
@@ -136,6 +139,7 @@ class RealHooks final : public AgentHooks {
   void OnWorkerStarted(int local_rank, const RankInfo&, SpawnedProcess& proc) override {
     if (watchdog_) watchdog_->AddGroup(proc.pid);
     const auto& plan = plans_[static_cast<size_t>(local_rank)];
+    if (terminal_) terminal_->OnWorkerStarted(local_rank, plan, proc);  // before the relay takes the pty
     RelayStream(plan, local_rank, logs::Stream::kStdout, plan.out, std::move(proc.stdout_pipe));
     RelayStream(plan, local_rank, logs::Stream::kStderr, plan.err, std::move(proc.stderr_pipe));
     if (proc.pidfd) {
@@ -160,6 +164,7 @@ class RealHooks final : public AgentHooks {
 
   void OnGroupGone(pid_t pgid) override {
     if (watchdog_) watchdog_->RemoveGroup(pgid);
+    if (terminal_) terminal_->OnGroupGone(pgid);
   }
 
   std::string StderrTail(int local_rank) override {
@@ -288,9 +293,16 @@ class RealHooks final : public AgentHooks {
     if (round_)  // nodes may differ in nproc: ranks come from the round, not node_rank * nproc
       for (int i = 0; i < config_.nproc_per_node; ++i) in.global_ranks.push_back(round_->base_rank + i);
     in.paths = &paths_;
+    if (terminal_) {
+      terminal_->OnNewAttempt();
+      terminal_->FillPlanInputs(&in);
+    }
     auto plans = logs::PlanOutput(config_, context_.output_flags, in);
     if (!plans.ok()) return plans.status();
     plans_ = std::move(plans.value());
+    auto duplicates = logs::OpenDuplicateFiles(context_.output_flags, paths_);
+    if (!duplicates.ok()) return duplicates.status();
+    duplicates_ = std::move(duplicates.value());
     info->error_files.clear();
     for (const auto& p : plans_) info->error_files.push_back(p.error_file);
     return Status::Ok();
@@ -299,7 +311,7 @@ class RealHooks final : public AgentHooks {
   void RelayStream(const logs::WorkerOutputPlan& plan, int local_rank, logs::Stream stream,
                    const logs::StreamPlan& sp, UniqueFd pipe) {
     if (!sp.relayed() || !pipe) return;
-    auto sinks = logs::MakeSinks(plan, stream);
+    auto sinks = logs::MakeSinks(plan, stream, duplicates_);
     if (!sinks.ok()) {
       spdlog::warn("rank {}: {}; its output goes nowhere", plan.global_rank, sinks.message());
       sinks = logs::Sinks{};
@@ -316,6 +328,8 @@ class RealHooks final : public AgentHooks {
   logs::OutputRelay& relay_;
   logs::AttemptPaths paths_;
   std::vector<logs::WorkerOutputPlan> plans_;
+  logs::DuplicateFiles duplicates_;
+  JobTerminal* terminal_ = nullptr;
   std::function<void()> drain_;
   std::map<pid_t, UniqueFd> pidfds_;
   std::optional<OomKillSample> oom_before_;
@@ -425,12 +439,42 @@ RunOutcome SetUpFailed(OutcomeKind kind, const std::string& message) {
   return EarlyOutcome(kind, message);
 }
 
+// Ctrl-Z (SIGTSTP to ctrun, the terminal's foreground job): the whole job stops. The workers'
+// groups get SIGTSTP, ctrun's console output drains (bounded), then ctrun stops itself with
+// SIGSTOP (SIGTSTP is blocked for the signalfd). The shell's `fg` (or any SIGCONT) continues
+// ctrun right here: the workers get SIGCONT and the agent's pending deadlines move by the time
+// the job stood still.
+void SuspendJob(EventLoop& loop, Agent& agent, logs::OutputRelay& relay) {
+  const int groups = agent.SuspendWorkers();
+  spdlog::info("suspending the job: SIGTSTP to {} worker process group(s); 'fg' resumes it", groups);
+  relay.stdout_console().Drain(loop.Now() + std::chrono::milliseconds(200));
+  relay.stderr_console().Drain(loop.Now() + std::chrono::milliseconds(200));
+  const TimePoint stopped_at = loop.Now();
+  ::kill(::getpid(), SIGSTOP);  // returns once ctrun is continued
+  const Duration suspended_for = loop.Now() - stopped_at;
+  agent.ResumeWorkers(suspended_for);
+  spdlog::info("resuming the job after {:.1f} s: SIGCONT to the worker process groups", ToSeconds(suspended_for));
+}
+
+// The signals of the terminal and job control: ctrun's own (read on the signalfd) unless the
+// user named them in --signals-to-handle / --forward-signals.
+bool IsJobControlSignal(const LaunchConfig& config, int sig) {
+  if (sig != SIGTSTP && sig != SIGCONT && sig != SIGWINCH) return false;
+  auto named = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), sig) != v.end(); };
+  return !named(config.signals_to_handle) && !named(config.forward_only_signals);
+}
+
 }  // namespace
 
 RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   std::vector<int> handled = config.signals_to_handle;
   for (int s : config.forward_only_signals) handled.push_back(s);
-  if (Status s = BlockAgentSignals(handled); !s.ok()) return SetUpFailed(OutcomeKind::kSetupError, s.message());
+  for (int s : {SIGTSTP, SIGCONT, SIGWINCH}) handled.push_back(s);
+  // SIGTTIN blocked (not read): a read of the terminal from the background fails with EIO
+  // instead of stopping ctrun alone (agent/stdin_forwarder.h). Workers get the original mask.
+  std::vector<int> blocked = handled;
+  blocked.push_back(SIGTTIN);
+  if (Status s = BlockAgentSignals(blocked); !s.ok()) return SetUpFailed(OutcomeKind::kSetupError, s.message());
   std::vector<int> fd_signals = handled;
   fd_signals.push_back(SIGCHLD);
   auto sigfd = SignalFd::Create(fd_signals);
@@ -467,9 +511,11 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // Declared after the loop: destroyed before it (it unregisters its fds).
   logs::OutputRelay relay(loop, console);
   PosixSpawner spawner;
+  JobTerminal terminal(config.tty, loop, spawner);
   const bool no_cgroup = !cgroups;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
   if (no_cgroup) hooks.NoteInherited();
+  hooks.set_terminal(&terminal);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   // The summary's per-rank facts come from the same events the events file gets.
   RunRecorder recorder;
@@ -501,7 +547,10 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
                             [&](uint32_t) {
                               for (int sig : sigfd->ReadPending()) {
                                 if (sig == SIGCHLD) drain();
-                                else agent.OnSignal(sig);
+                                else if (!IsJobControlSignal(config, sig)) agent.OnSignal(sig);
+                                else if (sig == SIGWINCH) terminal.OnWindowChanged();
+                                else if (sig == SIGCONT) terminal.OnContinued();
+                                else if (!agent.done()) SuspendJob(loop, agent, relay);
                               }
                             });
       !s.ok())

@@ -123,17 +123,19 @@ constexpr std::array kOptions = {
               "unaffected)."},
     OptionDef{"duplicate_stdout_filters", 0, Kind::kValue, "PET_DUPLICATE_STDOUT_FILTERS", "FILTERS", "",
               Group::kLogs,
-              "Copy worker stdout lines containing any of these comma-separated strings to an extra "
-              "file (',,' is a literal comma). Not supported yet: refused (exit 2)."},
+              "Also copy every worker stdout line containing any of these comma-separated strings "
+              "(',,' is a literal comma), prefixed with its rank, to <log dir>/<run>/attempt_<n>/"
+              "filtered_stdout.log, one file for all ranks."},
     OptionDef{"duplicate_stderr_filters", 0, Kind::kValue, "PET_DUPLICATE_STDERR_FILTERS", "FILTERS", "",
-              Group::kLogs, "The same for stderr. Not supported yet: refused (exit 2)."},
+              Group::kLogs, "The same for stderr, to filtered_stderr.log."},
     OptionDef{"logs_specs", 0, Kind::kValue, "", "NAME", "", Group::kLogs,
               "torchrun LogsSpecs plugin (a Python entry point). Not supported by ctrun."},
     // --- Signals & shutdown ---
     OptionDef{"signals_to_handle", 0, Kind::kValue, "PET_SIGNALS_TO_HANDLE", "SIGNALS",
               "SIGTERM,SIGINT,SIGHUP,SIGQUIT", Group::kSignals,
               "Signals that stop the job: ctrun forwards them to every worker's process group, waits "
-              "up to the shutdown timeout, and exits 128+signal."},
+              "up to the shutdown timeout, and exits 128+signal. Each is followed by SIGCONT, so a "
+              "stopped worker acts on it at once."},
     OptionDef{"shutdown_timeout", 0, Kind::kValue, "PET_SHUTDOWN_TIMEOUT", "SECONDS", "30", Group::kSignals,
               "Grace period between SIGTERM and SIGKILL when workers are stopped. Without the flag: "
               "PET_SHUTDOWN_TIMEOUT, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30."},
@@ -149,6 +151,12 @@ constexpr std::array kOptions = {
               "else [r<rank>] padded to the world size (and the host in multi-node jobs)."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
               "Only show these global ranks' output on the console, e.g. 0,8 or 0-7."},
+    OptionDef{"tty", 0, Kind::kValue, "CTRUN_TTY", "auto|always|never", "auto", Group::kCtrun,
+              "Give each worker whose output goes to the console a pseudo-terminal as stdout (it "
+              "line-buffers, isatty() is true, it sees the window size less the prefix): auto, when "
+              "ctrun's stdout is a terminal; always; never (pipes). Stderr stays a pipe. Whatever this "
+              "says, when ctrun's stdin is a terminal local rank 0 reads what is typed there (pdb, "
+              "input()) and the other ranks /dev/null, and Ctrl-Z suspends the whole job."},
     OptionDef{"log_level", 0, Kind::kValue, "CTRUN_LOG_LEVEL", "trace|debug|info|warning|error|off", "info",
               Group::kCtrun, "How much ctrun says about itself (warn means warning; any case)."},
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
@@ -529,6 +537,11 @@ class Builder {
     });
     Text("ranks_filter", [&](const Raw& r) -> Status {
       c.ranks_filter = r.text;  // parsed with the other log flags (logs::ParseOutputFlags)
+      return {};
+    });
+    Text("tty", [&](const Raw& r) -> Status {
+      if (Status s = CheckChoice("tty", r.text); !s.ok()) return s;
+      c.tty = r.text == "always" ? TtyMode::kAlways : r.text == "never" ? TtyMode::kNever : TtyMode::kAuto;
       return {};
     });
     Text("log_level", [&](const Raw& r) -> Status {

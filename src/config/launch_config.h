@@ -14,6 +14,7 @@ namespace ctrun {
 
 // ctrun's own diagnostics (--log-level / CTRUN_LOG_LEVEL); the CLI maps the names to these.
 enum class LogLevel { kTrace, kDebug, kInfo, kWarning, kError, kOff };
+enum class TtyMode { kAuto, kAlways, kNever };  // --tty
 
 // How --nproc_per_node was given; "gpu"/"auto"/"cpu" are resolved at run time (gpu probe).
 struct NprocSpec {
@@ -66,9 +67,9 @@ struct LaunchConfig {
   std::string redirects = "0";             // -r/--redirects (Std spec)
   std::string tee = "0";                   // -t/--tee (Std spec)
   std::string local_ranks_filter;          // --local-ranks-filter
-  std::vector<std::string> duplicate_stdout_filters;  // --duplicate-stdout-filters (",," = a comma;
-                                                      // refused when not empty: not supported yet)
+  std::vector<std::string> duplicate_stdout_filters;  // --duplicate-stdout-filters (",," = a comma)
   std::vector<std::string> duplicate_stderr_filters;  // --duplicate-stderr-filters (likewise)
+  TtyMode tty = TtyMode::kAuto;            // --tty (ctrun): pty as workers' stdout
   std::string log_prefix;                  // --log-prefix (ctrun): template or "none"; "" = default
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
   LogLevel log_level = LogLevel::kInfo;    // --log-level (ctrun's own diagnostics)

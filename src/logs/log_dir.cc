@@ -71,11 +71,13 @@ StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {
   AttemptPaths p;
   p.attempt = attempt;
   if (!files_enabled()) {
-    p.dir = kDevNull;
+    p.dir = p.filtered_stdout = p.filtered_stderr = kDevNull;
     p.ranks.assign(static_cast<size_t>(nproc), RankPaths{kDevNull, kDevNull, kDevNull, kDevNull});
     return p;
   }
   p.dir = run_dir_ + "/attempt_" + std::to_string(attempt);
+  p.filtered_stdout = p.dir + "/filtered_stdout.log";
+  p.filtered_stderr = p.dir + "/filtered_stderr.log";
   std::error_code ec;
   fs::remove_all(p.dir, ec);
   if (ec) return Status::Error("rm -rf " + p.dir + ": " + ec.message());

@@ -1,6 +1,7 @@
 // LogDir: torchrun's per-run log directory layout (DefaultLogsSpecs.reify):
 //
 //   <base>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+//   <base>/<run_id>_<random>/attempt_<n>/filtered_{stdout,stderr}.log  (--duplicate-*-filters)
 //
 // - <base> is --log_dir; when absent, a fresh mkdtemp "$TMPDIR/torchelastic_XXXXXX" (torchrun's
 //   default), so TORCHELASTIC_ERROR_FILE can always be set. LogDir removes nothing itself; the
@@ -34,6 +35,8 @@ struct AttemptPaths {
   int attempt = 0;
   std::string dir;  // <run_dir>/attempt_<n>, or /dev/null
   std::vector<RankPaths> ranks;  // index = local rank
+  std::string filtered_stdout;   // <dir>/filtered_stdout.log, or /dev/null
+  std::string filtered_stderr;   // <dir>/filtered_stderr.log, or /dev/null
   bool files_enabled() const { return dir != kDevNull; }
 };
 

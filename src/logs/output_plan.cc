@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "logs/std_spec.h"
@@ -28,7 +29,45 @@ StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& c, const char* env_te
   p.prefix = *pf;
   p.prefix_given = !c.log_prefix.empty();
   p.prefix_inherit = c.log_prefix == "inherit";
+  p.duplicate_stdout = c.duplicate_stdout_filters;
+  p.duplicate_stderr = c.duplicate_stderr_filters;
   return p;
+}
+
+namespace {
+
+// The stream goes through the relay, whatever else happens to it, so its lines can be filtered.
+void RelayForDuplicates(StreamPlan* sp) {
+  sp->duplicated = true;
+  switch (sp->target.kind) {
+    case StdioTarget::Kind::kFile:
+      sp->tee_file = sp->target.path;  // the relay writes the log file the worker would have
+      sp->target = StdioTarget::Pipe();
+      return;
+    case StdioTarget::Kind::kInherit:
+      sp->target = StdioTarget::Pipe();
+      sp->console = true;
+      return;
+    case StdioTarget::Kind::kDevNull:
+      sp->target = StdioTarget::Pipe();
+      return;
+    case StdioTarget::Kind::kPipe:
+    case StdioTarget::Kind::kPty:
+      return;
+  }
+}
+
+StdioTarget PtyFor(WindowSize console, const std::string& prefix) {
+  WindowSize w = WorkerWindow(console, prefix.size());
+  return StdioTarget::Pty(w.rows, w.cols);
+}
+
+}  // namespace
+
+WindowSize WorkerWindow(WindowSize console, size_t prefix_width) {
+  int cols = static_cast<int>(console.cols) - static_cast<int>(prefix_width);
+  if (cols < 20) cols = std::min<int>(20, console.cols);
+  return WindowSize{console.rows, static_cast<unsigned short>(cols)};
 }
 
 StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const OutputFlags& p, const PlanInputs& in) {
@@ -81,7 +120,11 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
         sp.unprefixed = p.tee.AnySet() && !p.prefix_given;
       }
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
+      if (files && !(is_out ? p.duplicate_stdout : p.duplicate_stderr).empty()) RelayForDuplicates(&sp);
+      if (is_out && in.pty_window && sp.target.kind == StdioTarget::Kind::kPipe && sp.console)
+        sp.target = PtyFor(*in.pty_window, w.prefix);
     }
+    w.in = !in.forward_stdin ? StdioTarget::Inherit() : lr == 0 ? StdioTarget::Pipe() : StdioTarget::DevNull();
     plans.push_back(std::move(w));
   }
   return plans;
@@ -93,9 +136,29 @@ StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
   return fd;
 }
 
-StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream) {
+StatusOr<DuplicateFiles> OpenDuplicateFiles(const OutputFlags& flags, const AttemptPaths& paths) {
+  DuplicateFiles d;
+  if (!paths.files_enabled()) return d;
+  auto open = [](const std::vector<std::string>& filters, const std::string& path,
+                 std::shared_ptr<DuplicateFile>* out) -> Status {
+    if (filters.empty()) return Status::Ok();
+    auto fd = OpenLogFile(path);
+    if (!fd.ok()) return fd.status();
+    *out = std::make_shared<DuplicateFile>(std::move(*fd), filters, path);
+    return Status::Ok();
+  };
+  if (Status s = open(flags.duplicate_stdout, paths.filtered_stdout, &d.out); !s.ok()) return s;
+  if (Status s = open(flags.duplicate_stderr, paths.filtered_stderr, &d.err); !s.ok()) return s;
+  return d;
+}
+
+StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream, const DuplicateFiles& duplicates) {
   const StreamPlan& sp = stream == Stream::kStdout ? plan.out : plan.err;
   Sinks s;
+  if (sp.duplicated) {
+    s.duplicate = stream == Stream::kStdout ? duplicates.out : duplicates.err;
+    s.duplicate_prefix = plan.prefix;
+  }
   s.console = sp.console;
   s.prefix = sp.unprefixed ? "" : plan.prefix;
   s.color_key = plan.global_rank;

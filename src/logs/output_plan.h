@@ -15,9 +15,21 @@
 //                                only the streams --tee names are prefixed, as in torchrun.
 // Whenever stderr would go to DevNull it is piped instead with no sinks, so the failure summary
 // still has its tail (OutputRelay::StderrTail).
+// With a pty window (ctrun's console is a terminal, --tty): a stdout piped with console lines
+// becomes a pty instead (Pty(rows, cols - prefix width)), so the worker line-buffers and sees a
+// terminal as wide as what is left of the console's line after the prefix. Stderr always stays
+// a pipe: its tail for the failure summary and its own console stream (ctrun's fd 2) are kept,
+// and C's stderr is unbuffered anyway.
+// With duplicate filters for a stream (and files on), every rank's stream of that kind goes
+// through the relay (File -> Pipe + tee file, Inherit -> Pipe + console, DevNull -> Pipe), so
+// its matching lines reach <attempt>/filtered_<stream>.log.
+// stdin (forward_stdin, ctrun's stdin is a terminal): local rank 0 gets a pipe that ctrun feeds
+// from its terminal (agent/stdin_forwarder.h), the others /dev/null; otherwise all inherit it.
 // error_file is always set (TORCHELASTIC_ERROR_FILE): <rank dir>/error.json, or /dev/null.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +41,7 @@
 #include "logs/prefix.h"
 #include "logs/std_spec.h"
 #include "process/spawn_spec.h"
+#include "sys/pty.h"
 
 namespace ctrun::logs {
 
@@ -39,12 +52,14 @@ struct StreamPlan {
   std::string log_file;  // this stream's log file however written (direct or tee); "" none
   bool unprefixed = false;  // console lines without the worker's prefix: --tee chose torchrun's
                             // prefix, which (as in torchrun) marks only the streams it tees
-  bool relayed() const { return target.kind == StdioTarget::Kind::kPipe; }
+  bool duplicated = false;  // matching lines go to the attempt's filtered file (target is relayed)
+  bool relayed() const { return target.kind == StdioTarget::Kind::kPipe || target.kind == StdioTarget::Kind::kPty; }
 };
 
 struct WorkerOutputPlan {
   int local_rank = 0;
   int global_rank = 0;
+  StdioTarget in;  // SpawnSpec::stdin_target
   StreamPlan out;
   StreamPlan err;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
@@ -62,6 +77,8 @@ struct OutputFlags {
   PrefixFormat prefix = PrefixFormat::Default();
   bool prefix_given = false;    // --log-prefix was given
   bool prefix_inherit = false;  // --log-prefix inherit
+  std::vector<std::string> duplicate_stdout;  // --duplicate-stdout-filters
+  std::vector<std::string> duplicate_stderr;  // --duplicate-stderr-filters
 };
 
 // Errors name the flag (or the variable) and the bad value.
@@ -75,6 +92,8 @@ struct PlanInputs {
   bool multi_node = false;         // nnodes > 1: the default prefix shows the host
   std::string host;                // short host name
   const AttemptPaths* paths = nullptr;  // LogDir::PrepareAttempt of this attempt (required)
+  std::optional<WindowSize> pty_window;  // the console's size when workers' stdout gets a pty
+  bool forward_stdin = false;            // local rank 0 reads ctrun's terminal through a pipe
 };
 
 // Errors: inconsistent inputs only (the flags were checked by ParseOutputFlags).
@@ -83,7 +102,18 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& config, c
 
 // Opens a tee file: O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0644.
 StatusOr<UniqueFd> OpenLogFile(const std::string& path);
+// A worker's pty size: what is left of the console's line after its prefix (at least 20
+// columns, at most the console's width); the rows are the console's.
+WindowSize WorkerWindow(WindowSize console, size_t prefix_width);
+
+// The attempt's filtered files (--duplicate-*-filters): null where a stream has no filter or
+// files are off (/dev/null log dir).
+struct DuplicateFiles {
+  std::shared_ptr<DuplicateFile> out;
+  std::shared_ptr<DuplicateFile> err;
+};
+StatusOr<DuplicateFiles> OpenDuplicateFiles(const OutputFlags& flags, const AttemptPaths& paths);
 // The relay sinks of one piped stream of a plan (opens the tee file, if any).
-StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream);
+StatusOr<Sinks> MakeSinks(const WorkerOutputPlan& plan, Stream stream, const DuplicateFiles& duplicates = {});
 
 }  // namespace ctrun::logs

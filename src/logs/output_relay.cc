@@ -25,6 +25,7 @@ struct OutputRelay::StreamState {
   ConsoleWriter* writer = nullptr;  // null: no console sink
   std::string prefix;               // coloured when the console is
   LineSplitter splitter;
+  std::optional<DuplicateTap> tap;  // --duplicate-*-filters
   bool registered = false;          // in the EventLoop (false while paused)
   size_t pipe_bytes = 0;            // counted in OutputRelay::pipe_bytes_
   std::optional<TimerQueue::TimerId> show_timer;  // TTY: draws the pending partial line
@@ -155,7 +156,9 @@ Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, 
   }
   if (!SetNonBlocking(read_end.get(), true)) return Status::Errno("fcntl O_NONBLOCK", errno);
   auto s = std::make_unique<StreamState>(opt_.max_line);
-  if (opt_.pipe_size > 0) {
+  struct stat fd_stat {};
+  const bool is_pipe = ::fstat(read_end.get(), &fd_stat) == 0 && S_ISFIFO(fd_stat.st_mode);  // not a pty master
+  if (opt_.pipe_size > 0 && is_pipe) {
     size_t want = pipe_bytes_ + opt_.pipe_size <= opt_.pipe_budget ? opt_.pipe_size : opt_.pipe_size_over_budget;
     int got = want > 0 ? ::fcntl(read_end.get(), F_SETPIPE_SZ, static_cast<int>(want)) : -1;
     if (got < 0 && want > opt_.pipe_size_over_budget && opt_.pipe_size_over_budget > 0) {
@@ -170,6 +173,7 @@ Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, 
   s->stream = stream;
   s->fd = std::move(read_end);
   s->file = std::move(sinks.file);
+  if (sinks.duplicate) s->tap.emplace(std::move(sinks.duplicate), std::move(sinks.duplicate_prefix), opt_.max_line);
   if (sinks.console) {
     s->writer = stream == Stream::kStdout ? out_.get() : &stderr_console();
     s->prefix = color_ && s->writer->is_tty() ? ColorizePrefix(sinks.prefix, sinks.color_key) : sinks.prefix;
@@ -203,6 +207,7 @@ void OutputRelay::Process(StreamState& s, std::string_view data) {
     tail.append(last);
     if (tail.size() > 2 * cap) tail.erase(0, tail.size() - cap);
   }
+  if (s.tap) s.tap->Feed(data);
   if (s.writer == nullptr) return;
   ConsoleWriter& w = *s.writer;
   auto lock = w.Lock();
@@ -264,6 +269,7 @@ bool OutputRelay::ReadOnce(StreamState& s) {
 void OutputRelay::OnReadable(StreamState& s) { ReadOnce(s); }
 
 void OutputRelay::Close(StreamState& s, bool notify) {
+  if (s.tap) s.tap->Finish();
   if (s.writer != nullptr) {
     ConsoleWriter& w = *s.writer;
     auto lock = w.Lock();

@@ -18,6 +18,10 @@
 //    removed from the loop (their workers block in write(2)) until it drains. Memory stays under
 //    high_water + read_size * (1 + prefix/line) per console.
 //  - The file sink receives exactly the bytes the worker wrote (like torchrun's files).
+//  - A stream may be a pty master instead of a pipe (StdioTarget::kPty): read alike; its EIO
+//    (every slave closed) is its end of file, after everything buffered has been read.
+//  - With a duplicate sink (--duplicate-*-filters) the stream's matching lines are also copied
+//    to the shared filtered file (logs/duplicate_filter.h), prefixed, whatever the other sinks.
 //  - The last stderr_tail_bytes of every relayed stderr stream are kept for the failure
 //    summary (StderrTail), and survive the stream's EOF until the rank's next AddStream.
 //  - Not thread-safe (loop thread only); callbacks run on the loop thread.
@@ -34,6 +38,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "logs/console_writer.h"
+#include "logs/duplicate_filter.h"
 #include "logs/line_splitter.h"
 #include "sys/event_loop.h"
 
@@ -69,6 +74,8 @@ struct Sinks {
   std::string prefix;  // plain text (PrefixFormat::Render); coloured here when the console is
   int color_key = 0;   // the global rank: picks the colour
   UniqueFd file;       // raw copy (tee); opened by the agent (O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC)
+  std::shared_ptr<DuplicateFile> duplicate;  // matching lines, prefixed; null: none
+  std::string duplicate_prefix;              // plain prefix for the duplicate file
 };
 
 class OutputRelay {

@@ -28,8 +28,10 @@ namespace ctrun {
 struct SpawnedProcess {
   pid_t pid = -1;          // also its process group id (every worker leads its own group)
   UniqueFd pidfd;          // may be invalid on kernels without pidfd_open
-  UniqueFd stdout_pipe;    // read end, when stdout_target is kPipe (non-blocking, CLOEXEC)
-  UniqueFd stderr_pipe;    // read end, when stderr_target is kPipe
+  UniqueFd stdout_pipe;    // read end, when stdout_target is kPipe (non-blocking, CLOEXEC); the
+                           // pty master (blocking, CLOEXEC) when it is kPty
+  UniqueFd stderr_pipe;    // likewise for stderr_target
+  UniqueFd stdin_pipe;     // write end, when stdin_target is kPipe (non-blocking, CLOEXEC)
   bool exec_confirmed = true;  // false: still in exec when the wait ran out (see the contract)
 };
 

@@ -18,6 +18,7 @@
 #include "process/exec_pipe.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
+#include "sys/pty.h"
 #include "sys/signals.h"
 
 namespace ctrun {
@@ -40,13 +41,14 @@ UniqueFd OpenTarget(const StdioTarget& t) {
   return UniqueFd(RetryOnEintr([&] { return ::open(t.path.c_str(), flags, 0644); }));
 }
 
-// Parent-side plumbing for one of fd 1/2: the fd the child dup2s onto it, and our read end.
+// Parent-side plumbing for one of fd 0/1/2: the fd the child dup2s onto it, and our end.
 struct StdioPlumbing {
   UniqueFd child_end;  // -1: inherit
   UniqueFd parent_end;
 };
 
-bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
+// `input`: fd 0 (the parent keeps a pipe's write end instead of its read end).
+bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::string* what) {
   switch (t.kind) {
     case StdioTarget::Kind::kInherit:
       return true;
@@ -56,9 +58,20 @@ bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
         *what = "pipe2";
         return false;
       }
-      p->parent_end.reset(fds[0]);
-      p->child_end.reset(fds[1]);
-      SetNonBlocking(fds[0], true);  // the pipe's size is the relay's business (ConsoleOptions)
+      p->parent_end.reset(fds[input ? 1 : 0]);
+      p->child_end.reset(fds[input ? 0 : 1]);
+      SetNonBlocking(p->parent_end.get(), true);  // the pipe's size is the relay's business (ConsoleOptions)
+      return true;
+    }
+    case StdioTarget::Kind::kPty: {
+      auto pty = OpenPty(WindowSize{t.rows, t.cols});
+      if (!pty.ok()) {
+        *what = pty.message();
+        errno = EIO;  // the message names the failing step and its errno already
+        return false;
+      }
+      p->parent_end = std::move(pty->master);
+      p->child_end = std::move(pty->slave);
       return true;
     }
     case StdioTarget::Kind::kFile:
@@ -94,10 +107,11 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  StdioPlumbing out_p, err_p;
+  StdioPlumbing in_p, out_p, err_p;
   std::string what;
-  if (!PrepareStdio(spec.stdout_target, &out_p, &what)) return fail(what, errno);
-  if (!PrepareStdio(spec.stderr_target, &err_p, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stdin_target, /*input=*/true, &in_p, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stdout_target, /*input=*/false, &out_p, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stderr_target, /*input=*/false, &err_p, &what)) return fail(what, errno);
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
   UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
@@ -106,7 +120,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   struct rlimit orig_nofile;
   const bool restore_nofile = OriginalFdLimit(&orig_nofile);
   const pid_t parent = ::getpid();
-  const int out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get();
+  const int in_fd = in_p.child_end.get(), out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get();
   const int ew = err_write.get();
   const int cgroup_fd = spec.cgroup_procs_fd;
 
@@ -120,6 +134,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
     // The parent may have died between fork and prctl; then no signal will ever come.
     if (::getppid() != parent) ::_exit(128 + SIGKILL);
+    if (in_fd >= 0 && ::dup2(in_fd, 0) < 0) ReportChildFailure(ew, ChildStage::kDup);
     if (out_fd >= 0 && ::dup2(out_fd, 1) < 0) ReportChildFailure(ew, ChildStage::kDup);
     if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);
     // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
@@ -145,6 +160,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   out->proc.pidfd = PidfdOpen(pid);
   out->proc.stdout_pipe = std::move(out_p.parent_end);
   out->proc.stderr_pipe = std::move(err_p.parent_end);
+  out->proc.stdin_pipe = std::move(in_p.parent_end);
   return true;  // err_write and the child's stdio ends close here, in the parent
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -153,6 +154,28 @@ TEST(LogsE2E, BadLogFlagsAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << ": " << r.err;
     EXPECT_EQ(SplitLines(r.err).size(), 1u) << r.err;
   }
+}
+
+TEST(LogsE2E, DuplicateFiltersCopyMatchingLinesOfEveryRankToOneFilePerStream) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--log_dir", d.path(), "--redirects", "1",
+                             "--duplicate-stdout-filters", "line 1,line 3", "--duplicate-stderr-filters", "oops,,x"},
+                            {"--print", "5", "--stderr", "oops,x happened", "--partial", "oops,x at the end"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = RunDir(d.path());
+  ASSERT_FALSE(run.empty());
+  std::vector<std::string> out = SplitLines(ReadFileOr(run + "/attempt_0/filtered_stdout.log"));
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[r0] rank 0 line 1", "[r0] rank 0 line 3", "[r1] rank 1 line 1",
+                                           "[r1] rank 1 line 3"}));
+  // ",," is a literal comma; a partial last line (no newline before the exit) counts.
+  std::vector<std::string> err = SplitLines(ReadFileOr(run + "/attempt_0/filtered_stderr.log"));
+  std::sort(err.begin(), err.end());
+  EXPECT_EQ(err, (std::vector<std::string>{"[r0] oops,x at the end", "[r0] oops,x happened", "[r1] oops,x at the end",
+                                           "[r1] oops,x happened"}));
+  // The redirected stdout still lands whole in the per-rank files, and not on the console.
+  EXPECT_EQ(SplitLines(ReadFileOr(run + "/attempt_0/0/stdout.log")).size(), 5u);
+  EXPECT_EQ(r.out.find("rank 0 line"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -30,9 +30,18 @@
 //   --error-dir         make $TORCHELASTIC_ERROR_FILE a directory instead of a file
 //   --heartbeat N       beat N times through the worker library (CTRUN_HEARTBEAT_FD/FILE)
 //   --heartbeat-ms MS   ... MS apart (default 1)
+//   --buffered-crash N  as the ending: printf N lines "buffered line i" (stdio's own buffering,
+//                       no fflush), then abort(): on a pipe they are lost, on a pty (line-buffered)
+//                       they are shown
+//   --progress N        N '\r' updates "progress i/N" (20 ms apart), then a newline
+//   --read-line         write "prompt> " (no newline), read one line from stdin, print
+//                       "got: <line>" ("got EOF" at end of file)
+//   --winsize-file P    write "<rows> <cols> <isatty(1)>" of fd 1 to P.<RANK>.0, wait (up to
+//                       30 s) for SIGWINCH, then write the new size to P.<RANK>.1
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +81,15 @@ void SleepMs(long ms) {
   for (;;) pause();
 }
 
+void WriteWinsize(const std::string& path) {
+  winsize ws{};
+  ioctl(1, TIOCGWINSZ, &ws);
+  if (FILE* f = fopen(path.c_str(), "w")) {
+    fprintf(f, "%d %d %d\n", ws.ws_row, ws.ws_col, isatty(1));
+    fclose(f);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,7 +97,9 @@ int main(int argc, char** argv) {
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg, error_raw;
   long error_bytes = -1;
   bool error_dir = false;
-  int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
+  int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0, buffered_crash = -1, progress = 0;
+  bool read_line = false;
+  std::string winsize_file;
   long beat_ms = 1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
@@ -115,6 +135,10 @@ int main(int argc, char** argv) {
     else if (o == "--error-raw") error_raw = next();
     else if (o == "--error-bytes") error_bytes = atol(next().c_str());
     else if (o == "--error-dir") error_dir = true;
+    else if (o == "--buffered-crash") buffered_crash = atoi(next().c_str());
+    else if (o == "--progress") progress = atoi(next().c_str());
+    else if (o == "--read-line") read_line = true;
+    else if (o == "--winsize-file") winsize_file = next();
     else {
       fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
       return 64;
@@ -175,6 +199,36 @@ int main(int argc, char** argv) {
   if (!stderr_text.empty()) fprintf(stderr, "%s\n", stderr_text.c_str());
   if (!partial.empty()) fputs(partial.c_str(), stderr);
   fflush(stderr);
+  for (int i = 1; i <= progress; ++i) {
+    printf("\rprogress %d/%d", i, progress);
+    fflush(stdout);
+    SleepMs(20);
+  }
+  if (progress > 0) {
+    printf("\n");
+    fflush(stdout);
+  }
+  if (read_line) {
+    fputs("prompt> ", stdout);
+    fflush(stdout);
+    char line[256];
+    if (fgets(line, sizeof line, stdin)) {
+      line[strcspn(line, "\n")] = 0;
+      printf("got: %s\n", line);
+    } else {
+      printf("got EOF\n");
+    }
+    fflush(stdout);
+  }
+  if (!winsize_file.empty()) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGWINCH);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    WriteWinsize(winsize_file + "." + rank + ".0");
+    timespec timeout{30, 0};
+    if (sigtimedwait(&set, nullptr, &timeout) == SIGWINCH) WriteWinsize(winsize_file + "." + rank + ".1");
+  }
   for (int b = 0; b < beats; ++b) {
     ctrun::heartbeat();
     if (b + 1 < beats) SleepMs(beat_ms);
@@ -213,6 +267,10 @@ int main(int argc, char** argv) {
     }
   }
   if (error_dir) mkdir(Env("TORCHELASTIC_ERROR_FILE").c_str(), 0755);
+  if (buffered_crash >= 0) {
+    for (int i = 0; i < buffered_crash; ++i) printf("buffered line %d\n", i);
+    abort();
+  }
   if (hang) SleepForever();
   if (sig) {
     signal(sig, SIG_DFL);

@@ -18,6 +18,16 @@ AttemptPaths Paths(int n, bool files = true) {
   return p;
 }
 
+// Parses the flags of c and plans with `in` (its paths set by the caller).
+std::vector<WorkerOutputPlan> RunPlan(const LaunchConfig& c, const PlanInputs& in, const char* env_template) {
+  auto flags = ParseOutputFlags(c, env_template);
+  EXPECT_TRUE(flags.ok()) << flags.message();
+  if (!flags.ok()) return {};
+  auto r = PlanOutput(c, *flags, in);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+}
+
 std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files = true,
                                    const char* env_template = nullptr, int node_rank = 0) {
   AttemptPaths paths = Paths(nproc, files);
@@ -26,12 +36,7 @@ std::vector<WorkerOutputPlan> Plan(const LaunchConfig& c, int nproc, bool files 
   in.world_size = nproc * (node_rank + 1);
   in.node_rank = node_rank;
   in.paths = &paths;
-  auto flags = ParseOutputFlags(c, env_template);
-  EXPECT_TRUE(flags.ok()) << flags.message();
-  if (!flags.ok()) return {};
-  auto r = PlanOutput(c, *flags, in);
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok() ? *r : std::vector<WorkerOutputPlan>{};
+  return RunPlan(c, in, env_template);
 }
 
 TEST(OutputPlan, SingleWorkerWithoutOptionsInherits) {
@@ -166,6 +171,106 @@ TEST(OutputPlan, BadFlagsAreErrors) {
   in.nproc = 3;  // more ranks than paths
   in.paths = &paths;
   EXPECT_FALSE(PlanOutput(c, *ranges, in).ok());
+}
+
+}  // namespace
+}  // namespace ctrun::logs
+
+namespace ctrun::logs {
+namespace {
+
+std::vector<WorkerOutputPlan> PlanWithInputs(const LaunchConfig& c, int nproc, std::optional<WindowSize> window,
+                                             bool forward_stdin, bool files = true) {
+  AttemptPaths paths = Paths(nproc, files);
+  paths.filtered_stdout = files ? paths.dir + "/filtered_stdout.log" : kDevNull;
+  paths.filtered_stderr = files ? paths.dir + "/filtered_stderr.log" : kDevNull;
+  PlanInputs in;
+  in.nproc = nproc;
+  in.world_size = nproc;
+  in.paths = &paths;
+  in.pty_window = window;
+  in.forward_stdin = forward_stdin;
+  return RunPlan(c, in, nullptr);
+}
+
+TEST(OutputPlan, WithAWindowConsoleStdoutGetsAPtyLessThePrefixStderrStaysAPipe) {
+  LaunchConfig c;
+  auto p = PlanWithInputs(c, 2, WindowSize{30, 100}, false);
+  ASSERT_EQ(p.size(), 2u);
+  for (const auto& w : p) {
+    EXPECT_EQ(w.out.target.kind, Kind::kPty);
+    EXPECT_EQ(w.out.target.rows, 30);
+    EXPECT_EQ(w.out.target.cols, 95);  // "[r0] "
+    EXPECT_TRUE(w.out.relayed());
+    EXPECT_EQ(w.err.target.kind, Kind::kPipe);
+    EXPECT_EQ(w.in.kind, Kind::kInherit);
+  }
+}
+
+TEST(OutputPlan, PtyOnlyWhereTheConsoleShowsTheStream) {
+  LaunchConfig c;
+  c.redirects = "1";  // stdout to files, written by the worker: no pty
+  auto p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kFile);
+  c = LaunchConfig{};
+  c.tee = "1";  // console and file: a pty, the relay writes the exact bytes to the file
+  p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPty);
+  EXPECT_EQ(p[0].out.tee_file, "/L/run/attempt_0/0/stdout.log");
+  c = LaunchConfig{};
+  c.local_ranks_filter = "0";  // rank 1 hidden: /dev/null
+  p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPty);
+  EXPECT_EQ(p[1].out.target.kind, Kind::kDevNull);
+  // One worker without a prefix keeps the console itself (already a terminal).
+  p = PlanWithInputs(LaunchConfig{}, 1, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kInherit);
+}
+
+TEST(OutputPlan, NarrowConsoleLeavesTheWorkerAtLeastTwentyColumns) {
+  EXPECT_EQ(WorkerWindow(WindowSize{24, 22}, 5).cols, 20);
+  EXPECT_EQ(WorkerWindow(WindowSize{24, 10}, 5).cols, 10);
+  EXPECT_EQ(WorkerWindow(WindowSize{24, 80}, 5), (WindowSize{24, 75}));
+}
+
+TEST(OutputPlan, ForwardedStdinGoesToLocalRankZeroOthersReadDevNull) {
+  auto p = PlanWithInputs(LaunchConfig{}, 3, std::nullopt, true);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].in.kind, Kind::kPipe);
+  EXPECT_EQ(p[1].in.kind, Kind::kDevNull);
+  EXPECT_EQ(p[2].in.kind, Kind::kDevNull);
+}
+
+TEST(OutputPlan, DuplicateFiltersRouteEveryRankOfThatStreamThroughTheRelay) {
+  LaunchConfig c;
+  c.duplicate_stdout_filters = {"loss"};
+  c.redirects = "3";
+  c.local_ranks_filter = "0";
+  auto p = PlanWithInputs(c, 2, std::nullopt, false);
+  ASSERT_EQ(p.size(), 2u);
+  for (const auto& w : p) {
+    // stdout: the worker's file is now written by the relay (same path), nothing on the console.
+    EXPECT_EQ(w.out.target.kind, Kind::kPipe);
+    EXPECT_TRUE(w.out.duplicated);
+    EXPECT_FALSE(w.out.console);
+    EXPECT_EQ(w.out.tee_file, w.out.log_file);
+    EXPECT_FALSE(w.out.tee_file.empty());
+    // stderr has no filter: written by the worker as before.
+    EXPECT_EQ(w.err.target.kind, Kind::kFile);
+    EXPECT_FALSE(w.err.duplicated);
+  }
+  // One worker inheriting the console is relayed instead (with its console lines).
+  c = LaunchConfig{};
+  c.duplicate_stderr_filters = {"warn"};
+  p = PlanWithInputs(c, 1, std::nullopt, false);
+  EXPECT_EQ(p[0].err.target.kind, Kind::kPipe);
+  EXPECT_TRUE(p[0].err.console);
+  EXPECT_TRUE(p[0].err.duplicated);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kInherit);
+  // Files off (--log_dir /dev/null): nowhere to copy to, nothing changes.
+  p = PlanWithInputs(c, 1, std::nullopt, false, /*files=*/false);
+  EXPECT_FALSE(p[0].err.duplicated);
+  EXPECT_EQ(p[0].err.target.kind, Kind::kInherit);
 }
 
 }  // namespace

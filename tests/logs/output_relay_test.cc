@@ -21,6 +21,7 @@
 #include "logs/logging.h"
 #include "helpers/test_util.h"
 #include "sys/posix_util.h"
+#include "sys/pty.h"
 
 namespace ctrun::logs {
 namespace {
@@ -191,6 +192,43 @@ TEST(OutputRelay, CrashingWorkersLastPartialLineIsKept) {
   EXPECT_EQ(Slurp(tmp / "stderr.log"), said);  // the file gets the raw bytes
   EXPECT_EQ(relay.StderrTail(3), said);
   EXPECT_EQ(relay.StderrTail(5), "");
+}
+
+TEST(OutputRelay, PtyStreamOfACrashingWriterIsReadToTheEndAndDuplicated) {
+  FileConsole console;
+  const TempDir& tmp = console.tmp;
+  EventLoop loop;
+  OutputRelay relay(loop, console.opt);
+  std::vector<int> drained;
+  relay.SetOnWorkerDrained([&](int r) { drained.push_back(r); });
+  auto pty = OpenPty(WindowSize{24, 80});
+  ASSERT_TRUE(pty.ok()) << pty.message();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int i = 0; i < 2000; ++i) {  // more than a pty buffer holds: the writer blocks meanwhile
+      char line[64];
+      int len = std::snprintf(line, sizeof line, "w1 %d\n", i);
+      WriteAll(pty->slave.get(), line, static_cast<size_t>(len));
+    }
+    WriteAll(pty->slave.get(), "loss 0.5 last words", 19);
+    ::kill(::getpid(), SIGKILL);
+  }
+  pty->slave.reset();
+  Sinks s = ConsoleSink(1);
+  s.file.reset(::open((tmp / "stdout.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  s.duplicate = std::make_shared<DuplicateFile>(
+      UniqueFd(::open((tmp / "filtered").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)),
+      std::vector<std::string>{"loss", "w1 1999"}, tmp / "filtered");
+  s.duplicate_prefix = "[r1] ";
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStdout, std::move(pty->master), std::move(s)).ok());
+  ASSERT_TRUE(RunUntil(loop, [&] { return !drained.empty(); }, 20s));  // EIO ends the stream
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string out = console.Out();
+  EXPECT_NE(out.find("[r1] w1 1999\n[r1] loss 0.5 last words\n"), std::string::npos);
+  EXPECT_EQ(out.find("\r"), std::string::npos);  // no "\r\n" from the pty
+  EXPECT_EQ(Slurp(tmp / "stdout.log").size(), out.size() - 2001 * 5 - 1);  // raw: no prefixes, no added newline
+  EXPECT_EQ(Slurp(tmp / "filtered"), "[r1] w1 1999\n[r1] loss 0.5 last words\n");
 }
 
 TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {

@@ -189,6 +189,52 @@ TEST_F(AgentTest, SigintIsForwardedAsSigint) {
   EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
 }
 
+TEST_F(AgentTest, EveryStopSignalIsFollowedBySigcontSoStoppedWorkersActOnIt) {
+  MakeAgent().Start();
+  agent->OnSignal(SIGINT);
+  ASSERT_EQ(spawner.signals.size(), 8u);
+  for (size_t i = 0; i < 8; i += 2) {
+    EXPECT_EQ(spawner.signals[i].sig, SIGINT);
+    EXPECT_EQ(spawner.signals[i + 1].sig, SIGCONT);
+    EXPECT_EQ(spawner.signals[i + 1].pgid, spawner.signals[i].pgid);
+  }
+}
+
+TEST_F(AgentTest, FailureTeardownSigtermIsFollowedBySigcontSigkillIsNot) {
+  config.shutdown_timeout = 1;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);
+  EXPECT_EQ(spawner.CountSignals(SIGCONT), 3);
+  timers.Advance(std::chrono::seconds(1));
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 3);
+  EXPECT_EQ(spawner.CountSignals(SIGCONT), 3);
+}
+
+TEST_F(AgentTest, SuspendStopsEveryGroupResumeContinuesThem) {
+  MakeAgent().Start();
+  EXPECT_EQ(agent->SuspendWorkers(), 4);
+  EXPECT_EQ(spawner.CountSignals(SIGTSTP), 4);
+  agent->ResumeWorkers(std::chrono::seconds(3));
+  EXPECT_EQ(spawner.CountSignals(SIGCONT), 4);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
+TEST_F(AgentTest, GracePeriodDoesNotRunWhileTheJobIsSuspended) {
+  config.shutdown_timeout = 10;
+  MakeAgent().Start();
+  agent->OnSignal(SIGTERM);
+  timers.Advance(std::chrono::seconds(4));
+  agent->SuspendWorkers();
+  // ctrun itself is stopped for 60 s (no timer runs meanwhile); the loop's clock went on, so
+  // after the resume the old deadline (t=10 s) would fire at once. It moves to t=70 s instead.
+  agent->ResumeWorkers(std::chrono::seconds(60));
+  timers.Advance(std::chrono::seconds(65));
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 0);
+  timers.Advance(std::chrono::seconds(1));  // 4 + 6 s of running time: the grace period is over
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 4);
+}
+
 TEST_F(AgentTest, SecondSignalSkipsTheGracePeriod) {
   MakeAgent().Start();
   agent->OnSignal(SIGINT);

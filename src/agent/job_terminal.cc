@@ -1,0 +1,45 @@
+#include "agent/job_terminal.h"
+
+#include <unistd.h>
+
+namespace ctrun {
+
+namespace {
+// --tty=always when ctrun's stdout is no terminal: a conventional size.
+constexpr WindowSize kDefaultWindow{24, 80};
+}  // namespace
+
+JobTerminal::JobTerminal(TtyMode mode, EventLoop& loop, Spawner& spawner, int console_fd, int stdin_fd)
+    : console_fd_(console_fd), forwarder_(StdinForwarder::Create(loop, stdin_fd)), terminals_(spawner) {
+  const bool tty = ::isatty(console_fd) == 1;
+  if (mode == TtyMode::kAlways || (mode == TtyMode::kAuto && tty))
+    window_ = GetWindowSize(console_fd).value_or(kDefaultWindow);
+}
+
+void JobTerminal::FillPlanInputs(logs::PlanInputs* in) const {
+  in->pty_window = window_;
+  in->forward_stdin = forwarder_ != nullptr;
+}
+
+void JobTerminal::OnWorkerStarted(int local_rank, const logs::WorkerOutputPlan& plan, SpawnedProcess& proc) {
+  if (plan.out.target.kind == StdioTarget::Kind::kPty && proc.stdout_pipe)
+    terminals_.Add(proc.pid, proc.stdout_pipe.get(), plan.prefix.size());
+  if (local_rank == 0 && forwarder_ && proc.stdin_pipe) forwarder_->SetTarget(std::move(proc.stdin_pipe));
+}
+
+void JobTerminal::OnNewAttempt() {
+  terminals_.Clear();
+  if (forwarder_) forwarder_->ClearTarget();
+}
+
+void JobTerminal::OnWindowChanged() {
+  if (!window_) return;
+  if (auto ws = GetWindowSize(console_fd_)) window_ = *ws;
+  terminals_.Resize(*window_);
+}
+
+void JobTerminal::OnContinued() {
+  if (forwarder_) forwarder_->OnContinued();
+}
+
+}  // namespace ctrun
