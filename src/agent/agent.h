@@ -15,6 +15,15 @@
 // So the whole policy (who failed first, SIGTERM -> grace -> SIGKILL -> bounded final wait,
 // restart counting, exit code) is tested with fakes, without forking.
 //
+// Health (health/monitor.h, attached with AttachHealth): a rank that misses a heartbeat or output
+// deadline is that attempt's failure. Its stacks are captured first (bounded, asynchronous; the
+// state stays Running meanwhile, so a worker that fails on its own during the capture is handled
+// as usual), then the attempt is stopped like any failure; the hung rank is the root cause, with
+// its verdict ("hung: no heartbeat for 92 s (last beat at step 1200)") and the stacks' location.
+// Single node, a failed attempt with restarts left waits the RestartPolicy's back-off (state
+// Backoff; a terminating signal then ends the run at once) or, in a crash loop, ends the run with
+// the last attempt's root cause and crash_loop() set.
+//
 // Stopping a group means: signal every worker process group of the attempt that still has a
 // member (leader or any descendant), arm the grace timer, SIGKILL what is left when it fires, then
 // wait at most kFinalWait more; a process that survives SIGKILL (D-state) is reported, never
@@ -32,6 +41,8 @@
 #include "agent/worker_env.h"
 #include "base/status.h"
 #include "config/launch_config.h"
+#include "health/monitor.h"
+#include "health/restart_policy.h"
 #include "process/exit_status.h"
 #include "process/spawner.h"
 #include "rendezvous/rendezvous.h"
@@ -73,9 +84,11 @@ struct FailureRecord {
   std::chrono::system_clock::time_point time;
   std::string error_file;
   bool stopped_by_ctrun = false;
+  std::string hang;    // "hung: no heartbeat for ..." when ctrun found the rank hung
+  std::string stacks;  // where its stacks went (or why they did not), with hang
 };
 
-enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kDone };
+enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kBackoff, kDone };
 
 class Agent final : public rdzv::RendezvousListener {
  public:
@@ -89,6 +102,8 @@ class Agent final : public rdzv::RendezvousListener {
 
   // Multi-node: the rendezvous that decides rounds, restarts and the outcome (before Start()).
   void AttachRendezvous(rdzv::Rendezvous* rendezvous);
+  // Hang detection and stack capture (before Start()); without it no rank is ever found hung.
+  void AttachHealth(health::Monitor* monitor);
   void Start();
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
@@ -106,6 +121,8 @@ class Agent final : public rdzv::RendezvousListener {
   int ended_by_signal() const { return done() && stop_reason_ == StopReason::kSignal ? stop_signal_ : 0; }
   // Set when the run ended for a reason other than worker failures (exec error, signal, ...).
   const std::string& end_message() const { return end_message_; }
+  // Set when the crash-loop guard ended the run: "crash loop: 3 attempts in a row failed ...".
+  const std::string& crash_loop() const { return crash_loop_; }
   // Pids that survived SIGKILL past kFinalWait (D-state), reported at the end.
   const std::vector<pid_t>& unkillable() const { return unkillable_; }
   std::vector<pid_t> live_worker_pids() const;
@@ -129,6 +146,9 @@ class Agent final : public rdzv::RendezvousListener {
     bool group_gone = false;
     ExitStatus status = ExitStatus::Exited(0);
     std::string error_file;
+    std::string hang;  // set when found hung
+    std::string stacks;
+    std::chrono::system_clock::time_point hung_at;
   };
 
   void StartAttempt();
@@ -146,6 +166,10 @@ class Agent final : public rdzv::RendezvousListener {
   bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
   void CancelTimers();
+  void OnRankHung(int local_rank, const std::string& why);
+  void OnStacksSaved(pid_t pid, const std::string& summary);
+  void StopForFailure(const Worker& w, const std::string& what, int exit_code);
+  void Restart();
 
   const LaunchConfig config_;
   const Environment base_env_;
@@ -171,6 +195,10 @@ class Agent final : public rdzv::RendezvousListener {
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
   int attempts_started_ = 0;              // multi-node: numbers attempt_<n> log dirs
   std::optional<rdzv::JobEnd> job_end_;
+  health::Monitor* health_ = nullptr;
+  health::RestartPolicy restart_policy_;
+  std::optional<TimerQueue::TimerId> backoff_timer_;
+  std::string crash_loop_;
 };
 
 }  // namespace ctrun

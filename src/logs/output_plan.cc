@@ -31,6 +31,28 @@ StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& c, const char* env_te
   return p;
 }
 
+namespace {
+
+// --output-timeout watches output as the relay reads it: every stream goes through a pipe, with
+// the same destination (a file the worker would have written is written by the relay instead).
+void RelayForOutputTimeout(StreamPlan* sp) {
+  switch (sp->target.kind) {
+    case StdioTarget::Kind::kPipe:
+      return;
+    case StdioTarget::Kind::kInherit:
+      sp->console = true;
+      break;
+    case StdioTarget::Kind::kFile:
+      sp->tee_file = sp->target.path;
+      break;
+    case StdioTarget::Kind::kDevNull:
+      break;
+  }
+  sp->target = StdioTarget::Pipe();
+}
+
+}  // namespace
+
 StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const OutputFlags& p, const PlanInputs& in) {
   if (in.paths == nullptr || static_cast<int>(in.paths->ranks.size()) < in.nproc) {
     return Status::Error("PlanOutput: attempt paths missing for " + std::to_string(in.nproc) + " ranks");
@@ -80,6 +102,7 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
         sp.console = true;
       }
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
+      if (c.output_timeout > 0) RelayForOutputTimeout(&sp);
     }
     plans.push_back(std::move(w));
   }

@@ -13,6 +13,8 @@
 //                                or when --log-prefix inherit (torchrun's behaviour)
 // Whenever stderr would go to DevNull it is piped instead with no sinks, so the failure summary
 // still has its tail (OutputRelay::StderrTail).
+// With --output-timeout every stream is piped (the relay sees all output), to the same places: the
+// console, the log file (written by the relay instead of the worker), or nowhere.
 // error_file is always set (TORCHELASTIC_ERROR_FILE): <rank dir>/error.json, or /dev/null.
 #pragma once
 

@@ -25,7 +25,7 @@ struct StdioTarget {
 };
 
 // Every worker also: leads its own process group (setpgid), gets PR_SET_PDEATHSIG(SIGKILL), keeps
-// ctrun's stdin and working directory, and sees no fd but 0, 1 and 2.
+// ctrun's stdin and working directory, and sees no fd but 0, 1, 2 and the one extra_fd below.
 struct SpawnSpec {
   std::string executable;         // the file execve runs, PATH already searched by whoever built the
                                   // spec (the spawner reads no environment); "": argv[0] as a path
@@ -33,6 +33,10 @@ struct SpawnSpec {
   std::vector<std::string> env;   // complete environment, "K=V", exactly as execve gets it
   StdioTarget stdout_target;
   StdioTarget stderr_target;
+  // One more fd the worker inherits (its heartbeat channel): the caller's extra_fd (any flags;
+  // still owned by the caller) becomes the child's extra_fd_target, without CLOEXEC. -1: none.
+  int extra_fd = -1;
+  int extra_fd_target = 3;
 };
 
 }  // namespace ctrun

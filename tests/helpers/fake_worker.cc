@@ -26,6 +26,10 @@
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
 //   --heartbeat N       beat N times through the worker library (CTRUN_HEARTBEAT_FD/FILE)
 //   --heartbeat-ms MS   ... MS apart (default 1)
+//   --beat-step S       ... carrying steps S, S+1, ... (default: the library's counter)
+//   --print-ms MS       sleep MS ms after each --print line (output without beats)
+//   --else-beat MS      ranks/attempts that --only-* excludes beat every MS ms forever instead of
+//                       exiting 0 (the healthy ranks of a hang test)
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,7 +78,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
-  long beat_ms = 1;
+  long beat_ms = 1, print_ms = 0, else_beat_ms = -1;
+  long long beat_step = -1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
   int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1;
@@ -103,6 +108,9 @@ int main(int argc, char** argv) {
     else if (o == "--hang-if-world") hang_if_world = atoi(next().c_str());
     else if (o == "--heartbeat") beats = atoi(next().c_str());
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
+    else if (o == "--beat-step") beat_step = atoll(next().c_str());
+    else if (o == "--print-ms") print_ms = atol(next().c_str());
+    else if (o == "--else-beat") else_beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
     else {
       fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
@@ -159,13 +167,20 @@ int main(int argc, char** argv) {
     }
     AppendPid(pid_file, p);
   }
-  for (int i = 0; i < print_n; ++i) printf("rank %s line %d\n", rank.c_str(), i);
+  for (int i = 0; i < print_n; ++i) {
+    printf("rank %s line %d\n", rank.c_str(), i);
+    if (print_ms > 0) {
+      fflush(stdout);
+      SleepMs(print_ms);
+    }
+  }
   fflush(stdout);
   if (!stderr_text.empty()) fprintf(stderr, "%s\n", stderr_text.c_str());
   if (!partial.empty()) fputs(partial.c_str(), stderr);
   fflush(stderr);
   for (int b = 0; b < beats; ++b) {
-    ctrun::heartbeat();
+    if (beat_step >= 0) ctrun::heartbeat(static_cast<uint64_t>(beat_step + b));
+    else ctrun::heartbeat();
     if (b + 1 < beats) SleepMs(beat_ms);
   }
   if (sleep_ms > 0) SleepMs(sleep_ms);
@@ -179,6 +194,11 @@ int main(int argc, char** argv) {
   if (hang_if_world >= 0 && Env("WORLD_SIZE", "") == std::to_string(hang_if_world)) SleepForever();
   if (!applies) {
     if (else_hang) SleepForever();
+    for (uint64_t b = 0; else_beat_ms >= 0; ++b) {
+      if (beat_step >= 0) ctrun::heartbeat(static_cast<uint64_t>(beat_step + beats) + b);
+      else ctrun::heartbeat();
+      SleepMs(else_beat_ms);
+    }
     if (else_hang_attempt >= 0 && std::to_string(else_hang_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"))
       SleepForever();
     return 0;
