@@ -150,7 +150,7 @@ constexpr std::array kOptions = {
     // Health: hang detection, stacks of a hung rank, restart policy (src/health/).
     OptionDef{"heartbeat_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
               "A rank that sends no heartbeat for this long is hung: its stacks are saved, then the job "
-              "stops (and restarts, if restarts are left). Workers beat through CTRUN_HEARTBEAT_FD (the "
+              "stops (and restarts, if restarts are left; else ctrun exits 124). Workers beat through CTRUN_HEARTBEAT_FD (the "
               "worker library's heartbeat(), or one os.write from Python)."},
     OptionDef{"heartbeat_first_timeout", 0, Kind::kValue, "", "SECONDS", "max(600, --heartbeat-timeout)",
               Group::kHealth, "Deadline of a rank's first heartbeat (start-up, checkpoint load)."},

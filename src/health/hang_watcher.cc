@@ -55,6 +55,12 @@ void HangWatcher::Beat(int local_rank, std::optional<uint64_t> step) {
   }
   ++r->beats;
   r->last_beat = timers_.Now();
+  // The first beat moves the deadline earlier (the first-beat deadline is the longer one): the
+  // lazy timer only ever moves later, so it is re-armed once, here.
+  if (r->beats == 1 && r->beat_timer) {
+    timers_.CancelTimer(*r->beat_timer);
+    ArmBeat(local_rank, BeatDeadline(*r));
+  }
 }
 
 void HangWatcher::Output(int local_rank) {

@@ -11,7 +11,8 @@
 //
 // Timers are lazy: a beat only records its time; the rank's one timer fires at the deadline
 // computed from the start or the last beat and, if a beat came meanwhile, re-arms itself at the
-// new deadline. So a beat costs no timer operation, and a verdict is given at the deadline
+// new deadline (the first beat, which moves the deadline earlier, re-arms it once). So a beat
+// costs no timer operation, and a verdict is given at the deadline
 // itself (the loop's timerfd), never later than the deadline plus the loop's latency.
 #pragma once
 

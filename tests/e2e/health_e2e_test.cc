@@ -82,14 +82,15 @@ TEST(HealthE2E, OutputTimeoutCatchesAWorkerThatPrintsWithoutBeating) {
   // Rank 0's output goes to its log file (-r 3): the relay still sees it, and it keeps it alive.
   auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--output-timeout=1", "--stack-timeout=0", "-r", "0:3",
                              "--log-dir", d.path()},
-                            {"--print", "8", "--print-ms", "200", "--only-rank", "1", "--hang", "--else-hang"}),
+                            {"--print", "20", "--print-ms", "100", "--quiet-rank", "1", "--only-rank", "1", "--hang",
+                             "--else-hang"}),
                       {}, 30s);
   ASSERT_EQ(r.exit_code, kExitHung) << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 1 .*hung: no output for 1\.[0-2] s)"))) << r.err;
   EXPECT_FALSE(std::regex_search(r.err, std::regex(R"(rank 0 .*hung)"))) << r.err;
   auto logs = FilesStartingWith(d.path(), "stdout.log");
   bool rank0_file = false;
-  for (const auto& [path, text] : logs) rank0_file |= Contains(text, "rank 0 line 7");
+  for (const auto& [path, text] : logs) rank0_file |= Contains(text, "rank 0 line 9");
   EXPECT_TRUE(rank0_file) << "-r still writes rank 0's file";
 }
 
@@ -121,8 +122,8 @@ TEST(HealthE2E, StacksOfAHungRankAreSavedAndNamedInTheSummary) {
 
 TEST(HealthE2E, MissingStackToolsAreReportedAndDoNotDelayTheStop) {
   TempDir d;
-  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--stack-timeout=30", "--log-dir",
-                             d.path()},
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--heartbeat-first-timeout=0.5",
+                             "--stack-timeout=30", "--log-dir", d.path()},
                             {"--only-rank", "1", "--hang", "--else-beat", "20"}),
                       {"PATH=" + d.path()}, 30s);  // neither eu-stack nor gdb in PATH
   ASSERT_EQ(r.exit_code, kExitHung) << r.err;

@@ -28,6 +28,7 @@
 //   --heartbeat-ms MS   ... MS apart (default 1)
 //   --beat-step S       ... carrying steps S, S+1, ... (default: the library's counter)
 //   --print-ms MS       sleep MS ms after each --print line (output without beats)
+//   --quiet-rank R      RANK R prints nothing (no --print lines)
 //   --else-beat MS      ranks/attempts that --only-* excludes beat every MS ms forever instead of
 //                       exiting 0 (the healthy ranks of a hang test)
 #include <dirent.h>
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
   long beat_ms = 1, print_ms = 0, else_beat_ms = -1;
+  int quiet_rank = -1;
   long long beat_step = -1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
     else if (o == "--beat-step") beat_step = atoll(next().c_str());
     else if (o == "--print-ms") print_ms = atol(next().c_str());
+    else if (o == "--quiet-rank") quiet_rank = atoi(next().c_str());
     else if (o == "--else-beat") else_beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
     else {
@@ -167,6 +170,7 @@ int main(int argc, char** argv) {
     }
     AppendPid(pid_file, p);
   }
+  if (std::to_string(quiet_rank) == rank) print_n = 0;
   for (int i = 0; i < print_n; ++i) {
     printf("rank %s line %d\n", rank.c_str(), i);
     if (print_ms > 0) {

@@ -69,6 +69,16 @@ TEST_F(HangWatcherTest, SilenceAfterBeatsIsAHangWithTheLastStep) {
   EXPECT_FALSE(watcher->watching());
 }
 
+TEST_F(HangWatcherTest, TheFirstBeatBringsTheShorterDeadlineIn) {
+  Make(Beats(1, 600)).Start(1);
+  timers.Advance(Seconds(2));
+  watcher->Beat(0, 1);
+  const TimePoint last = timers.Now();
+  timers.Advance(Seconds(5));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].at, last + Seconds(1));
+}
+
 TEST_F(HangWatcherTest, SlowButSteadyBeatsAreNeverAHang) {
   Make(Beats(1, 2)).Start(1);
   for (int i = 0; i < 100; ++i) {
