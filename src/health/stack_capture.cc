@@ -113,12 +113,11 @@ void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
                             base + ".err"});
       if (!tools_.gdb.empty() && IsPython(pid)) {
         ++active_->python;
-        const std::string py = dir + "/python." + p + ".txt";
-        // O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0644, opened by the target; the dumper needs no GIL.
+        // One call: gdb cannot always restore the registers after an inferior call (some VMs
+        // refuse the extended state), so nothing may depend on a second one. The dumper needs no
+        // GIL; it writes to the process's stderr, which the relay carries to the rank's log.
         t->steps.push_back({{tools_.gdb, "-batch", "-nx", "-p", p, "-ex",
-                             "set $ctrun_fd = (int)open(\"" + py + "\", 02001101, 0644)", "-ex",
-                             "call (void)_Py_DumpTracebackThreads($ctrun_fd, (void*)0, (void*)0)", "-ex",
-                             "call (int)close($ctrun_fd)"},
+                             "call (void)_Py_DumpTracebackThreads(2, (void*)0, (void*)0)"},
                             "", ""});
       }
       active_->targets.push_back(std::move(t));
@@ -204,7 +203,8 @@ std::string StackCapture::Summary(bool timed_out) const {
   const size_t n = a.targets.size();
   std::string s = "stacks of " + std::to_string(n) + (n == 1 ? " process" : " processes") + " saved in " + a.dir +
                   " (native: " + (tools_.eu_stack.empty() ? "gdb" : "eu-stack");
-  if (a.python > 0) s += "; Python: " + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es");
+  if (a.python > 0)
+    s += "; Python: " + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es") + ", on the rank's stderr";
   else if (tools_.gdb.empty()) s += "; no Python stacks: gdb is not installed";
   s += ")";
   if (timed_out) s += "; the capture was cut at its " + FormatSeconds(timeout_) + " bound (--stack-timeout)";

@@ -7,10 +7,11 @@
 //           every thread, written to <dir>/native.<pid>.txt (the tool's stderr to .err);
 //   Python: for a process whose executable is python*, and when gdb is installed, gdb calls the
 //           interpreter's own signal-safe dumper (_Py_DumpTracebackThreads, what faulthandler
-//           uses) inside the process, writing every thread's Python stack to
-//           <dir>/python.<pid>.txt. Nothing is set up in workers beforehand: workers that never
-//           hang run exactly as without ctrun. (The call runs code in the hung process, which is
-//           stopped right after.)
+//           uses; no GIL needed) inside the process: every thread's Python stack goes to the
+//           process's stderr, i.e. the rank's console lines / stderr log and the summary's stderr
+//           tail. Nothing is set up in workers beforehand: workers that never hang run exactly as
+//           without ctrun. (The call runs code in the hung process, which is stopped right after;
+//           where gdb cannot restore the interrupted system call, the process may then fail.)
 // The tools run as ctrun's children in their own process groups (PosixSpawner: PR_SET_PDEATHSIG);
 // their exits are seen through pidfds (the agent's reaper reaps them as unknown pids). One deadline
 // bounds the whole capture: tools still running then are SIGKILLed (a SIGSTOPped or D-state target
