@@ -2,16 +2,24 @@
 //
 // Contract: heartbeat() is a no-op (a few nanoseconds) unless the launcher asked for beats through
 // one of these variables, read once on the first call:
-//   CTRUN_HEARTBEAT_FD=<n>     an inherited, writable fd (pipe/FIFO/socket): each beat writes one
-//                              line "<counter> <unix_time_ns>\n" (< PIPE_BUF, so atomic on a pipe);
-//                              the fd is made non-blocking, and a beat that would block is dropped
-//                              (the agent is behind; the next beat carries a larger counter).
+//   CTRUN_HEARTBEAT_FD=<n>     an inherited, writable fd (ctrun gives a datagram socket; a pipe,
+//                              FIFO or stream socket works too): each beat writes one line
+//                              "<step> <unix_time_ns>\n" (< PIPE_BUF, so atomic on a pipe). The
+//                              reader takes the first field as the step and ignores the rest, so
+//                              "<step>\n" alone is a valid beat (what a Python worker writes). The
+//                              fd is made non-blocking, and a beat that would block is dropped (the
+//                              agent is behind; the next beat carries a newer step). On a socket a
+//                              beat is one send(MSG_NOSIGNAL); on a pipe SIGPIPE is held off.
 //   CTRUN_HEARTBEAT_FILE=<path> a regular file, rewritten in place with pwrite at offset 0 with the
-//                              fixed-width record "%020llu %020llu\n" (counter, unix_time_ns), 42
+//                              fixed-width record "%020llu %020llu\n" (step, unix_time_ns), 42
 //                              bytes. A reader that sees a record not matching that shape re-reads.
-// The counter starts at 1 and grows by one per beat (monotonic within a process; a restarted
-// worker starts again at 1). When FD is set it wins over FILE. Errors (EBADF, ENOSPC) disable beats
-// for the rest of the process silently: heartbeats must never kill training. Thread-safe.
+//                              (For other launchers: ctrun itself uses the FD.)
+// The step is what the caller passes, or for heartbeat() the beat counter: 1, 2, ... per process
+// (a restarted worker starts again at 1). Pass the training step (global, resumed from the
+// checkpoint) when there is one: ctrun reports the last step of a hung rank and compares steps
+// across restarts to tell a crash loop from progress. When FD is set it wins over FILE. Errors
+// (EBADF, ENOSPC, a closed reader) disable beats for the rest of the process silently: heartbeats
+// must never kill training. Thread-safe.
 // The launcher decides how long a worker may go without a beat; a worker should beat at least once
 // per step.
 #pragma once
@@ -20,8 +28,11 @@
 
 namespace ctrun::worker {
 
-// Returns the counter value written, or 0 when heartbeats are disabled.
+// Returns the beat counter (1, 2, ...) of the beat written, or 0 when heartbeats are disabled or
+// the beat was dropped.
 uint64_t heartbeat();
+// The same, reporting `step` as the progress of this worker.
+uint64_t heartbeat(uint64_t step);
 bool heartbeat_enabled();
 
 }  // namespace ctrun::worker

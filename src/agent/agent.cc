@@ -8,6 +8,9 @@
 #include "report/run_outcome.h"
 #include "report/summary_file.h"
 
+#include "health/hang_watcher.h"
+#include "report/run_summary.h"
+
 namespace ctrun {
 namespace {
 
@@ -27,11 +30,18 @@ Agent::Agent(const LaunchConfig& config, Environment base_env, std::string execu
       executable_(std::move(executable)),
       spawner_(spawner),
       timers_(timers),
-      hooks_(hooks) {}
+      hooks_(hooks),
+      restart_policy_(health::RestartPolicyOptions{Seconds(config.restart_backoff), Seconds(config.restart_backoff_max),
+                                                   config.heartbeat_timeout > 0, config.crash_loop_limit}) {}
 
 void Agent::AttachRendezvous(rdzv::Rendezvous* rendezvous) {
   rdzv_ = rendezvous;
   rdzv_->SetListener(this);
+}
+
+void Agent::AttachHealth(health::Monitor* monitor) {
+  health_ = monitor;
+  health_->SetOnHang([this](int local_rank, const std::string& why) { OnRankHung(local_rank, why); });
 }
 
 void Agent::Start() {
@@ -156,6 +166,7 @@ void Agent::StartAttempt() {
     spec.argv = std::move(plan.argv);
     spec.env = plan.env.Entries();
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
+    if (health_) health_->PrepareWorker(attempt, i, &spec);
   }
   std::vector<SpawnResult> results;
   spawner_.SpawnMany(specs, &results);
@@ -182,6 +193,7 @@ void Agent::StartAttempt() {
     workers_.push_back(w);
     hooks_.OnWorkerStarted(i, w.rank, r.process);
   }
+  if (health_) health_->AttemptStarted(n);
   if (first_error) {
     // No restart loop on a missing or non-executable entrypoint: the next try would fail alike.
     // The workers that did start are killed; they are not failures of their own.
@@ -226,6 +238,12 @@ void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
   f.time = std::chrono::system_clock::now();
   f.error_file = w.error_file;
   f.stopped_by_ctrun = stopped_by_ctrun;
+  f.hang = w.hang;
+  f.stacks = w.stacks;
+  if (!w.hang.empty()) {  // killed by ctrun because it hung: the failure is the hang, found then
+    f.stopped_by_ctrun = false;
+    f.time = w.hung_at;
+  }
   failures_.push_back(std::move(f));
 }
 
@@ -246,6 +264,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     w->exited = true;
     w->status = status;
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
+    if (health_) health_->WorkerExited(w->rank.local_rank);
     if (state_ == AgentState::kRunning) {
       EmitWorkerExit(*w, status.success() ? "succeeded" : "failed");
       if (!status.success()) {
@@ -253,15 +272,8 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
                           status.ToString() + "; stopping the other workers");
         RecordFailure(*w, /*stopped_by_ctrun=*/false);
-        if (rdzv_) {
-          rdzv::Cause c;
-          c.rank = w->rank.global_rank;
-          c.local_rank = w->rank.local_rank;
-          c.what = status.ToString();
-          c.exit_code = status.ShellCode();
-          rdzv_->ReportFailure(c);
-        }
-        BeginStopping(StopReason::kFailure, SIGTERM);
+        StopForFailure(*w, w->hang.empty() ? status.ToString() : w->hang,
+                       w->hang.empty() ? status.ShellCode() : kExitHung);
         return;
       }
       if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; })) {
@@ -269,7 +281,8 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         BeginStopping(StopReason::kSuccess, SIGTERM);
         return;
       }
-    } else if (state_ == AgentState::kStopping && stop_reason_ != StopReason::kStartError && !status.success()) {
+    } else if (state_ == AgentState::kStopping && stop_reason_ != StopReason::kStartError &&
+               (!status.success() || !w->hang.empty())) {  // a hung rank is a failure however it ends
       // During teardown a worker that died of the signal ctrun sent (or a shell's 128+signal
       // for it) was stopped by ctrun. Any other failure (its own exception, exit 1 from a
       // broken collective, SIGABRT) happened on its own, possibly before our signal arrived:
@@ -303,6 +316,13 @@ void Agent::OnSignal(int sig) {
       return;
     }
   }
+  if (state_ == AgentState::kBackoff && !forward_only) {
+    hooks_.Log(1, "received " + SignalName(sig) + " while waiting to restart: not restarting");
+    stop_reason_ = StopReason::kSignal;
+    stop_signal_ = sig;
+    Finish(128 + sig);
+    return;
+  }
   if (forward_only) {
     hooks_.Log(0, "forwarding " + SignalName(sig) + " to the workers");
     for (const auto& w : workers_)
@@ -330,7 +350,61 @@ void Agent::OnSignal(int sig) {
   BeginStopping(StopReason::kSignal, sig);
 }
 
+void Agent::StopForFailure(const Worker& w, const std::string& what, int exit_code) {
+  if (rdzv_) {
+    rdzv::Cause c;
+    c.rank = w.rank.global_rank;
+    c.local_rank = w.rank.local_rank;
+    c.what = what;
+    c.exit_code = exit_code;
+    rdzv_->ReportFailure(c);
+  }
+  BeginStopping(StopReason::kFailure, SIGTERM);
+}
+
+void Agent::OnRankHung(int local_rank, const std::string& why) {
+  if (state_ != AgentState::kRunning) return;
+  Worker* w = nullptr;
+  for (auto& x : workers_)
+    if (x.rank.local_rank == local_rank && !x.exited) w = &x;
+  if (!w) return;
+  w->hang = why;
+  w->hung_at = std::chrono::system_clock::now();
+  events_->Emit(events::kHeartbeatMiss, {{"rank", w->rank.global_rank},
+                                         {"local_rank", local_rank},
+                                         {"pid", w->pid},
+                                         {"attempt", attempt_},
+                                         {"why", why}});
+  const std::string who = "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
+                          std::to_string(local_rank) + ", pid " + std::to_string(w->pid) + ") ";
+  if (config_.stack_timeout <= 0 || !health_) {
+    hooks_.Log(2, who + why + "; stopping the workers");
+    StopForFailure(*w, why, kExitHung);
+    return;
+  }
+  hooks_.Log(2, who + why + "; saving its stacks (at most " + health::FormatSeconds(Seconds(config_.stack_timeout)) +
+                    "), then stopping the workers");
+  health_->CaptureStacks(local_rank, w->pid, [this, pid = w->pid](const std::string& summary) {
+    OnStacksSaved(pid, summary);
+  });
+}
+
+// The capture of a hung rank's stacks ended (saved, cut at its bound, or impossible).
+void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
+  Worker* w = FindWorker(pid);
+  if (!w) return;  // another attempt by now
+  w->stacks = summary;
+  events_->Emit(events::kStackCapture, {{"rank", w->rank.global_rank}, {"pid", pid}, {"attempt", attempt_}, {"summary", summary}});
+  for (auto& f : failures_)
+    if (f.pid == pid) f.stacks = summary;
+  hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
+  if (state_ != AgentState::kRunning) return;  // already stopping (another failure meanwhile)
+  if (w->exited) RecordFailure(*w, /*stopped_by_ctrun=*/false);  // it ended during the capture
+  StopForFailure(*w, w->hang, kExitHung);
+}
+
 void Agent::BeginStopping(StopReason reason, int sig) {
+  if (health_) health_->StopWatching();
   state_ = AgentState::kStopping;
   stop_reason_ = reason;
   stop_signal_ = sig;
@@ -447,8 +521,10 @@ void Agent::ResumeWorkers(Duration suspended_for) {
 void Agent::CancelTimers() {
   if (grace_timer_) timers_.CancelTimer(*grace_timer_);
   if (final_timer_) timers_.CancelTimer(*final_timer_);
+  if (backoff_timer_) timers_.CancelTimer(*backoff_timer_);
   grace_timer_.reset();
   final_timer_.reset();
+  backoff_timer_.reset();
 }
 
 void Agent::FinishAttempt() {
@@ -474,25 +550,47 @@ void Agent::FinishAttempt() {
     case StopReason::kRemote:  // only with a rendezvous
     case StopReason::kFailure:
       if (restart_count_ < config_.max_restarts) {
-        ++restart_count_;
-        events_->Emit(events::kRestart, {{"restart_count", restart_count_}, {"max_restarts", config_.max_restarts}});
-        hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
-                          std::to_string(config_.max_restarts) + ")");
-        StartAttempt();
-        return;
+        const health::RestartDecision d =
+            restart_policy_.OnFailedAttempt(health_ ? health_->AttemptMaxStep() : std::nullopt);
+        if (!d.crash_loop) {
+          if (d.delay <= Duration::zero()) {
+            Restart();
+            return;
+          }
+          state_ = AgentState::kBackoff;
+          events_->Emit(events::kBackoff, {{"delay_s", std::chrono::duration<double>(d.delay).count()},
+                                           {"restart_count", restart_count_ + 1}});
+          hooks_.Log(1, "restarting in " + health::FormatSeconds(d.delay) + " (--restart-backoff)");
+          backoff_timer_ = timers_.AddTimerAfter(d.delay, [this] {
+            backoff_timer_.reset();
+            Restart();
+          });
+          return;
+        }
+        crash_loop_ = d.why;
+        hooks_.Log(2, d.why);
+      } else if (config_.max_restarts > 0) {
+        hooks_.Log(2, "no restarts left (max_restarts=" + std::to_string(config_.max_restarts) + ")");
       }
-      if (config_.max_restarts > 0) hooks_.Log(2, "no restarts left (max_restarts=" + std::to_string(config_.max_restarts) + ")");
       {
         int code = 1;
         for (const auto& f : failures_)
           if (!f.stopped_by_ctrun) {
-            code = f.status.ShellCode();
+            code = f.hang.empty() ? f.status.ShellCode() : kExitHung;
             break;
           }
         Finish(code == 0 ? 1 : code);
       }
       return;
   }
+}
+
+void Agent::Restart() {
+  ++restart_count_;
+  events_->Emit(events::kRestart, {{"restart_count", restart_count_}, {"max_restarts", config_.max_restarts}});
+  hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
+                    std::to_string(config_.max_restarts) + ")");
+  StartAttempt();
 }
 
 // Every worker of the round is gone. The rendezvous decides what comes next: a signal ends this

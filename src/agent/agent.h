@@ -15,6 +15,15 @@
 // So the whole policy (who failed first, SIGTERM -> grace -> SIGKILL -> bounded final wait,
 // restart counting, exit code) is tested with fakes, without forking.
 //
+// Health (health/monitor.h, attached with AttachHealth): a rank that misses a heartbeat or output
+// deadline is that attempt's failure. Its stacks are captured first (bounded, asynchronous; the
+// state stays Running meanwhile, so a worker that fails on its own during the capture is handled
+// as usual), then the attempt is stopped like any failure; the hung rank is the root cause, with
+// its verdict ("hung: no heartbeat for 92 s (last beat at step 1200)") and the stacks' location.
+// Single node, a failed attempt with restarts left waits the RestartPolicy's back-off (state
+// Backoff; a terminating signal then ends the run at once) or, in a crash loop, ends the run with
+// the last attempt's root cause and crash_loop() set.
+//
 // Stopping a group means: signal every worker process group of the attempt that still has a
 // member (leader or any descendant), arm the grace timer, SIGKILL what is left when it fires, then
 // wait at most kFinalWait more; a process that survives SIGKILL (D-state) is reported, never
@@ -38,6 +47,8 @@
 #include "agent/worker_env.h"
 #include "base/status.h"
 #include "config/launch_config.h"
+#include "health/monitor.h"
+#include "health/restart_policy.h"
 #include "process/exit_status.h"
 #include "process/spawner.h"
 #include "rendezvous/rendezvous.h"
@@ -83,9 +94,11 @@ struct FailureRecord {
   std::chrono::system_clock::time_point time;
   std::string error_file;
   bool stopped_by_ctrun = false;
+  std::string hang;    // "hung: no heartbeat for ..." when ctrun found the rank hung
+  std::string stacks;  // where its stacks went (or why they did not), with hang
 };
 
-enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kDone };
+enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kBackoff, kDone };
 
 class Agent final : public rdzv::RendezvousListener {
  public:
@@ -102,6 +115,8 @@ class Agent final : public rdzv::RendezvousListener {
   // Where attempts, worker starts and exits, stops, restarts and rounds are reported (before
   // Start(); a null sink by default). Not owned.
   void SetEventSink(EventSink* sink) { events_ = sink ? sink : &NullEvents(); }
+  // Hang detection and stack capture (before Start()); without it no rank is ever found hung.
+  void AttachHealth(health::Monitor* monitor);
   void Start();
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
@@ -130,6 +145,8 @@ class Agent final : public rdzv::RendezvousListener {
   bool ended_by_start_error() const { return done() && stop_reason_ == StopReason::kStartError; }
   // The run ended because an attempt or a join could not be prepared (exit_code() is 1).
   bool setup_failed() const { return setup_failed_; }
+  // Set when the crash-loop guard ended the run: "crash loop: 3 attempts in a row failed ...".
+  const std::string& crash_loop() const { return crash_loop_; }
   // Pids that survived SIGKILL past kFinalWait (D-state), reported at the end.
   const std::vector<pid_t>& unkillable() const { return unkillable_; }
   std::vector<pid_t> live_worker_pids() const;
@@ -154,6 +171,9 @@ class Agent final : public rdzv::RendezvousListener {
     bool group_gone = false;
     ExitStatus status = ExitStatus::Exited(0);
     std::string error_file;
+    std::string hang;  // set when found hung
+    std::string stacks;
+    std::chrono::system_clock::time_point hung_at;
   };
 
   void StartAttempt();
@@ -177,6 +197,10 @@ class Agent final : public rdzv::RendezvousListener {
   void SignalToStop(pid_t pgid, int sig);
   void ArmGrace(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
+  void OnRankHung(int local_rank, const std::string& why);
+  void OnStacksSaved(pid_t pid, const std::string& summary);
+  void StopForFailure(const Worker& w, const std::string& what, int exit_code);
+  void Restart();
 
   const LaunchConfig config_;
   const Environment base_env_;
@@ -210,6 +234,10 @@ class Agent final : public rdzv::RendezvousListener {
   bool deadline_reached_ = false;
   std::vector<int> running_at_deadline_;
   bool setup_failed_ = false;
+  health::Monitor* health_ = nullptr;
+  health::RestartPolicy restart_policy_;
+  std::optional<TimerQueue::TimerId> backoff_timer_;
+  std::string crash_loop_;
 };
 
 }  // namespace ctrun

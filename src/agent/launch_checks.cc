@@ -21,9 +21,8 @@ bool IsExecutableFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// Resolves argv0 the way execvp would, through `path` (the value of PATH; nullptr: unset, then
-// the usual system directories); returns argv0 unchanged when it contains '/', or when nothing
-// executable is found.
+}  // namespace
+
 std::string ResolveExecutable(const std::string& argv0, const std::string* path) {
   if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
   const std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
@@ -39,8 +38,6 @@ std::string ResolveExecutable(const std::string& argv0, const std::string* path)
   }
   return argv0;
 }
-
-}  // namespace
 
 Status CheckSupported(const LaunchConfig& c) {
   if (c.run_path)

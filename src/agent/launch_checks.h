@@ -24,6 +24,10 @@ Status ResolveNproc(LaunchConfig* config, GpuProbe& gpus, int cpus);
 // entrypoint itself, resolved through $PATH when it has no '/'.
 StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& config, const std::string& python_exec,
                                         const Environment& env);
+// Resolves argv0 the way execvp would, through `path` (the value of PATH; nullptr: unset, then
+// the usual system directories); returns argv0 unchanged when it contains '/', or when nothing
+// executable is found.
+std::string ResolveExecutable(const std::string& argv0, const std::string* path);
 // $PYTHON_EXEC, else python3 resolved through PATH; "" when neither exists.
 std::string FindPython(const Environment& env);
 

@@ -17,6 +17,7 @@
 #include "agent/job_terminal.h"
 #include "agent/store_bind_error.h"
 #include "agent/worker_env.h"
+#include "health/health_monitor.h"
 #include "base/unique_fd.h"
 #include "process/descendants.h"
 #include "process/reaper.h"
@@ -180,6 +181,12 @@ class RealHooks final : public AgentHooks {
   }
 
   const std::optional<OomKillSample>& oom_before() const { return oom_before_; }
+
+  // The current attempt's directory of a rank ("" when logs go nowhere).
+  std::string RankDir(int local_rank) const {
+    if (!paths_.files_enabled() || static_cast<size_t>(local_rank) >= paths_.ranks.size()) return "";
+    return paths_.ranks[static_cast<size_t>(local_rank)].dir;
+  }
 
   // Multi-node: this node's address as the others reach it (set once before the first join).
   void set_node_addr(std::string addr) { node_addr_ = std::move(addr); }
@@ -380,6 +387,8 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
     else
       w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
     w.stderr_tail = hooks.StderrTail(f.local_rank);
+    w.hang = f.hang;
+    w.stacks = f.stacks;
     failures.push_back(std::move(w));
   }
   LoadErrorFiles(&failures);
@@ -423,6 +432,7 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
       if (Status s = WriteAgentErrorFile(*path, failures, opts); !s.ok())
         spdlog::warn("cannot write the agent's error file: {}", s.message());
   }
+  if (!agent.crash_loop().empty()) spdlog::error("{}", agent.crash_loop());
   if (agent.multi_node() && agent.job_end() && agent.ended_by_signal() == 0) {
     const rdzv::JobEnd& end = *agent.job_end();
     if (end.cause && !end.cause_is_local && failures.empty())
@@ -462,6 +472,22 @@ bool IsJobControlSignal(const LaunchConfig& config, int sig) {
   if (sig != SIGTSTP && sig != SIGCONT && sig != SIGWINCH) return false;
   auto named = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), sig) != v.end(); };
   return !named(config.signals_to_handle) && !named(config.forward_only_signals);
+}
+
+// Hang detection, when a heartbeat or output timeout is set; null otherwise.
+std::unique_ptr<health::HealthMonitor> MakeHealthMonitor(const LaunchConfig& config, const RunContext& context,
+                                                         EventLoop& loop, const RealHooks& hooks,
+                                                         logs::OutputRelay& relay) {
+  health::HangWatchOptions o;
+  o.heartbeat = Seconds(config.heartbeat_timeout);
+  o.first_heartbeat = Seconds(config.heartbeat_first_timeout);
+  o.output = Seconds(config.output_timeout);
+  if (!o.any()) return nullptr;
+  auto monitor = std::make_unique<health::HealthMonitor>(
+      loop, o, health::FindStackTools(context.env.Get("PATH"), context.env.Entries()), Seconds(config.stack_timeout),
+      [&hooks](int local_rank) { return hooks.RankDir(local_rank); });
+  if (o.output > Duration::zero()) relay.SetOnOutput([m = monitor.get()](int local_rank) { m->OnOutput(local_rank); });
+  return monitor;
 }
 
 }  // namespace
@@ -521,6 +547,9 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   RunRecorder recorder;
   TeeEventSink event_tee({context.events, &recorder});
   agent.SetEventSink(&event_tee);
+  // Declared after the loop and the relay: destroyed before them.
+  std::unique_ptr<health::HealthMonitor> health = MakeHealthMonitor(config, context, loop, hooks, relay);
+  if (health) agent.AttachHealth(health.get());
   rdzv::Backend backend;
   if (config.rdzv.multi_node) {
     auto b = rdzv::MakeBackend(config, loop, context.hostname);

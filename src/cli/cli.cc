@@ -25,7 +25,9 @@ constexpr const char* kUsageLines =
     "       ctrun [OPTIONS] -m MODULE [ARGS...]\n";
 
 enum class Kind { kValue, kFlag };
-enum class Group { kNodes, kWorkers, kEntrypoint, kLogs, kSignals, kCtrun };
+// kHealth: ctrun extensions too, added after torchrun users' prefixes were settled: a prefix that
+// also matches another option means that option (--he is --help, as in torchrun).
+enum class Group { kNodes, kWorkers, kEntrypoint, kLogs, kSignals, kCtrun, kHealth };
 
 // One command-line option. Long spellings are derived from `dest`: "--" + dest with '_' -> '-',
 // and "--" + dest itself (torchrun 2.x accepts both); the same for `alias`.
@@ -180,6 +182,27 @@ constexpr std::array kOptions = {
               "Also replace ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS per "
               "worker (torchrun replaces only ${local_rank}, and so does ctrun without this flag, so "
               "Hydra's key=${world_size} passes through). With it, $${name} gives a literal ${name}."},
+    // Health: hang detection, stacks of a hung rank, restart policy (src/health/).
+    OptionDef{"heartbeat_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
+              "A rank that sends no heartbeat for this long is hung: its stacks are saved, then the job "
+              "stops (and restarts, if restarts are left; else ctrun exits 124). Workers beat through CTRUN_HEARTBEAT_FD (the "
+              "worker library's heartbeat(), or one os.write from Python)."},
+    OptionDef{"heartbeat_first_timeout", 0, Kind::kValue, "", "SECONDS", "max(600, --heartbeat-timeout)",
+              Group::kHealth, "Deadline of a rank's first heartbeat (start-up, checkpoint load)."},
+    OptionDef{"output_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
+              "A rank that writes nothing to stdout or stderr for this long is hung (for workers that "
+              "cannot beat)."},
+    OptionDef{"stack_timeout", 0, Kind::kValue, "", "SECONDS", "10", Group::kHealth,
+              "Bound on saving a hung rank's stacks before it is stopped (native: eu-stack, else gdb; "
+              "Python: gdb); 0 skips the capture."},
+    OptionDef{"restart_backoff", 0, Kind::kValue, "", "SECONDS", "0", Group::kHealth,
+              "Delay before the first restart, doubled for each further restart in a row (capped by "
+              "--restart-backoff-max); back to this value after an attempt that made progress."},
+    OptionDef{"restart_backoff_max", 0, Kind::kValue, "", "SECONDS", "300", Group::kHealth,
+              "Longest delay between restarts."},
+    OptionDef{"crash_loop_limit", 0, Kind::kValue, "", "N", "3", Group::kHealth,
+              "With --heartbeat-timeout: stop restarting after N attempts in a row that failed without a "
+              "heartbeat step beyond the previous attempt's (a crash loop); 0 turns the guard off."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -288,6 +311,10 @@ LongMatch ResolveLong(std::string_view name) {
         }
       }
     }
+  if (hits.size() > 1 && std::count_if(hits.begin(), hits.end(), [](const OptionDef* d) {
+                           return d->group != Group::kHealth;
+                         }) == 1)
+    return {*std::find_if(hits.begin(), hits.end(), [](const OptionDef* d) { return d->group != Group::kHealth; }), ""};
   if (hits.size() == 1) return {hits[0], ""};
   if (hits.empty()) return {nullptr, "unrecognized option '" + std::string(name) + "'" + Suggestion(name)};
   std::string list;
@@ -554,6 +581,7 @@ class Builder {
       return {};
     });
     Flag("expand_placeholders", c.expand_placeholders);
+    HealthOptions(c);
     bool no_agent_store = false;
     Flag("no_agent_store", no_agent_store);
     if (!no_agent_store) {
@@ -651,6 +679,21 @@ class Builder {
     return {};
   }
 
+  void HealthOptions(LaunchConfig& c) {
+    Seconds("heartbeat_timeout", /*zero_ok=*/true, &c.heartbeat_timeout);
+    Seconds("heartbeat_first_timeout", /*zero_ok=*/false, &c.heartbeat_first_timeout);
+    Seconds("output_timeout", /*zero_ok=*/true, &c.output_timeout);
+    Seconds("stack_timeout", /*zero_ok=*/true, &c.stack_timeout);
+    Seconds("restart_backoff", /*zero_ok=*/true, &c.restart_backoff);
+    Seconds("restart_backoff_max", /*zero_ok=*/true, &c.restart_backoff_max);
+    IntAtLeast("crash_loop_limit", 0, &c.crash_loop_limit);
+    if (!problem_.empty()) return;
+    if (c.heartbeat_first_timeout > 0 && c.heartbeat_timeout == 0)
+      problem_ = "--heartbeat-first-timeout needs --heartbeat-timeout";
+    else if (c.heartbeat_first_timeout == 0 && c.heartbeat_timeout > 0)
+      c.heartbeat_first_timeout = std::max(600.0, c.heartbeat_timeout);
+  }
+
   void SignalOptions(LaunchConfig& c) {
     if (!problem_.empty()) return;
     c.signals_to_handle = *ParseSignalList("SIGTERM,SIGINT,SIGHUP,SIGQUIT");
@@ -703,6 +746,7 @@ const char* GroupTitle(Group g) {
     case Group::kLogs: return "Logs";
     case Group::kSignals: return "Signals & shutdown";
     case Group::kCtrun: return "ctrun extensions (not in torchrun)";
+    case Group::kHealth: return "Hung ranks & restart policy (ctrun extensions)";
   }
   return "";
 }
@@ -750,7 +794,7 @@ constexpr std::array<std::string_view, 3> kHelpParagraphs = {
     "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off."};
 
 constexpr std::array kGroupOrder = {Group::kNodes,   Group::kWorkers, Group::kEntrypoint,
-                                    Group::kLogs,    Group::kSignals, Group::kCtrun};
+                                    Group::kLogs,    Group::kSignals, Group::kHealth, Group::kCtrun};
 
 }  // namespace
 

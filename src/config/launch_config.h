@@ -74,6 +74,17 @@ struct LaunchConfig {
   std::string ranks_filter;                // --ranks-filter (ctrun): global ranks
   LogLevel log_level = LogLevel::kInfo;    // --log-level (ctrun's own diagnostics)
 
+  // --- health: hang detection, stacks, restart policy (ctrun; 0 = off) -----------------------
+  double heartbeat_timeout = 0;            // --heartbeat-timeout: max silence between beats
+  double heartbeat_first_timeout = 0;      // --heartbeat-first-timeout: until the first beat
+                                           // (0: max(600, heartbeat_timeout))
+  double output_timeout = 0;               // --output-timeout: max time without worker output
+  double stack_timeout = 10;               // --stack-timeout: bound on a hung rank's stack capture
+  double restart_backoff = 0;              // --restart-backoff: first delay before a restart
+  double restart_backoff_max = 300;        // --restart-backoff-max: cap of the doubling delay
+  int crash_loop_limit = 3;                // --crash-loop-limit: attempts without progress in a
+                                           // row that end the run (needs heartbeats)
+
   // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)
 

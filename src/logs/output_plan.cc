@@ -62,6 +62,25 @@ StdioTarget PtyFor(WindowSize console, const std::string& prefix) {
   return StdioTarget::Pty(w.rows, w.cols);
 }
 
+// --output-timeout watches output as the relay reads it: every stream goes through a pipe, with
+// the same destination (a file the worker would have written is written by the relay instead).
+void RelayForOutputTimeout(StreamPlan* sp) {
+  switch (sp->target.kind) {
+    case StdioTarget::Kind::kPipe:
+    case StdioTarget::Kind::kPty:
+      return;
+    case StdioTarget::Kind::kInherit:
+      sp->console = true;
+      break;
+    case StdioTarget::Kind::kFile:
+      sp->tee_file = sp->target.path;
+      break;
+    case StdioTarget::Kind::kDevNull:
+      break;
+  }
+  sp->target = StdioTarget::Pipe();
+}
+
 }  // namespace
 
 WindowSize WorkerWindow(WindowSize console, size_t prefix_width) {
@@ -121,6 +140,7 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
       }
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
       if (files && !(is_out ? p.duplicate_stdout : p.duplicate_stderr).empty()) RelayForDuplicates(&sp);
+      if (c.output_timeout > 0) RelayForOutputTimeout(&sp);
       if (is_out && in.pty_window && sp.target.kind == StdioTarget::Kind::kPipe && sp.console)
         sp.target = PtyFor(*in.pty_window, w.prefix);
     }

@@ -25,6 +25,9 @@
 // its matching lines reach <attempt>/filtered_<stream>.log.
 // stdin (forward_stdin, ctrun's stdin is a terminal): local rank 0 gets a pipe that ctrun feeds
 // from its terminal (agent/stdin_forwarder.h), the others /dev/null; otherwise all inherit it.
+// With --output-timeout every stream goes through the relay (a pipe, or the stdout pty above), to
+// the same places: the
+// console, the log file (written by the relay instead of the worker), or nowhere.
 // error_file is always set (TORCHELASTIC_ERROR_FILE): <rank dir>/error.json, or /dev/null.
 #pragma once
 

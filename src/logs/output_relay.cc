@@ -257,6 +257,7 @@ void OutputRelay::ShowPending(int local_rank, Stream stream) {
 bool OutputRelay::ReadOnce(StreamState& s) {
   ssize_t n = RetryOnEintr([&] { return ::read(s.fd.get(), scratch_.data(), scratch_.size()); });
   if (n > 0) {
+    if (on_output_) on_output_(s.local_rank);
     Process(s, std::string_view(scratch_.data(), static_cast<size_t>(n)));
     if (s.writer != nullptr && s.writer->over_high_water()) PauseFor(s.writer);
     return true;

@@ -89,6 +89,9 @@ class OutputRelay {
   // dropped first (DropWorker semantics). Adding stderr resets that rank's StderrTail.
   Status AddStream(int local_rank, Stream stream, UniqueFd read_end, Sinks sinks);
 
+  // Called on every read that got bytes from one of the rank's streams (hang detection's
+  // "output seen"; must be cheap).
+  void SetOnOutput(std::function<void(int local_rank)> fn) { on_output_ = std::move(fn); }
   // Called once per rank when the last of its added streams reaches EOF.
   void SetOnWorkerDrained(std::function<void(int local_rank)> fn) { on_drained_ = std::move(fn); }
   bool WorkerDrained(int local_rank) const;  // true when the rank has no open stream
@@ -131,6 +134,7 @@ class OutputRelay {
   std::vector<char> scratch_;
   size_t pipe_bytes_ = 0;  // sum of the open streams' pipe sizes (after F_SETPIPE_SZ)
   std::function<void(int)> on_drained_;
+  std::function<void(int)> on_output_;
 };
 
 }  // namespace ctrun::logs

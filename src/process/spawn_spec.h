@@ -31,7 +31,8 @@ struct StdioTarget {
 };
 
 // Every worker also: leads its own process group (setpgid) in ctrun's session, gets
-// PR_SET_PDEATHSIG(SIGKILL), keeps ctrun's working directory, and sees no fd but 0, 1 and 2.
+// PR_SET_PDEATHSIG(SIGKILL), keeps ctrun's working directory, and sees no fd but 0, 1, 2 and the
+// one extra_fd below.
 //
 // Sessions and terminals: a worker never calls setsid, even when its output is a pty. Making the
 // pty its controlling terminal would need a session of its own, and then (a) its process group
@@ -52,6 +53,10 @@ struct SpawnSpec {
   // An open cgroup.procs file (cgroup v2, sys/cgroup.h): the child writes "0" to it before exec and
   // so runs, with everything it starts, in that cgroup. -1: ctrun's own cgroup. Not owned here.
   int cgroup_procs_fd = -1;
+  // One more fd the worker inherits (its heartbeat channel): the caller's extra_fd (any flags;
+  // still owned by the caller) becomes the child's extra_fd_target, without CLOEXEC. -1: none.
+  int extra_fd = -1;
+  int extra_fd_target = 3;
 };
 
 }  // namespace ctrun

@@ -121,8 +121,9 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   const bool restore_nofile = OriginalFdLimit(&orig_nofile);
   const pid_t parent = ::getpid();
   const int in_fd = in_p.child_end.get(), out_fd = out_p.child_end.get(), err_fd = err_p.child_end.get();
-  const int ew = err_write.get();
+  int ew = err_write.get();
   const int cgroup_fd = spec.cgroup_procs_fd;
+  const int extra_fd = spec.extra_fd, extra_target = spec.extra_fd_target;
 
   pid_t pid = ::fork();
   if (pid < 0) return fail("fork", errno);
@@ -139,6 +140,16 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
     if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);
     // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
     CloexecFrom3();
+    if (extra_fd >= 0) {
+      // The error pipe must survive the dup2 onto extra_target: move it out of the way first.
+      if (ew == extra_target) {
+        const int moved = ::fcntl(ew, F_DUPFD_CLOEXEC, extra_target + 1);
+        if (moved < 0) ReportChildFailure(ew, ChildStage::kDup);
+        ew = moved;
+      }
+      const int r = extra_fd == extra_target ? ::fcntl(extra_target, F_SETFD, 0) : ::dup2(extra_fd, extra_target);
+      if (r < 0) ReportChildFailure(ew, ChildStage::kDup);
+    }
     // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
     for (int s = 1; s < NSIG; ++s) {
       if (s == SIGKILL || s == SIGSTOP) continue;

@@ -88,6 +88,7 @@ std::string OomNote(const SummaryOptions& o) {
 
 std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& all,
                       std::optional<size_t> root, const SummaryOptions& o) {
+  if (!f.hang.empty()) return f.hang;
   if (!f.stopped_by_ctrun) return "failed on its own";
   if (root) return "stopped by ctrun after rank " + std::to_string(all[*root].global_rank) + " failed";
   if (!o.stop_reason.empty()) return "stopped by ctrun (" + o.stop_reason + ")";
@@ -117,6 +118,7 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
         MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter);
     if (!python_note.empty()) b += "  note      : " + python_note + "\n";
   }
+  if (!f.stacks.empty()) b += "  stacks    : " + f.stacks + "\n";
 
   if (f.error_data) {
     b += "  traceback : " + IndentTraceback(f.error_data->traceback);
@@ -255,6 +257,7 @@ int JobExitCode(const std::vector<WorkerFailure>& failures) {
   if (failures.empty()) return 0;
   std::optional<size_t> root = ChooseRootCause(failures);
   if (!root) return 1;
+  if (!failures[*root].hang.empty()) return kExitHung;
   return failures[*root].status.ShellCode();
 }
 
@@ -275,7 +278,9 @@ Status WriteAgentErrorFile(const std::string& path, const std::vector<WorkerFail
   if (f.error_data) return CopyErrorFile(path, *f.error_data, f.status.TorchCode());
 
   ErrorFileRecord r;
-  r.message = f.status.signaled()
+  r.message = !f.hang.empty() ? "Rank " + std::to_string(f.global_rank) + " (local_rank: " +
+                                   std::to_string(f.local_rank) + ", pid: " + std::to_string(f.pid) + ") " + f.hang
+              : f.status.signaled()
                   ? SignalMessage(f)
                   : "Rank " + std::to_string(f.global_rank) + " (local_rank: " +
                         std::to_string(f.local_rank) + ", pid: " + std::to_string(f.pid) + ") " +

@@ -8,7 +8,9 @@
 // torch's six fields in torch's format ("exitcode  : -9 (pid: 1234)" convention).
 // ctrun adds, inside the blocks:
 //   * the signal name after a negative exit code: "exitcode  : -9 (SIGKILL) (pid: 1234)";
-//   * "cause     : failed on its own" / "stopped by ctrun after rank N failed";
+//   * "cause     : failed on its own" / "stopped by ctrun after rank N failed", or for a rank
+//     ctrun found hung "cause     : hung: no heartbeat for 92 s (last beat at step 1200)" and
+//     "stacks    : stacks of 2 processes saved in <dir> (...)" (or why they were not);
 //   * "note      : likely killed by the kernel OOM killer: ..." for probable OOM victims;
 //   * for workers without an error file: the last lines of their stderr instead of torch's
 //     "To enable traceback see: ..." line, which is kept once, after the root cause;
@@ -40,6 +42,10 @@
 
 namespace ctrun {
 
+// ctrun's exit code when the root cause is a rank it found hung (a heartbeat or output deadline
+// passed), like timeout(1)'s.
+inline constexpr int kExitHung = 124;
+
 struct WorkerFailure {
   int global_rank = 0;
   int local_rank = 0;
@@ -51,6 +57,8 @@ struct WorkerFailure {
   bool stopped_by_ctrun = false;               // killed by ctrun during teardown, not a root cause
   bool oom_killed = false;                     // likely OOM-killer victim (see oom.h)
   std::string stderr_tail;                     // last lines of stderr (may be empty)
+  std::string hang;                            // "hung: ..." when ctrun found the rank hung
+  std::string stacks;                          // with hang: where its stacks were saved
 
   // Filled by LoadErrorFile() from error_file (tests may set them directly).
   std::optional<ErrorFileContents> error_data;  // a valid error file was found
@@ -96,8 +104,9 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
                                  const std::vector<WorkerFailure>& failures,
                                  const std::string& hostname, const SummaryOptions& options);
 
-// ctrun's exit code for a failed run: the root cause's ShellCode() (exit code, or 128+signal);
-// 1 when there are failures but no root cause; 0 when there are no failures.
+// ctrun's exit code for a failed run: the root cause's ShellCode() (exit code, or 128+signal), or
+// kExitHung when the root cause hung; 1 when there are failures but no root cause; 0 when there
+// are no failures.
 int JobExitCode(const std::vector<WorkerFailure>& failures);
 
 // The agent's own $TORCHELASTIC_ERROR_FILE, like torchrun's @record: the root cause's error file

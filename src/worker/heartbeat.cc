@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/unique_fd.h"
@@ -20,7 +22,7 @@
 namespace ctrun::worker {
 namespace {
 
-enum class Mode { kOff, kFd, kFile };
+enum class Mode { kOff, kFd, kSocket, kFile };
 
 struct State {
   std::mutex mu;
@@ -46,7 +48,11 @@ void Init(State& s) {
       ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       s.fd = fd;
-      s.mode = Mode::kFd;
+      // A socket (what ctrun gives) takes one send(MSG_NOSIGNAL) per beat; a pipe needs the
+      // SIGPIPE dance below.
+      int type = 0;
+      socklen_t len = sizeof type;
+      s.mode = ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 ? Mode::kSocket : Mode::kFd;
       return;
     }
   }
@@ -62,25 +68,39 @@ uint64_t NowUnixNs() {
                                    .count());
 }
 
-}  // namespace
-
-bool heartbeat_enabled() {
+bool Enabled() {
   State& s = GetState();
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   return s.mode != Mode::kOff;
 }
 
-uint64_t heartbeat() {
+uint64_t Beat(std::optional<uint64_t> step);
+
+}  // namespace
+
+uint64_t heartbeat() { return Beat(std::nullopt); }
+uint64_t heartbeat(uint64_t step) { return Beat(step); }
+bool heartbeat_enabled() { return Enabled(); }
+
+namespace {
+
+uint64_t Beat(std::optional<uint64_t> step) {
   State& s = GetState();
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   if (s.mode == Mode::kOff) return 0;
   const uint64_t n = ++s.counter;
+  const unsigned long long shown = step.value_or(n);
   char buf[64];
+  if (s.mode == Mode::kSocket) {
+    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));
+    ssize_t w = RetryOnEintr([&] { return ::send(s.fd, buf, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT); });
+    if (w < 0 && errno != EAGAIN && errno != ENOBUFS) s.mode = Mode::kOff;  // agent gone: stop quietly
+    return w < 0 ? 0 : n;
+  }
   if (s.mode == Mode::kFd) {
-    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", static_cast<unsigned long long>(n),
-                            static_cast<unsigned long long>(NowUnixNs()));
+    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));
     // A closed reader must not SIGPIPE the worker: block SIGPIPE around the write and consume
     // the one this write raised (the standard trick for pipes, where MSG_NOSIGNAL does not apply).
     sigset_t pipe_set;
@@ -98,7 +118,7 @@ uint64_t heartbeat() {
     if (w < 0 && err != EAGAIN) s.mode = Mode::kOff;  // EPIPE/EBADF: agent gone; stop quietly
     return w < 0 ? 0 : n;
   }
-  int len = std::snprintf(buf, sizeof buf, "%020llu %020llu\n", static_cast<unsigned long long>(n),
+  int len = std::snprintf(buf, sizeof buf, "%020llu %020llu\n", shown,
                           static_cast<unsigned long long>(NowUnixNs()));
   ssize_t w = RetryOnEintr([&] { return ::pwrite(s.file.get(), buf, static_cast<size_t>(len), 0); });
   if (w != len) {
@@ -109,4 +129,5 @@ uint64_t heartbeat() {
   return n;
 }
 
+}  // namespace
 }  // namespace ctrun::worker

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
+#include <regex>
 
 #include "helpers/test_util.h"
 
@@ -125,6 +127,34 @@ TEST(Compat, ModuleEntrypointRunsUnderPython) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "-m", "json.tool", "--help"}, kPyEnv, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("usage"), std::string::npos) << r.out;
+}
+
+// Rank 1 of a real DDP job blocks forever in an all_reduce: ctrun finds it at the heartbeat
+// deadline, saves its native and Python stacks under the log dir, restarts, and the job finishes.
+TEST(Compat, RankBlockedInAllReduceIsFoundStackedAndRestarted) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  if (access("/usr/bin/gdb", X_OK) != 0) GTEST_SKIP() << "no gdb (Python stacks)";
+  TempDir d;
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--heartbeat-timeout=10",
+                       "--heartbeat-first-timeout=120", "--stack-timeout=60", "--log-dir", d.path(),
+                       Script("ddp_hang.py")},
+                      kPyEnv, 230s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ddp_hang done restart=1"), std::string::npos) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 1 \(local_rank 1, pid \d+\) hung: no heartbeat for 1\d s \(last beat at step 4\))")))
+      << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(stacks of \d+ process(es)? saved in (\S+) \(native: \S+; Python: \d+ process)")))
+      << r.err;
+  const std::string dir = m[2];
+  std::string native;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("native.", 0) == 0 && name.ends_with(".txt")) native += ReadFileOr(e.path().string());
+  }
+  EXPECT_NE(native.find("c10d::"), std::string::npos) << native;  // blocked in the collective
+  // The Python stacks, on rank 1's stderr (relayed with its prefix).
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\[r1\] +File ".*ddp_hang\.py", line \d+ in <module>)"))) << r.err;
 }
 
 TEST(Compat, LibTorchGlooAllReduce) {

@@ -38,6 +38,11 @@
 //                       "got: <line>" ("got EOF" at end of file)
 //   --winsize-file P    write "<rows> <cols> <isatty(1)>" of fd 1 to P.<RANK>.0, wait (up to
 //                       30 s) for SIGWINCH, then write the new size to P.<RANK>.1
+//   --beat-step S       ... carrying steps S, S+1, ... (default: the library's counter)
+//   --print-ms MS       sleep MS ms after each --print line (output without beats)
+//   --quiet-rank R      RANK R prints nothing (no --print lines)
+//   --else-beat MS      ranks/attempts that --only-* excludes beat every MS ms forever instead of
+//                       exiting 0 (the healthy ranks of a hang test)
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -100,7 +105,9 @@ int main(int argc, char** argv) {
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0, buffered_crash = -1, progress = 0;
   bool read_line = false;
   std::string winsize_file;
-  long beat_ms = 1;
+  long beat_ms = 1, print_ms = 0, else_beat_ms = -1;
+  int quiet_rank = -1;
+  long long beat_step = -1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
   int attempts_below = -1;
@@ -131,6 +138,10 @@ int main(int argc, char** argv) {
     else if (o == "--hang-if-world") hang_if_world = atoi(next().c_str());
     else if (o == "--heartbeat") beats = atoi(next().c_str());
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
+    else if (o == "--beat-step") beat_step = atoll(next().c_str());
+    else if (o == "--print-ms") print_ms = atol(next().c_str());
+    else if (o == "--quiet-rank") quiet_rank = atoi(next().c_str());
+    else if (o == "--else-beat") else_beat_ms = atol(next().c_str());
     else if (o == "--error-file") error_msg = next();
     else if (o == "--error-raw") error_raw = next();
     else if (o == "--error-bytes") error_bytes = atol(next().c_str());
@@ -194,7 +205,14 @@ int main(int argc, char** argv) {
     }
     AppendPid(pid_file, p);
   }
-  for (int i = 0; i < print_n; ++i) printf("rank %s line %d\n", rank.c_str(), i);
+  if (std::to_string(quiet_rank) == rank) print_n = 0;
+  for (int i = 0; i < print_n; ++i) {
+    printf("rank %s line %d\n", rank.c_str(), i);
+    if (print_ms > 0) {
+      fflush(stdout);
+      SleepMs(print_ms);
+    }
+  }
   fflush(stdout);
   if (!stderr_text.empty()) fprintf(stderr, "%s\n", stderr_text.c_str());
   if (!partial.empty()) fputs(partial.c_str(), stderr);
@@ -230,7 +248,8 @@ int main(int argc, char** argv) {
     if (sigtimedwait(&set, nullptr, &timeout) == SIGWINCH) WriteWinsize(winsize_file + "." + rank + ".1");
   }
   for (int b = 0; b < beats; ++b) {
-    ctrun::heartbeat();
+    if (beat_step >= 0) ctrun::heartbeat(static_cast<uint64_t>(beat_step + b));
+    else ctrun::heartbeat();
     if (b + 1 < beats) SleepMs(beat_ms);
   }
   if (sleep_ms > 0) SleepMs(sleep_ms);
@@ -245,6 +264,11 @@ int main(int argc, char** argv) {
   if (hang_if_world >= 0 && Env("WORLD_SIZE", "") == std::to_string(hang_if_world)) SleepForever();
   if (!applies) {
     if (else_hang) SleepForever();
+    for (uint64_t b = 0; else_beat_ms >= 0; ++b) {
+      if (beat_step >= 0) ctrun::heartbeat(static_cast<uint64_t>(beat_step + beats) + b);
+      else ctrun::heartbeat();
+      SleepMs(else_beat_ms);
+    }
     if (else_hang_attempt >= 0 && std::to_string(else_hang_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"))
       SleepForever();
     return 0;

@@ -1,0 +1,94 @@
+// HangWatcher: the deadlines of hang detection for one attempt, as pure logic on a TimerQueue
+// (tests drive it with tests/fakes/fake_timer_queue.h).
+//
+// Per local rank, two independent deadlines, each off when its timeout is zero:
+//   heartbeat: the first beat must come within first_heartbeat of Start(), every later one within
+//              heartbeat of the previous one;
+//   output:    some output within output of Start() and of the previous output.
+// A missed deadline calls on_hang(local_rank, why) once, with why like
+// "hung: no heartbeat for 92 s (last beat at step 1200)", and the watcher then stops watching
+// every rank (the agent stops the attempt). RankExited() stops watching that rank only.
+//
+// Timers are lazy: a beat only records its time; the rank's one timer fires at the deadline
+// computed from the start or the last beat and, if a beat came meanwhile, re-arms itself at the
+// new deadline (the first beat, which moves the deadline earlier, re-arms it once). So a beat
+// costs no timer operation, and a verdict is given at the deadline
+// itself (the loop's timerfd), never later than the deadline plus the loop's latency.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "sys/event_loop.h"
+
+namespace ctrun::health {
+
+struct HangWatchOptions {
+  Duration heartbeat{0};        // 0: heartbeats not watched
+  Duration first_heartbeat{0};  // deadline of the first beat (> 0 when heartbeat > 0)
+  Duration output{0};           // 0: output not watched
+  bool any() const { return heartbeat > Duration::zero() || output > Duration::zero(); }
+};
+
+// "92 s", "1.5 s", "0.25 s": seconds as the summary shows them.
+std::string FormatSeconds(Duration d);
+
+class HangWatcher {
+ public:
+  using OnHang = std::function<void(int local_rank, const std::string& why)>;
+
+  HangWatcher(TimerQueue& timers, HangWatchOptions options, OnHang on_hang);
+  ~HangWatcher();
+  HangWatcher(const HangWatcher&) = delete;
+  HangWatcher& operator=(const HangWatcher&) = delete;
+
+  // A new attempt of nranks workers, all started now: arms every deadline. Forgets the last one.
+  void Start(int nranks);
+  // A heartbeat from a rank; step: the step it carried (nullopt when unreadable).
+  void Beat(int local_rank, std::optional<uint64_t> step);
+  // Output (any bytes) from a rank.
+  void Output(int local_rank);
+  // The rank's worker exited: no verdict for it any more.
+  void RankExited(int local_rank);
+  // No more verdicts in this attempt (it is being stopped). Steps are kept.
+  void Stop();
+
+  bool watching() const { return watching_; }
+  // The highest step any rank of the attempt reported; nullopt before any beat.
+  std::optional<uint64_t> max_step() const { return max_step_; }
+  // The last step a rank reported (nullopt: none).
+  std::optional<uint64_t> last_step(int local_rank) const;
+
+ private:
+  struct Rank {
+    bool active = false;
+    uint64_t beats = 0;
+    std::optional<uint64_t> last_step;
+    TimePoint last_beat{};
+    TimePoint last_output{};
+    std::optional<TimerQueue::TimerId> beat_timer;
+    std::optional<TimerQueue::TimerId> output_timer;
+  };
+  TimePoint BeatDeadline(const Rank& r) const;
+  void ArmBeat(int local_rank, TimePoint deadline);
+  void ArmOutput(int local_rank, TimePoint deadline);
+  void OnBeatTimer(int local_rank);
+  void OnOutputTimer(int local_rank);
+  void Hung(int local_rank, const std::string& why);
+  void CancelRank(Rank& r);
+  Rank* Find(int local_rank);
+
+  TimerQueue& timers_;
+  const HangWatchOptions options_;
+  OnHang on_hang_;
+  TimePoint started_{};
+  bool watching_ = false;
+  std::vector<Rank> ranks_;
+  std::optional<uint64_t> max_step_;
+};
+
+}  // namespace ctrun::health

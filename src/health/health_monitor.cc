@@ -1,0 +1,97 @@
+#include "health/health_monitor.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+
+#include "sys/posix_util.h"
+
+namespace ctrun::health {
+
+std::optional<uint64_t> ParseBeat(std::string_view d) {
+  std::optional<uint64_t> step;
+  size_t start = 0;
+  while (start < d.size()) {
+    size_t end = d.find('\n', start);
+    if (end == std::string_view::npos) end = d.size();
+    std::string_view line = d.substr(start, end - start);
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+    if (ec == std::errc() && (p == line.data() + line.size() || *p == ' ' || *p == '\r' || *p == '\t')) step = v;
+    start = end + 1;
+  }
+  return step;
+}
+
+HealthMonitor::HealthMonitor(EventLoop& loop, HangWatchOptions options, StackTools tools, Duration stack_timeout,
+                             std::function<std::string(int)> rank_dir)
+    : loop_(loop),
+      options_(options),
+      watcher_(loop, options, [this](int rank, const std::string& why) {
+        if (on_hang_) on_hang_(rank, why);
+      }),
+      capture_(loop, std::move(tools), stack_timeout),
+      rank_dir_(std::move(rank_dir)),
+      buf_(4096) {}
+
+HealthMonitor::~HealthMonitor() { CloseChannels(); }
+
+void HealthMonitor::CloseChannels() {
+  for (Channel& c : channels_)
+    if (c.agent_end) loop_.RemoveFd(c.agent_end.get());
+  channels_.clear();
+}
+
+void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) {
+  if (options_.heartbeat <= Duration::zero()) return;
+  if (attempt != attempt_) {  // a new attempt: the old workers are gone, and so are their channels
+    CloseChannels();
+    attempt_ = attempt;
+  }
+  if (channels_.size() <= static_cast<size_t>(local_rank)) channels_.resize(static_cast<size_t>(local_rank) + 1);
+  Channel& c = channels_[static_cast<size_t>(local_rank)];
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return;  // this rank runs without beats
+  c.agent_end = UniqueFd(sv[0]);
+  c.worker_end = UniqueFd(sv[1]);
+  SetNonBlocking(sv[0], true);
+  if (!loop_.AddFd(sv[0], EPOLLIN, [this, local_rank](uint32_t) { OnReadable(local_rank); }).ok()) {
+    c = Channel{};
+    return;
+  }
+  const std::string var = "CTRUN_HEARTBEAT_FD=";
+  std::erase_if(spec->env, [&](const std::string& e) { return e.rfind(var, 0) == 0; });
+  spec->env.push_back(var + std::to_string(kHeartbeatFd));
+  spec->extra_fd = sv[1];
+  spec->extra_fd_target = kHeartbeatFd;
+}
+
+void HealthMonitor::AttemptStarted(int nranks) {
+  for (Channel& c : channels_) c.worker_end.reset();  // the workers hold their copies now
+  watcher_.Start(nranks);
+}
+
+void HealthMonitor::OnReadable(int local_rank) {
+  const int fd = channels_[static_cast<size_t>(local_rank)].agent_end.get();
+  for (;;) {
+    ssize_t n = RetryOnEintr([&] { return ::recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT); });
+    if (n < 0) return;  // EAGAIN: all read
+    watcher_.Beat(local_rank, ParseBeat(std::string_view(buf_.data(), static_cast<size_t>(n))));
+    if (n == 0) return;  // an empty datagram (never an end of stream: level-triggered, we come back)
+  }
+}
+
+std::optional<uint64_t> HealthMonitor::AttemptMaxStep() {
+  for (size_t i = 0; i < channels_.size(); ++i)
+    if (channels_[i].agent_end) OnReadable(static_cast<int>(i));
+  return watcher_.max_step();
+}
+
+void HealthMonitor::CaptureStacks(int local_rank, pid_t pgid, OnStacks done) {
+  const std::string dir = rank_dir_ ? rank_dir_(local_rank) : "";
+  capture_.Capture(pgid, dir.empty() ? "" : dir + "/stacks", std::move(done));
+}
+
+}  // namespace ctrun::health

@@ -1,0 +1,70 @@
+// HealthMonitor: the real health::Monitor, on the agent's EventLoop.
+//
+// Heartbeat channel: with a heartbeat timeout, each worker gets one end of an AF_UNIX datagram
+// socketpair as fd 3 and CTRUN_HEARTBEAT_FD=3 (any inherited value is replaced). Each datagram is
+// a beat; it holds one or more lines "<step>[ <anything>]\n" and the step of the last line counts
+// (a line whose first field is not a number is still a beat, without a step). The worker's end is
+// blocking, so a Python worker's os.write never fails; the agent reads its ends until the next
+// attempt replaces them, so a writer never waits on a reader that is gone (the worker library
+// uses MSG_DONTWAIT anyway). The socket's queue bounds how many unread beats can pile up.
+// Output: the runner feeds OnOutput() from the output relay (bytes read from the worker's pipes).
+// Stacks go to <rank dir>/stacks/ of the attempt (rank_dir(local_rank) from the runner).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <memory>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "health/hang_watcher.h"
+#include "health/monitor.h"
+#include "health/stack_capture.h"
+#include "sys/event_loop.h"
+
+namespace ctrun::health {
+
+// Parses one heartbeat datagram: the step of its last line with a number first; nullopt if none.
+std::optional<uint64_t> ParseBeat(std::string_view datagram);
+
+class HealthMonitor final : public Monitor {
+ public:
+  static constexpr int kHeartbeatFd = 3;
+
+  HealthMonitor(EventLoop& loop, HangWatchOptions options, StackTools tools, Duration stack_timeout,
+                std::function<std::string(int local_rank)> rank_dir);
+  ~HealthMonitor() override;
+
+  void SetOnHang(OnHang on_hang) override { on_hang_ = std::move(on_hang); }
+  void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) override;
+  void AttemptStarted(int nranks) override;
+  void WorkerExited(int local_rank) override { watcher_.RankExited(local_rank); }
+  void StopWatching() override { watcher_.Stop(); }
+  std::optional<uint64_t> AttemptMaxStep() override;
+  void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override;
+
+  // Output from a worker (the relay read bytes from one of its pipes).
+  void OnOutput(int local_rank) { watcher_.Output(local_rank); }
+
+ private:
+  struct Channel {
+    UniqueFd agent_end;
+    UniqueFd worker_end;  // closed once the worker is spawned
+  };
+  void CloseChannels();
+  void OnReadable(int local_rank);
+
+  EventLoop& loop_;
+  const HangWatchOptions options_;
+  HangWatcher watcher_;
+  StackCapture capture_;
+  std::function<std::string(int)> rank_dir_;
+  OnHang on_hang_;
+  std::vector<Channel> channels_;
+  int attempt_ = -1;
+  std::vector<char> buf_;
+};
+
+}  // namespace ctrun::health

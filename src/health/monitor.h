@@ -1,0 +1,42 @@
+// health::Monitor: what the Agent sees of hang detection and stack capture. The agent calls it at
+// the points of an attempt's life; the monitor calls back on_hang when a rank misses a deadline.
+// HealthMonitor (health_monitor.h) is the real one (heartbeat sockets, HangWatcher, StackCapture);
+// tests use a fake that reports hangs on demand.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "process/spawn_spec.h"
+
+namespace ctrun::health {
+
+class Monitor {
+ public:
+  using OnHang = std::function<void(int local_rank, const std::string& why)>;
+  using OnStacks = std::function<void(const std::string& summary)>;
+  virtual ~Monitor() = default;
+
+  // Where hang verdicts go (set once, before the first attempt).
+  virtual void SetOnHang(OnHang on_hang) = 0;
+  // Before a worker of attempt `attempt` is spawned: gives it its heartbeat channel (an
+  // environment variable and SpawnSpec::extra_fd) when heartbeats are in use.
+  virtual void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) = 0;
+  // The attempt's nranks workers were spawned: the deadlines start now.
+  virtual void AttemptStarted(int nranks) = 0;
+  virtual void WorkerExited(int local_rank) = 0;
+  // The attempt is being stopped: no more verdicts (steps already seen are kept).
+  virtual void StopWatching() = 0;
+  // The highest heartbeat step of the current (or last) attempt; nullopt: no beat. Reads the beats
+  // still queued first (a worker's last beats and its exit can reach the loop in any order).
+  virtual std::optional<uint64_t> AttemptMaxStep() = 0;
+  // Saves the stacks of every process of the rank's group (pgid); done(summary) once, later,
+  // from the loop, within the capture's bound.
+  virtual void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) = 0;
+};
+
+}  // namespace ctrun::health

@@ -1,0 +1,215 @@
+#include "health/stack_capture.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "agent/launch_checks.h"
+#include "health/hang_watcher.h"
+#include "sys/posix_util.h"
+
+namespace ctrun::health {
+namespace {
+
+// Field 5 of /proc/<pid>/stat (pgrp), read after the last ')' (the command may contain any byte).
+std::optional<pid_t> ProcessGroupOf(pid_t pid) {
+  std::string stat;
+  if (!ReadFile("/proc/" + std::to_string(pid) + "/stat", &stat)) return std::nullopt;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  char state = 0;
+  int ppid = 0, pgrp = 0;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return std::nullopt;
+  if (state == 'Z') return std::nullopt;  // a zombie has no stack
+  return static_cast<pid_t>(pgrp);
+}
+
+bool IsPython(pid_t pid) {
+  char buf[4096];
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return std::filesystem::path(buf).filename().string().rfind("python", 0) == 0;
+}
+
+void RemoveIfEmpty(const std::string& path) {
+  struct stat st;
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0 && st.st_size == 0) ::unlink(path.c_str());
+}
+
+}  // namespace
+
+StackTools FindStackTools(const std::string* path, std::vector<std::string> env) {
+  StackTools t;
+  t.env = std::move(env);
+  for (auto [name, out] : {std::pair{"eu-stack", &t.eu_stack}, std::pair{"gdb", &t.gdb}}) {
+    std::string p = ResolveExecutable(name, path);
+    if (p.find('/') != std::string::npos) *out = p;
+  }
+  return t;
+}
+
+std::vector<pid_t> ProcessesInGroup(pid_t pgid) {
+  std::vector<pid_t> out;
+  if (ProcessGroupOf(pgid) == pgid) out.push_back(pgid);
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid == pgid) continue;
+    if (ProcessGroupOf(static_cast<pid_t>(pid)) == pgid) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+StackCapture::StackCapture(EventLoop& loop, StackTools tools, Duration timeout)
+    : loop_(loop), tools_(std::move(tools)), timeout_(timeout), spawner_(std::chrono::seconds(2)) {}
+
+StackCapture::~StackCapture() {
+  if (!active_) return;
+  if (active_->deadline) loop_.CancelTimer(*active_->deadline);
+  for (auto& t : active_->targets) KillTool(*t);
+}
+
+void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
+  if (active_) {
+    loop_.AddTimerAfter(Duration::zero(), [done] { done("stacks not captured: another capture is running"); });
+    return;
+  }
+  active_ = std::make_unique<Active>();
+  active_->dir = dir;
+  active_->done = std::move(done);
+  active_->deadline = loop_.AddTimerAfter(timeout_, [this] {
+    active_->deadline.reset();
+    OnDeadline();
+  });
+  if (dir.empty()) {
+    active_->note = "stacks not captured: no log directory to save them in (--log-dir /dev/null)";
+  } else if (tools_.eu_stack.empty() && tools_.gdb.empty()) {
+    active_->note = "stacks not captured: neither eu-stack (elfutils) nor gdb is installed";
+  } else if (std::error_code ec; !std::filesystem::create_directories(dir, ec) && ec) {
+    active_->note = "stacks not captured: cannot create " + dir + ": " + ec.message();
+  }
+  if (active_->note.empty()) {
+    for (pid_t pid : ProcessesInGroup(pgid)) {
+      auto t = std::make_unique<Target>();
+      t->pid = pid;
+      const std::string p = std::to_string(pid);
+      const std::string base = dir + "/native." + p;
+      if (!tools_.eu_stack.empty())
+        t->steps.push_back({{tools_.eu_stack, "-p", p}, base + ".txt", base + ".err"});
+      else
+        t->steps.push_back({{tools_.gdb, "-batch", "-nx", "-p", p, "-ex", "thread apply all bt"}, base + ".txt",
+                            base + ".err"});
+      if (!tools_.gdb.empty() && IsPython(pid)) {
+        ++active_->python;
+        // One call: gdb cannot always restore the registers after an inferior call (some VMs
+        // refuse the extended state), so nothing may depend on a second one. The dumper needs no
+        // GIL; it writes to the process's stderr, which the relay carries to the rank's log.
+        t->steps.push_back({{tools_.gdb, "-batch", "-nx", "-p", p, "-ex",
+                             "call (void)_Py_DumpTracebackThreads(2, (void*)0, (void*)0)"},
+                            "", ""});
+      }
+      active_->targets.push_back(std::move(t));
+    }
+    if (active_->targets.empty()) active_->note = "stacks not captured: no process left in the rank's group";
+  }
+  for (auto& t : active_->targets) StartNext(*t);
+  // Everything may have ended (or nothing started): finish from the loop, never from here.
+  loop_.AddTimerAfter(Duration::zero(), [this] {
+    if (!active_) return;
+    for (auto& t : active_->targets)
+      if (t->tool > 0) return;
+    Finish(false);
+  });
+}
+
+void StackCapture::StartNext(Target& t) {
+  while (t.next < t.steps.size()) {
+    const Step& s = t.steps[t.next++];
+    SpawnSpec spec;
+    spec.executable = s.argv[0];
+    spec.argv = s.argv;
+    spec.env = tools_.env;
+    spec.stdout_target = s.out.empty() ? StdioTarget::DevNull() : StdioTarget::File(s.out);
+    spec.stderr_target = s.err.empty() ? StdioTarget::DevNull() : StdioTarget::File(s.err);
+    SpawnedProcess proc;
+    SpawnError error;
+    if (!spawner_.Spawn(spec, &proc, &error)) {
+      ++active_->failed_starts;
+      continue;
+    }
+    t.tool = proc.pid;
+    t.pidfd = std::move(proc.pidfd);
+    if (!t.pidfd) return;  // no pidfd: the deadline ends it
+    Target* raw = &t;
+    if (!loop_.AddFd(t.pidfd.get(), EPOLLIN, [this, raw](uint32_t) { OnToolExited(*raw); }).ok()) t.pidfd.reset();
+    return;
+  }
+}
+
+void StackCapture::OnToolExited(Target& t) {
+  loop_.RemoveFd(t.pidfd.get());
+  t.pidfd.reset();
+  t.tool = -1;
+  StartNext(t);
+  for (auto& other : active_->targets)
+    if (other->tool > 0) return;
+  Finish(false);
+}
+
+void StackCapture::KillTool(Target& t) {
+  if (t.tool > 0) ::kill(-t.tool, SIGKILL);  // the tool leads its own group (gdb may fork)
+  if (t.pidfd) loop_.RemoveFd(t.pidfd.get());
+  t.pidfd.reset();
+  t.tool = -1;
+}
+
+void StackCapture::OnDeadline() {
+  bool running = false;
+  for (auto& t : active_->targets) {
+    running |= t->tool > 0;
+    KillTool(*t);
+  }
+  Finish(running);
+}
+
+void StackCapture::Finish(bool timed_out) {
+  if (active_->deadline) loop_.CancelTimer(*active_->deadline);
+  active_->deadline.reset();
+  for (auto& t : active_->targets) {
+    KillTool(*t);
+    for (const Step& s : t->steps) RemoveIfEmpty(s.err);
+  }
+  const std::string summary = Summary(timed_out);
+  Done done = std::move(active_->done);
+  active_.reset();
+  done(summary);
+}
+
+std::string StackCapture::Summary(bool timed_out) const {
+  const Active& a = *active_;
+  if (!a.note.empty()) return a.note;
+  const size_t n = a.targets.size();
+  std::string s = "stacks of " + std::to_string(n) + (n == 1 ? " process" : " processes") + " saved in " + a.dir +
+                  " (native: " + (tools_.eu_stack.empty() ? "gdb" : "eu-stack");
+  if (a.python > 0)
+    s += "; Python: " + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es") + ", on the rank's stderr";
+  else if (tools_.gdb.empty()) s += "; no Python stacks: gdb is not installed";
+  s += ")";
+  if (timed_out) s += "; the capture was cut at its " + FormatSeconds(timeout_) + " bound (--stack-timeout)";
+  if (a.failed_starts > 0) s += "; " + std::to_string(a.failed_starts) + " tool run(s) could not start";
+  return s;
+}
+
+}  // namespace ctrun::health

@@ -1,0 +1,197 @@
+// Hang detection, stack capture and the restart policy through the real ctrun binary and
+// ctrun_fake_worker: deadlines are checked against the silence ctrun measured and printed, and
+// every run is bounded by RunCommand's timeout (no test sleeps and hopes).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "helpers/ctrun_command.h"
+#include "helpers/test_util.h"
+
+namespace ctrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr int kExitHung = 124;
+
+bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// Files under dir whose name starts with prefix, with their contents.
+std::vector<std::pair<std::string, std::string>> FilesStartingWith(const std::string& dir, const std::string& prefix) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().filename().string().rfind(prefix, 0) == 0)
+      out.emplace_back(e.path().string(), ReadFileOr(e.path().string()));
+  return out;
+}
+
+TEST(HealthE2E, WorkersGetTheHeartbeatSocketAsFd3OnlyWhenAsked) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=5"}, {"--env-file", d / "env", "--fd-file", d / "fds"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(ReadFileOr(d / "env.1"), "\nCTRUN_HEARTBEAT_FD=3\n"));
+  EXPECT_TRUE(std::regex_search(ReadFileOr(d / "fds.1"), std::regex("(^|\n)3 socket:")));
+  r = RunCommand(Ctrun({"--nproc_per_node=1"}, {"--env-file", d / "env2", "--fd-file", d / "fds2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(Contains(ReadFileOr(d / "env2.0"), "CTRUN_HEARTBEAT_FD"));
+  EXPECT_FALSE(Contains(ReadFileOr(d / "fds2.0"), "\n3 "));
+}
+
+TEST(HealthE2E, BeatThenStopIsFoundAtTheDeadlineAndIsTheRootCause) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=3", "--heartbeat-timeout=1", "--stack-timeout=0", "--log-dir", d.path()},
+                            {"--heartbeat", "3", "--heartbeat-ms", "10", "--beat-step", "1198", "--only-rank", "1",
+                             "--hang", "--else-beat", "50"}),
+                      {}, 30s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  // The silence ctrun measured when it gave the verdict: the deadline, plus the loop's latency.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(no heartbeat for (1\.[0-9]) s \(last beat at step 1200\))")))
+      << r.err;
+  EXPECT_LE(std::stod(m[1]), 1.2) << "verdict well after the deadline";
+  EXPECT_TRUE(Contains(r.err, "cause     : hung: no heartbeat for")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "rank      : 1 (local_rank: 1)")) << r.err;
+  EXPECT_LT(r.seconds, 10) << r.err;
+}
+
+TEST(HealthE2E, NoFirstBeatUsesTheFirstDeadline) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.2", "--heartbeat-first-timeout=1",
+                             "--stack-timeout=0"},
+                            {"--only-rank", "0", "--hang", "--else-beat", "20"}),
+                      {}, 30s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 0 .*hung: no first heartbeat within 1\.[0-2] s)"))) << r.err;
+}
+
+TEST(HealthE2E, SlowButSteadyBeatsAreNotAHang) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=1", "--heartbeat-first-timeout=2"},
+                            {"--heartbeat", "5", "--heartbeat-ms", "300"}),
+                      {}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(Contains(r.err, "hung")) << r.err;
+}
+
+TEST(HealthE2E, OutputTimeoutCatchesAWorkerThatPrintsWithoutBeating) {
+  TempDir d;
+  // Rank 0's output goes to its log file (-r 3): the relay still sees it, and it keeps it alive.
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--output-timeout=1", "--stack-timeout=0", "-r", "0:3",
+                             "--log-dir", d.path()},
+                            {"--print", "20", "--print-ms", "100", "--quiet-rank", "1", "--only-rank", "1", "--hang",
+                             "--else-hang"}),
+                      {}, 30s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 1 .*hung: no output for 1\.[0-2] s)"))) << r.err;
+  EXPECT_FALSE(std::regex_search(r.err, std::regex(R"(rank 0 .*hung)"))) << r.err;
+  auto logs = FilesStartingWith(d.path(), "stdout.log");
+  bool rank0_file = false;
+  for (const auto& [path, text] : logs) rank0_file |= Contains(text, "rank 0 line 9");
+  EXPECT_TRUE(rank0_file) << "-r still writes rank 0's file";
+}
+
+TEST(HealthE2E, AHungWorkerThatIgnoresSigtermIsKilledAfterTheGrace) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--heartbeat-first-timeout=0.5",
+                             "--stack-timeout=0", "--shutdown-timeout=1"},
+                            {"--ignore-term", "--only-rank", "1", "--hang", "--else-beat", "20"}),
+                      {}, 30s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(Contains(r.err, "SIGKILL")) << r.err;
+  EXPECT_LT(r.seconds, 10);
+}
+
+TEST(HealthE2E, StacksOfAHungRankAreSavedAndNamedInTheSummary) {
+  if (!fs::exists("/usr/bin/eu-stack") && !fs::exists("/usr/bin/gdb")) GTEST_SKIP() << "no eu-stack or gdb";
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--stack-timeout=20", "--log-dir",
+                             d.path()},
+                            {"--heartbeat", "2", "--grandchildren", "1", "--only-rank", "1", "--hang", "--else-beat",
+                             "20"}),
+                      {}, 60s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(stacks    : stacks of 2 processes saved in \S+/1/stacks)"))) << r.err;
+  auto native = FilesStartingWith(d.path(), "native.");
+  int with_frames = 0;
+  for (const auto& [path, text] : native) with_frames += Contains(text, "#0") || Contains(text, "#1");
+  EXPECT_EQ(with_frames, 2) << r.err;
+}
+
+TEST(HealthE2E, MissingStackToolsAreReportedAndDoNotDelayTheStop) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--heartbeat-first-timeout=0.5",
+                             "--stack-timeout=30", "--log-dir", d.path()},
+                            {"--only-rank", "1", "--hang", "--else-beat", "20"}),
+                      {"PATH=" + d.path()}, 30s);  // neither eu-stack nor gdb in PATH
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(Contains(r.err, "stacks not captured: neither eu-stack (elfutils) nor gdb is installed")) << r.err;
+  EXPECT_LT(r.seconds, 10) << "the 30 s bound is not waited for";
+}
+
+TEST(HealthE2E, CaptureOfAStoppedRankIsBounded) {
+  if (!fs::exists("/usr/bin/eu-stack") && !fs::exists("/usr/bin/gdb")) GTEST_SKIP() << "no eu-stack or gdb";
+  TempDir d;
+  // Rank 1 SIGSTOPs itself after two beats: a tracer may wait on it forever; the capture may not.
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--stack-timeout=2",
+                             "--shutdown-timeout=1", "--log-dir", d.path()},
+                            {"--heartbeat", "2", "--only-rank", "1", "--signal", "19", "--else-beat", "20"}),
+                      {}, 60s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  // deadline 0.5 + capture <= 2 + grace 1 + start/stop: well under 8 s.
+  EXPECT_LT(r.seconds, 8) << r.err;
+  EXPECT_TRUE(Contains(r.err, "stacks    :")) << r.err;
+}
+
+TEST(HealthE2E, HungAttemptIsRestartedAndTheJobFinishes) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--stack-timeout=0", "--max_restarts=1"},
+                            {"--heartbeat", "2", "--only-rank", "1", "--only-attempt", "0", "--hang"}),
+                      {}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, "hung: no heartbeat for")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "restart 1 of 1")) << r.err;
+}
+
+TEST(HealthE2E, RestartsBackOff) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=1", "--max_restarts=2", "--restart-backoff=0.3"}, {"--exit", "3"}), {},
+                      30s);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(Contains(r.err, "restarting in 0.30 s")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "restarting in 0.60 s")) << r.err;
+  EXPECT_GE(r.seconds, 0.9);
+}
+
+TEST(HealthE2E, CrashLoopGuardStopsRestartsThatMakeNoProgress) {
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=5", "--max_restarts=10", "--crash-loop-limit=2"},
+                            {"--heartbeat", "3", "--beat-step", "1", "--exit", "1"}),
+                      {}, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "crash loop: 2 attempts in a row failed without progress (no heartbeat step beyond 3)"))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err, "restart 2 of 10")) << r.err;
+  EXPECT_FALSE(Contains(r.err, "restart 3 of 10")) << r.err;
+}
+
+TEST(HealthE2E, TheReadmePythonSnippetBeats) {
+  TempDir d;
+  const std::string script = d / "beat.py";
+  {
+    std::ofstream f(script);
+    // The README's two lines, verbatim, around a loop.
+    f << "import os, time\n"
+         "import os; hb = os.environ.get(\"CTRUN_HEARTBEAT_FD\")\n"
+         "for step in range(1, 6):\n"
+         "    if hb: os.write(int(hb), b\"%d\\n\" % step)\n"
+         "    time.sleep(0.01)\n"
+         "time.sleep(1000)\n";
+  }
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=1", "--heartbeat-timeout=0.5", "--stack-timeout=0", script},
+                      {"PYTHON_EXEC=/usr/bin/python3"}, 30s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(Contains(r.err, "(last beat at step 5)")) << r.err;
+}
+
+}  // namespace
+}  // namespace ctrun::testing

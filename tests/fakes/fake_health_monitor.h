@@ -1,0 +1,63 @@
+// FakeHealthMonitor: a health::Monitor whose hangs, steps and stack captures the test decides.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "health/monitor.h"
+
+namespace ctrun::testing {
+
+class FakeHealthMonitor final : public health::Monitor {
+ public:
+  void SetOnHang(OnHang on_hang) override { on_hang_ = std::move(on_hang); }
+  void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) override {
+    prepared.push_back({attempt, local_rank});
+    spec->env.push_back("CTRUN_HEARTBEAT_FD=3");
+  }
+  void AttemptStarted(int nranks) override {
+    ++attempts;
+    watching = true;
+    started_ranks = nranks;
+    max_step = next_attempt_steps.empty() ? std::nullopt : next_attempt_steps.front();
+    if (!next_attempt_steps.empty()) next_attempt_steps.erase(next_attempt_steps.begin());
+  }
+  void WorkerExited(int local_rank) override { exited.push_back(local_rank); }
+  void StopWatching() override { watching = false; }
+  std::optional<uint64_t> AttemptMaxStep() override { return max_step; }
+  void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override {
+    captures.push_back({local_rank, pgid});
+    pending_capture = std::move(done);
+  }
+
+  // Test controls.
+  void Hang(int local_rank, const std::string& why) { on_hang_(local_rank, why); }
+  void FinishCapture(const std::string& summary) {
+    auto done = std::move(pending_capture);
+    pending_capture = nullptr;
+    done(summary);
+  }
+
+  struct Prepared {
+    int attempt;
+    int local_rank;
+  };
+  struct Capture {
+    int local_rank;
+    pid_t pgid;
+  };
+  std::vector<Prepared> prepared;
+  std::vector<int> exited;
+  std::vector<Capture> captures;
+  OnStacks pending_capture;
+  int attempts = 0;
+  int started_ranks = 0;
+  bool watching = false;
+  std::optional<uint64_t> max_step;
+  std::vector<std::optional<uint64_t>> next_attempt_steps;  // max step of each coming attempt
+
+ private:
+  OnHang on_hang_;
+};
+
+}  // namespace ctrun::testing

@@ -1,0 +1,247 @@
+// The agent's side of hang detection and the restart policy, with a fake monitor, spawner and
+// clock: a hung rank's stacks are captured before anything is stopped, it is the root cause (exit
+// 124), restarts wait the back-off, and a crash loop ends the run.
+#include <gtest/gtest.h>
+
+#include "agent/agent.h"
+#include "fakes/fake_health_monitor.h"
+#include "fakes/fake_spawner.h"
+#include "fakes/fake_timer_queue.h"
+#include "report/run_summary.h"
+
+namespace ctrun {
+namespace {
+
+using testing::FakeHealthMonitor;
+using testing::FakeSpawner;
+using testing::FakeTimerQueue;
+
+class Hooks : public AgentHooks {
+ public:
+  Status PrepareAttempt(int attempt, AttemptInfo* info) override {
+    attempts.push_back(attempt);
+    info->master_addr = "127.0.0.1";
+    info->master_port = 29500;
+    return Status::Ok();
+  }
+  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
+  std::vector<int> attempts;
+  std::vector<std::string> logs;
+};
+
+class AgentHealthTest : public ::testing::Test {
+ protected:
+  AgentHealthTest() {
+    config.nproc_per_node = 2;
+    config.entrypoint = "./train";
+    config.shutdown_timeout = 30;
+    config.heartbeat_timeout = 5;
+    config.heartbeat_first_timeout = 60;
+  }
+  Agent& MakeAgent() {
+    agent = std::make_unique<Agent>(config, Environment::FromEntries({"PATH=/bin"}), "/work/train", spawner, timers,
+                                    hooks);
+    agent->AttachHealth(&monitor);
+    return *agent;
+  }
+  // Every worker of the current attempt exits with `st` (the last `n` spawned).
+  void ExitAll(ExitStatus st) {
+    for (pid_t pid : agent->live_worker_pids()) {
+      spawner.alive_groups.erase(pid);
+      agent->OnChildExit(pid, st);
+    }
+  }
+  pid_t LastPid(int local_rank) const {
+    return static_cast<pid_t>(1000 + spawner.specs.size() - static_cast<size_t>(config.nproc_per_node) +
+                              static_cast<size_t>(local_rank));
+  }
+  // One failed attempt: rank 0 exits 1, the others die of our SIGTERM.
+  void FailAttempt() {
+    pid_t p0 = LastPid(0);
+    spawner.alive_groups.erase(p0);
+    agent->OnChildExit(p0, ExitStatus::Exited(1));
+    ExitAll(ExitStatus::Signaled(SIGTERM));
+  }
+
+  LaunchConfig config;
+  FakeSpawner spawner;
+  FakeTimerQueue timers;
+  Hooks hooks;
+  FakeHealthMonitor monitor;
+  std::unique_ptr<Agent> agent;
+};
+
+TEST_F(AgentHealthTest, EveryWorkerGetsItsChannelAndTheDeadlinesStartAfterSpawn) {
+  MakeAgent().Start();
+  ASSERT_EQ(monitor.prepared.size(), 2u);
+  EXPECT_EQ(monitor.attempts, 1);
+  EXPECT_EQ(monitor.started_ranks, 2);
+  EXPECT_EQ(Environment::FromEntries(spawner.specs[1].env).Get("CTRUN_HEARTBEAT_FD")->c_str(), std::string("3"));
+}
+
+TEST_F(AgentHealthTest, HungRankStacksAreCapturedBeforeAnyStopThenItIsTheRootCause) {
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 92 s (last beat at step 1200)");
+  ASSERT_EQ(monitor.captures.size(), 1u);
+  EXPECT_EQ(monitor.captures[0].pgid, LastPid(1));
+  EXPECT_EQ(spawner.signals.size(), 0u) << "nothing is signalled while the stacks are taken";
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  monitor.FinishCapture("stacks of 1 process saved in /logs/attempt_0/1/stacks (native: eu-stack)");
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_FALSE(monitor.watching);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  ASSERT_EQ(agent->failures().size(), 2u);
+  const FailureRecord* hung = nullptr;
+  for (const auto& f : agent->failures())
+    if (f.local_rank == 1) hung = &f;
+  ASSERT_NE(hung, nullptr);
+  EXPECT_FALSE(hung->stopped_by_ctrun);
+  EXPECT_EQ(hung->hang, "hung: no heartbeat for 92 s (last beat at step 1200)");
+  EXPECT_NE(hung->stacks.find("/logs/attempt_0/1/stacks"), std::string::npos);
+  for (const auto& f : agent->failures()) {
+    if (f.local_rank == 0) {
+      EXPECT_TRUE(f.stopped_by_ctrun);
+    }
+  }
+}
+
+TEST_F(AgentHealthTest, ZeroStackTimeoutStopsAtOnce) {
+  config.stack_timeout = 0;
+  MakeAgent().Start();
+  monitor.Hang(0, "hung: no output for 10 s");
+  EXPECT_TRUE(monitor.captures.empty());
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+}
+
+TEST_F(AgentHealthTest, AFailureDuringTheCaptureStopsAsUsualAndTheCaptureEndChangesNothing) {
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 6.0 s (last beat at step 3)");
+  spawner.alive_groups.erase(LastPid(0));
+  agent->OnChildExit(LastPid(0), ExitStatus::Exited(7));  // rank 0 fails on its own meanwhile
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  const size_t signals = spawner.signals.size();
+  monitor.FinishCapture("stacks of 1 process saved in /x");
+  EXPECT_EQ(spawner.signals.size(), signals);
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  // The hang was found first: it stays the root cause.
+  std::vector<WorkerFailure> wf;
+  for (const auto& f : agent->failures()) {
+    WorkerFailure w;
+    w.global_rank = f.rank.global_rank;
+    w.status = f.status;
+    w.time = f.time;
+    w.stopped_by_ctrun = f.stopped_by_ctrun;
+    w.hang = f.hang;
+    wf.push_back(w);
+  }
+  EXPECT_EQ(JobExitCode(wf), kExitHung);
+}
+
+TEST_F(AgentHealthTest, HungAttemptIsRestartedAndTheNextOneCanSucceed) {
+  config.max_restarts = 1;
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 5.0 s (last beat at step 10)");
+  monitor.FinishCapture("stacks ...");
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(agent->restart_count(), 1);
+  EXPECT_EQ(monitor.attempts, 2);
+  ExitAll(ExitStatus::Exited(0));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 0);
+}
+
+TEST_F(AgentHealthTest, RestartsBackOffExponentiallyUpToTheCap) {
+  config.heartbeat_timeout = 0;  // back-off works without heartbeats too
+  config.max_restarts = 5;
+  config.restart_backoff = 1;
+  config.restart_backoff_max = 4;
+  MakeAgent().Start();
+  for (double expected : {1.0, 2.0, 4.0, 4.0, 4.0}) {
+    const size_t spawned = spawner.specs.size();
+    FailAttempt();
+    ASSERT_EQ(agent->state(), AgentState::kBackoff) << expected;
+    timers.Advance(Seconds(expected - 0.001));
+    EXPECT_EQ(spawner.specs.size(), spawned) << "restarted before the " << expected << " s back-off";
+    timers.Advance(Seconds(0.001));
+    EXPECT_EQ(spawner.specs.size(), spawned + 2) << expected;
+  }
+  FailAttempt();
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->restart_count(), 5);
+  EXPECT_EQ(agent->exit_code(), 1);
+}
+
+TEST_F(AgentHealthTest, ASignalDuringTheBackOffEndsTheRunAtOnce) {
+  config.max_restarts = 3;
+  config.restart_backoff = 10;
+  MakeAgent().Start();
+  FailAttempt();
+  ASSERT_EQ(agent->state(), AgentState::kBackoff);
+  agent->OnSignal(SIGTERM);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGTERM);
+  EXPECT_EQ(agent->ended_by_signal(), SIGTERM);
+  EXPECT_EQ(timers.pending(), 0u);
+}
+
+TEST_F(AgentHealthTest, CrashLoopGuardStopsAttemptsThatMakeNoProgress) {
+  config.max_restarts = 10;
+  config.crash_loop_limit = 2;
+  monitor.next_attempt_steps = {100, 100, std::nullopt};
+  MakeAgent().Start();
+  FailAttempt();  // reached step 100: progress
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  FailAttempt();  // step 100 again: 1 without progress
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  FailAttempt();  // no beat at all: 2 in a row
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->restart_count(), 2);
+  EXPECT_EQ(agent->exit_code(), 1);  // the last attempt's root cause
+  EXPECT_NE(agent->crash_loop().find("crash loop: 2 attempts in a row failed without progress"), std::string::npos)
+      << agent->crash_loop();
+  EXPECT_NE(agent->crash_loop().find("beyond 100"), std::string::npos) << agent->crash_loop();
+}
+
+TEST_F(AgentHealthTest, ProgressResetsTheGuardAndTheBackOff) {
+  config.max_restarts = 4;
+  config.crash_loop_limit = 2;
+  config.restart_backoff = 1;
+  config.restart_backoff_max = 100;
+  monitor.next_attempt_steps = {10, 10, 20, 20};
+  MakeAgent().Start();
+  FailAttempt();  // progress: 1 s
+  timers.Advance(Seconds(1));
+  FailAttempt();  // none: 2 s
+  EXPECT_EQ(agent->state(), AgentState::kBackoff);
+  timers.Advance(Seconds(1.999));
+  EXPECT_EQ(agent->state(), AgentState::kBackoff);
+  timers.Advance(Seconds(0.001));
+  FailAttempt();  // progress (20 > 10): back to 1 s
+  timers.Advance(Seconds(1));
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(agent->restart_count(), 3);
+}
+
+TEST_F(AgentHealthTest, WithoutHeartbeatsPlainRestartsAreUnchanged) {
+  config.heartbeat_timeout = 0;
+  config.max_restarts = 4;
+  MakeAgent().Start();
+  for (int i = 0; i < 4; ++i) {
+    FailAttempt();
+    EXPECT_EQ(agent->state(), AgentState::kRunning) << "restart " << i << " is immediate, never a crash loop";
+  }
+  FailAttempt();
+  EXPECT_TRUE(agent->done());
+  EXPECT_EQ(agent->restart_count(), 4);
+  EXPECT_TRUE(agent->crash_loop().empty());
+}
+
+}  // namespace
+}  // namespace ctrun

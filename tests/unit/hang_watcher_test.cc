@@ -1,0 +1,147 @@
+// HangWatcher's deadlines on a fake clock: first beat, later beats, output, verdict texts, and the
+// verdict given at the deadline itself.
+#include "health/hang_watcher.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/fake_timer_queue.h"
+
+namespace ctrun::health {
+namespace {
+
+using ctrun::testing::FakeTimerQueue;
+
+struct Verdict {
+  int rank;
+  std::string why;
+  TimePoint at;
+};
+
+class HangWatcherTest : public ::testing::Test {
+ protected:
+  HangWatcher& Make(HangWatchOptions o) {
+    watcher = std::make_unique<HangWatcher>(timers, o, [this](int r, const std::string& why) {
+      verdicts.push_back({r, why, timers.Now()});
+    });
+    return *watcher;
+  }
+  static HangWatchOptions Beats(double every, double first) {
+    HangWatchOptions o;
+    o.heartbeat = Seconds(every);
+    o.first_heartbeat = Seconds(first);
+    return o;
+  }
+  FakeTimerQueue timers;
+  std::vector<Verdict> verdicts;
+  std::unique_ptr<HangWatcher> watcher;
+};
+
+TEST_F(HangWatcherTest, FirstBeatHasItsOwnLongerDeadline) {
+  Make(Beats(5, 60)).Start(2);
+  const TimePoint t0 = timers.Now();
+  for (int i = 1; i <= 14; ++i) {  // rank 0 beats every 4 s; rank 1 never does
+    timers.Advance(Seconds(4));
+    watcher->Beat(0, static_cast<uint64_t>(i));
+  }
+  timers.Advance(Seconds(3.999));
+  EXPECT_TRUE(verdicts.empty());
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 1);
+  EXPECT_EQ(verdicts[0].at, t0 + Seconds(60));
+  EXPECT_EQ(verdicts[0].why, "hung: no first heartbeat within 60 s");
+}
+
+TEST_F(HangWatcherTest, SilenceAfterBeatsIsAHangWithTheLastStep) {
+  Make(Beats(5, 60)).Start(1);
+  for (uint64_t step = 1; step <= 1200; ++step) {
+    timers.Advance(Seconds(0.1));
+    watcher->Beat(0, step);
+  }
+  const TimePoint last = timers.Now();
+  timers.Advance(Seconds(4.999));
+  EXPECT_TRUE(verdicts.empty());
+  timers.Advance(Seconds(10));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].at, last + Seconds(5)) << "the verdict comes at the deadline, not at the next check";
+  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 5.0 s (last beat at step 1200)");
+  EXPECT_EQ(watcher->max_step(), 1200u);
+  EXPECT_FALSE(watcher->watching());
+}
+
+TEST_F(HangWatcherTest, TheFirstBeatBringsTheShorterDeadlineIn) {
+  Make(Beats(1, 600)).Start(1);
+  timers.Advance(Seconds(2));
+  watcher->Beat(0, 1);
+  const TimePoint last = timers.Now();
+  timers.Advance(Seconds(5));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].at, last + Seconds(1));
+}
+
+TEST_F(HangWatcherTest, SlowButSteadyBeatsAreNeverAHang) {
+  Make(Beats(1, 2)).Start(1);
+  for (int i = 0; i < 100; ++i) {
+    timers.Advance(Seconds(0.99));
+    watcher->Beat(0, std::nullopt);
+  }
+  EXPECT_TRUE(verdicts.empty());
+  EXPECT_LE(timers.pending(), 1u) << "one lazy timer per rank, not one per beat";
+}
+
+TEST_F(HangWatcherTest, OneVerdictThenNothing) {
+  Make(Beats(1, 1)).Start(3);
+  timers.Advance(Seconds(100));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(timers.pending(), 0u);
+}
+
+TEST_F(HangWatcherTest, ExitedRanksAndStoppedAttemptsGetNoVerdict) {
+  Make(Beats(1, 1)).Start(2);
+  watcher->RankExited(0);
+  timers.Advance(Seconds(0.5));
+  watcher->Beat(1, 7);
+  watcher->Stop();
+  timers.Advance(Seconds(100));
+  EXPECT_TRUE(verdicts.empty());
+  watcher->Beat(1, 9);  // steps still count after Stop (for the restart policy)
+  EXPECT_EQ(watcher->max_step(), 9u);
+}
+
+TEST_F(HangWatcherTest, OutputDeadline) {
+  HangWatchOptions o;
+  o.output = Seconds(10);
+  Make(o).Start(2);
+  for (int i = 0; i < 5; ++i) {
+    timers.Advance(Seconds(9));
+    watcher->Output(0);
+    watcher->Output(1);
+  }
+  EXPECT_TRUE(verdicts.empty());
+  timers.Advance(Seconds(5));
+  watcher->Output(0);
+  timers.Advance(Seconds(5));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 1);
+  EXPECT_EQ(verdicts[0].why, "hung: no output for 10 s");
+}
+
+TEST_F(HangWatcherTest, ANewAttemptStartsAfresh) {
+  Make(Beats(1, 3)).Start(1);
+  watcher->Beat(0, 50);
+  watcher->Start(1);
+  EXPECT_FALSE(watcher->max_step());
+  timers.Advance(Seconds(2.9));
+  EXPECT_TRUE(verdicts.empty()) << "the first-beat deadline applies again";
+  timers.Advance(Seconds(0.1));
+  EXPECT_EQ(verdicts.size(), 1u);
+}
+
+TEST(FormatSecondsTest, Shapes) {
+  EXPECT_EQ(FormatSeconds(Seconds(92.7)), "92 s");
+  EXPECT_EQ(FormatSeconds(Seconds(1.56)), "1.5 s");
+  EXPECT_EQ(FormatSeconds(Seconds(0.256)), "0.25 s");
+}
+
+}  // namespace
+}  // namespace ctrun::health
