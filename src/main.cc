@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "cli/cli.h"
 #include "cli/cluster_env.h"
 #include "gpu/gpu_probe.h"
+#include "gpu/nvml_driver.h"
+#include "placement/job_placement.h"
 #include "logs/logging.h"
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
@@ -78,8 +81,18 @@ int main(int argc, char** argv) {
 
     if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return UsageError(s.message());
     if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return UsageError(s.message());
-    ctrun::SystemGpuProbe gpus(lookup);
-    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return UsageError(s.message());
+    // NVML only where it can exist (the NVIDIA kernel driver is loaded) and is of use.
+    std::unique_ptr<ctrun::GpuDriver> nvml = ctrun::WantsGpuDriver(config) ? ctrun::LoadNvml() : nullptr;
+    auto gpus = ctrun::ProbeGpus(config, lookup, nvml.get(), &ctx.env);
+    if (!gpus.ok()) return UsageError(gpus.message());
+    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok()) return UsageError(s.message());
+    if (ctrun::Status s = ctrun::CheckGpuFlags(config, ctx.env); !s.ok()) return UsageError(s.message());
+    auto placement = ctrun::PlanJobPlacement(config, gpus.value(), ctx.env);
+    if (!placement.ok()) return UsageError(placement.message());
+    ctx.placement = std::move(placement.value());
+    ctx.gpu_driver = nvml.get();
+    if (nvml)
+      for (const auto& d : gpus.value().devices) ctx.gpu_indices.push_back(d.index);
     auto executable = ctrun::ResolveEntrypoint(config, ctrun::FindPython(env), env);
     if (!executable.ok()) return UsageError(executable.message());
     ctx.executable = std::move(executable.value());

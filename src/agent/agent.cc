@@ -140,6 +140,7 @@ void Agent::StartAttempt() {
     spec.argv = BuildWorkerArgv(config_, executable_, w.rank, info);
     spec.env = BuildWorkerEnv(config_, base_env_, w.rank, info).Entries();
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
+    hooks_.ConfigureWorker(i, w.rank, restart_count_, &spec);
   }
   std::vector<SpawnResult> results;
   spawner_.SpawnMany(specs, &results);
@@ -281,6 +282,11 @@ void Agent::OnSignal(int sig) {
     // still reaches the workers that are left.
     stop_reason_ = StopReason::kSignal;
     stop_signal_ = sig;
+    if (restart_pending_) {  // every worker is gone already; the restart waits no more
+      restart_pending_ = false;
+      Finish(128 + sig);
+      return;
+    }
     for (const auto& w : workers_)
       if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
     return;
@@ -395,7 +401,7 @@ void Agent::FinishAttempt() {
         ++restart_count_;
         hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
                           std::to_string(config_.max_restarts) + ")");
-        StartAttempt();
+        RestartWhenReady();
         return;
       }
       if (config_.max_restarts > 0) hooks_.Log(2, "no restarts left (max_restarts=" + std::to_string(config_.max_restarts) + ")");
@@ -410,6 +416,23 @@ void Agent::FinishAttempt() {
       }
       return;
   }
+}
+
+void Agent::RestartWhenReady() {
+  std::vector<pid_t> previous;
+  for (const auto& w : workers_) previous.push_back(w.pid);
+  restart_pending_ = true;
+  hooks_.BeforeRestart(previous, [this](Status s) {
+    if (!restart_pending_) return;  // a signal ended the run meanwhile
+    restart_pending_ = false;
+    if (!s.ok()) {
+      end_message_ = s.message();
+      hooks_.Log(2, s.message());
+      Finish(1);
+      return;
+    }
+    StartAttempt();
+  });
 }
 
 // Every worker of the round is gone. The rendezvous decides what comes next: a signal ends this

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/environment.h"
 #include "config/launch_config.h"
 #include "logs/output_plan.h"
+#include "gpu/gpu_device.h"
+#include "placement/placement.h"
 
 namespace ctrun {
 
@@ -17,6 +20,9 @@ struct RunContext {
   std::string executable;          // what every worker execs (ResolveEntrypoint)
   logs::OutputFlags output_flags;  // the log flags, parsed once
   std::string hostname;            // for the summary
+  PlacementPlan placement;         // per local rank: GPU, CPU binding, debugger (--debug-rank)
+  GpuDriver* gpu_driver = nullptr;  // NVML when loaded (not owned): restarts wait for GPU release
+  std::vector<int> gpu_indices;    // NVML indices of the job's GPUs
 };
 
 // Runs the job to completion and returns ctrun's exit code (see README "Exit codes").

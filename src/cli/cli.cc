@@ -87,7 +87,10 @@ constexpr std::array kOptions = {
     OptionDef{"role", 0, Kind::kValue, "PET_ROLE", "NAME", "default", Group::kWorkers,
               "Role of the workers: ROLE_NAME, and the console prefix [<role><local_rank>]:."},
     OptionDef{"numa_binding", 0, Kind::kValue, "", "node|socket|exclusive|core-complex", "", Group::kWorkers,
-              "Bind each worker to CPUs near its GPU. Not supported yet: refused (exit 2)."},
+              "Bind each worker to the CPUs near its GPU (from the GPU's PCI locality, planned with "
+              "hwloc, applied before exec): node = its NUMA node; socket = its package; exclusive = an "
+              "even share of the node's physical cores, no two workers on one core; core-complex = "
+              "one L3 cache of the node per worker. Needs a GPU per worker."},
     OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
               "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
     OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
@@ -145,6 +148,21 @@ constexpr std::array kOptions = {
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Do not host the workers' TCPStore in ctrun (TORCHELASTIC_USE_AGENT_STORE=False); the "
               "same as TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."},
+    OptionDef{"gpus", 0, Kind::kValue, "", "LIST", "all visible", Group::kCtrun,
+              "Use only these GPUs, e.g. 0,2,3 or 0-3: positions among the visible GPUs (after "
+              "CUDA_VISIBLE_DEVICES). Workers get CUDA_VISIBLE_DEVICES with just them; "
+              "--nproc-per-node=gpu counts them."},
+    OptionDef{"cpu_binding", 0, Kind::kValue, "", "numa|socket|core|none", "none", Group::kCtrun,
+              "Bind workers to CPUs without GPUs: numa = the ranks spread over the NUMA nodes in "
+              "blocks, each bound to one node; socket = the same over packages; core = an even, "
+              "exclusive share of the physical cores each. Not with --numa-binding."},
+    OptionDef{"report_bindings", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Print each worker's CPUs, NUMA node and GPU before it starts (like mpirun "
+              "--report-bindings)."},
+    OptionDef{"debug_rank", 0, Kind::kValue, "", "RANK[:PORT]", "", Group::kCtrun,
+              "Start global rank RANK under gdbserver listening on PORT (default: a free port, "
+              "printed); the other ranks start normally. Without gdbserver on PATH the rank stops "
+              "(SIGSTOP) just before exec until a debugger attaches (gdb -p PID) and continues it."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -461,6 +479,27 @@ class Builder {
       return {};
     });
     Flag("virtual_local_rank", c.virtual_local_rank);
+    Text("gpus", [&](const Raw& r) -> Status {
+      auto v = ParseIndexList(r.text);
+      if (!v) return v.status();
+      c.gpus = *v;
+      return {};
+    });
+    Text("cpu_binding", [&](const Raw& r) -> Status {
+      if (Status s = CheckChoice("cpu_binding", r.text); !s.ok()) return s;
+      if (!c.numa_binding.empty() && r.text != "none")
+        return Status::Error("give --numa-binding (workers with GPUs) or --cpu-binding (without), not both");
+      c.cpu_binding = r.text;
+      return {};
+    });
+    Flag("report_bindings", c.report_bindings);
+    Text("debug_rank", [&](const Raw& r) -> Status {
+      auto v = ParseDebugRank(r.text);
+      if (!v) return v.status();
+      c.debug_rank = v->first;
+      c.debug_port = v->second;
+      return {};
+    });
     Text("event_log_handler", [&](const Raw& r) -> Status {
       c.event_log_handler = r.text;
       return {};

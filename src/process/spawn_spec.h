@@ -33,6 +33,11 @@ struct SpawnSpec {
   std::vector<std::string> env;   // complete environment, "K=V", exactly as execve gets it
   StdioTarget stdout_target;
   StdioTarget stderr_target;
+  std::vector<int> cpu_affinity;  // CPUs the worker may run on (sched_setaffinity before exec);
+                                  // empty: ctrun's own affinity, inherited
+  bool stop_before_exec = false;  // raise SIGSTOP just before exec, for a debugger to attach;
+                                  // Spawn does not wait for such an exec (a late failure shows
+                                  // only as the worker's exit)
 };
 
 }  // namespace ctrun

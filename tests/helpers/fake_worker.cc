@@ -5,6 +5,7 @@
 //
 //   --env-file P        write the environment to P.<RANK> (one K=V per line)
 //   --fd-file P         write the open fd numbers (from /proc/self/fd) to P.<RANK>
+//   --affinity-file P   write the CPUs it may run on (sched_getaffinity), "0,1,...", to P.<RANK>
 //   --pid-file P        append "<pid>\n" to P (the worker and every grandchild)
 //   --touch DIR         create DIR/<RANK> (torchrun's test_script.sh)
 //   --grandchildren N   fork N children that sleep forever (same process group)
@@ -28,6 +29,7 @@
 //   --heartbeat-ms MS   ... MS apart (default 1)
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -72,6 +74,7 @@ void SleepMs(long ms) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
+  std::string affinity_file;
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0;
   long beat_ms = 1;
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     const std::string& o = a[i];
     if (o == "--env-file") env_file = next();
     else if (o == "--fd-file") fd_file = next();
+    else if (o == "--affinity-file") affinity_file = next();
     else if (o == "--pid-file") pid_file = next();
     else if (o == "--touch") touch_dir = next();
     else if (o == "--grandchildren") grandchildren = atoi(next().c_str());
@@ -116,6 +120,17 @@ int main(int argc, char** argv) {
     FILE* f = fopen((env_file + "." + rank).c_str(), "w");
     for (char** e = environ; f && *e; ++e) fprintf(f, "%s\n", *e);
     if (f) fclose(f);
+  }
+  if (!affinity_file.empty()) {
+    cpu_set_t set;
+    std::string cpus;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+    if (FILE* f = fopen((affinity_file + "." + rank).c_str(), "w")) {
+      fprintf(f, "%s\n", cpus.c_str());
+      fclose(f);
+    }
   }
   if (!fd_file.empty()) {
     // Collect first, write after: opening the output file must not show up in the list.
