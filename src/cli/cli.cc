@@ -73,7 +73,8 @@ constexpr std::array kOptions = {
     // --- Workers ---
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
               "Workers per node: a count; cpu (one per CPU); gpu (one per visible GPU, counted at run "
-              "time without CUDA; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
+              "time through NVML, else /proc/driver/nvidia or sysfs, after CUDA_VISIBLE_DEVICES and "
+              "--gpus; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
     OptionDef{"max_restarts", 0, Kind::kValue, "PET_MAX_RESTARTS", "N", "0", Group::kWorkers,
               "Restarts of the whole worker group allowed before the job fails."},
     OptionDef{"monitor_interval", 0, Kind::kValue, "PET_MONITOR_INTERVAL", "SECONDS", "0.1", Group::kWorkers,
@@ -827,7 +828,8 @@ std::string HelpText() {
   env_line("N", "the root-cause worker's exit code, or 128+S when it was killed by signal S.");
   env_line("2", "usage error: bad option or value, or an entrypoint that does not exist or is not "
                 "executable; nothing was started.");
-  env_line("1", "ctrun could not set up the run (e.g. the agent store's port is taken).");
+  env_line("1", "ctrun could not set up the run (e.g. the agent store's port is taken), or would not "
+                "restart on GPUs the previous attempt still holds.");
   env_line("3", "multi-node: the rendezvous failed on this node (join timeout, rendezvous store or etcd "
                 "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
