@@ -41,7 +41,7 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(CPACK_DEBIAN_AGENT_PACKAGE_NAME ctrun)
 set(CPACK_DEBIAN_AGENT_PACKAGE_SECTION utils)
-set(CPACK_DEBIAN_AGENT_PACKAGE_RECOMMENDS "libcurl4")  # dlopen()ed by --rdzv_backend=etcd only
+set(CPACK_DEBIAN_AGENT_PACKAGE_RECOMMENDS "libcurl4, libhwloc15")  # dlopen()ed by etcd / the binding flags only
 set(CPACK_DEBIAN_AGENT_PACKAGE_SUGGESTS "python3-torch")
 set(CPACK_DEBIAN_AGENT_DESCRIPTION "elastic launcher for PyTorch training, a drop-in replacement for torchrun
 ctrun starts, supervises and restarts the workers of a multi-GPU, multi-node training job with

@@ -19,6 +19,8 @@
 #include "cli/cli.h"
 #include "cli/cluster_env.h"
 #include "gpu/gpu_probe.h"
+#include "gpu/nvml_driver.h"
+#include "placement/job_placement.h"
 #include "logs/logging.h"
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
@@ -144,10 +146,21 @@ int main(int argc, char** argv) {
 
     if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return ending.Usage(s.message());
     if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return ending.Usage(s.message());
-    ctrun::SystemGpuProbe gpus(lookup);
-    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus, CpuCount()); !s.ok()) return ending.Usage(s.message());
+    // NVML only where it can exist (the NVIDIA kernel driver is loaded) and is of use.
+    std::unique_ptr<ctrun::GpuDriver> nvml = ctrun::WantsGpuDriver(config) ? ctrun::LoadNvml() : nullptr;
+    auto gpus = ctrun::ProbeGpus(config, lookup, nvml.get(), &ctx.env);
+    if (!gpus.ok()) return ending.Usage(gpus.message());
+    if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok())
+      return ending.Usage(s.message());
     if (ctrun::Status s = ctrun::CheckWorkerLimits(config.nproc_per_node, ctrun::ReadSystemLimits()); !s.ok())
       return ending.Usage(s.message());
+    if (ctrun::Status s = ctrun::CheckGpuFlags(config, ctx.env); !s.ok()) return ending.Usage(s.message());
+    auto placement = ctrun::PlanJobPlacement(config, gpus.value(), ctx.env);
+    if (!placement.ok()) return ending.Usage(placement.message());
+    ctx.placement = std::move(placement.value());
+    ctx.gpu_driver = nvml.get();
+    if (nvml)
+      for (const auto& d : gpus.value().devices) ctx.gpu_indices.push_back(d.index);
     const std::string python_notice = ctrun::ClassifyEntrypoint(&config);
     const std::string python = ctrun::FindPython(env);
     auto executable = ctrun::ResolveEntrypoint(config, python, env);
@@ -156,7 +169,7 @@ int main(int argc, char** argv) {
     if (!python_notice.empty()) spdlog::info("{}", python_notice);
     if (std::string notice = ctrun::PythonNotice(config, python, env); !notice.empty()) spdlog::info("{}", notice);
     if (config.dry_run) {
-      std::fputs(ctrun::FormatDryRun(config, env, ctx.executable, ctx.hostname).c_str(), stdout);
+      std::fputs(ctrun::FormatDryRun(config, ctx.env, ctx.executable, ctx.hostname).c_str(), stdout);
       return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));
     }
     if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);

@@ -166,6 +166,7 @@ void Agent::StartAttempt() {
     spec.argv = std::move(plan.argv);
     spec.env = plan.env.Entries();
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
+    hooks_.ConfigureWorker(i, w.rank, restart_count_, &spec);
     if (health_) health_->PrepareWorker(attempt, i, &spec);
   }
   std::vector<SpawnResult> results;
@@ -343,6 +344,11 @@ void Agent::OnSignal(int sig) {
     stop_reason_ = StopReason::kSignal;
     stop_signal_ = sig;
     EmitStop(stop_reason_, sig);
+    if (restart_pending_) {  // every worker is gone already; the restart waits no more
+      restart_pending_ = false;
+      Finish(128 + sig);
+      return;
+    }
     for (const auto& w : workers_)
       if (!w.group_gone) SignalToStop(w.pid, sig);
     return;
@@ -590,7 +596,26 @@ void Agent::Restart() {
   events_->Emit(events::kRestart, {{"restart_count", restart_count_}, {"max_restarts", config_.max_restarts}});
   hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +
                     std::to_string(config_.max_restarts) + ")");
-  StartAttempt();
+  RestartWhenReady();
+}
+
+// The previous attempt's processes are gone from the GPUs (bounded wait in the hooks) before the
+// next attempt starts; a signal meanwhile ends the run.
+void Agent::RestartWhenReady() {
+  std::vector<pid_t> previous;
+  for (const auto& w : workers_) previous.push_back(w.pid);
+  restart_pending_ = true;
+  hooks_.BeforeRestart(previous, [this](Status s) {
+    if (!restart_pending_) return;  // a signal ended the run meanwhile
+    restart_pending_ = false;
+    if (!s.ok()) {
+      end_message_ = s.message();
+      hooks_.Log(2, s.message());
+      Finish(1);
+      return;
+    }
+    StartAttempt();
+  });
 }
 
 // Every worker of the round is gone. The rendezvous decides what comes next: a signal ends this

@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,14 @@ class AgentHooks {
   virtual void OnRound(const rdzv::RoundInfo& /*round*/) {}
   // Decides fd 1/2 of a worker (pipes for the relay, files, or the console).
   virtual void ConfigureStdio(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
+  // After ConfigureStdio: the rest of the worker's placement (CPU affinity, a debugger).
+  virtual void ConfigureWorker(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
+  // Single node, after a failed attempt's workers are gone and before the restart: calls
+  // ready(Ok) when the restart may go ahead, now or later from the event loop (GPUs released),
+  // or ready(error) to end the run instead. worker_pids: the previous attempt's workers.
+  virtual void BeforeRestart(const std::vector<pid_t>& /*worker_pids*/, std::function<void(Status)> ready) {
+    ready(Status::Ok());
+  }
   // A worker started: take its pidfd and pipes (wire them into the loop / relay / watchdog).
   virtual void OnWorkerStarted(int /*local_rank*/, const RankInfo& /*rank*/, SpawnedProcess& /*proc*/) {}
   // A worker's leader was reaped (its output may still be in flight: drain it now).
@@ -186,6 +195,7 @@ class Agent final : public rdzv::RendezvousListener {
   void CheckStopped();
   void RefreshGroups();
   void FinishAttempt();
+  void RestartWhenReady();
   void Finish(int code);
   void RecordFailure(const Worker& w, bool stopped_by_ctrun);
   bool DiedOfOurSignal(const ExitStatus& status) const;
@@ -224,6 +234,7 @@ class Agent final : public rdzv::RendezvousListener {
   TimePoint grace_deadline_{};
   TimePoint final_deadline_{};
   bool killed_ = false;  // SIGKILL already sent in this stop
+  bool restart_pending_ = false;  // waiting for BeforeRestart's ready
   rdzv::Rendezvous* rdzv_ = nullptr;
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
   int attempts_started_ = 0;              // multi-node: numbers attempt_<n> log dirs

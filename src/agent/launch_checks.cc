@@ -12,6 +12,7 @@
 #include "agent/worker_env.h"
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
+#include "gpu/visible_devices.h"
 
 namespace ctrun {
 namespace {
@@ -44,12 +45,10 @@ Status CheckSupported(const LaunchConfig& c) {
     return Status::Error(
         "--run_path is not supported: it runs the script inside torchrun's Python agent process; "
         "ctrun starts every worker as its own process (drop --run_path)");
-  if (!c.numa_binding.empty())
-    return Status::Error("--numa-binding is not supported yet: ctrun does not bind workers to CPUs (drop the flag)");
   return Status::Ok();
 }
 
-Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
+Status ResolveNproc(LaunchConfig* c, const GpuInventory& g, int cpus) {
   switch (c->nproc.kind) {
     case NprocSpec::Kind::kCount:
       c->nproc_per_node = c->nproc.count;
@@ -57,23 +56,41 @@ Status ResolveNproc(LaunchConfig* c, GpuProbe& gpus, int cpus) {
     case NprocSpec::Kind::kCpu:
       c->nproc_per_node = cpus;
       break;
-    case NprocSpec::Kind::kGpu: {
-      GpuCount g = gpus.Count();
-      if (g.count <= 0)
+    case NprocSpec::Kind::kGpu:
+      if (g.count() <= 0)
         return Status::Error("--nproc_per_node=gpu: no GPU is visible on this machine (checked " +
                              std::string(g.source == "CUDA_VISIBLE_DEVICES" ? "CUDA_VISIBLE_DEVICES"
                                                                             : "NVML, /proc/driver/nvidia and sysfs") +
                              ")");
-      c->nproc_per_node = g.count;
+      c->nproc_per_node = g.count();
       break;
-    }
-    case NprocSpec::Kind::kAuto: {
-      GpuCount g = gpus.Count();
-      c->nproc_per_node = g.count > 0 ? g.count : cpus;
+    case NprocSpec::Kind::kAuto:
+      c->nproc_per_node = g.count() > 0 ? g.count() : cpus;
       break;
-    }
   }
   if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");
+  return Status::Ok();
+}
+
+std::string FindOnPath(const std::string& name, const Environment& env) {
+  std::string p = ResolveExecutable(name, env.Get("PATH"));
+  return p.find('/') == std::string::npos ? "" : p;
+}
+
+Status CheckGpuFlags(const LaunchConfig& c, const Environment& worker_env) {
+  if (c.virtual_local_rank)
+    if (const std::string* v = worker_env.Get("CUDA_VISIBLE_DEVICES")) {
+      // torchrun: the local_rank-th entry of the list, a ValueError past its end.
+      const size_t entries = SplitCommas(*v).size();
+      if (static_cast<size_t>(c.nproc_per_node) > entries)
+        return Status::Error("--virtual-local-rank: local rank " + std::to_string(entries) +
+                             " has no GPU: CUDA_VISIBLE_DEVICES=" + *v + " lists " + std::to_string(entries) +
+                             " for " + std::to_string(c.nproc_per_node) + " workers");
+    }
+  if (c.debug_rank && *c.debug_rank >= c.max_nodes * c.nproc_per_node && c.min_nodes == c.max_nodes)
+    return Status::Error("invalid value '" + std::to_string(*c.debug_rank) + "' for --debug-rank: the job has " +
+                         std::to_string(c.max_nodes * c.nproc_per_node) + " ranks (0-" +
+                         std::to_string(c.max_nodes * c.nproc_per_node - 1) + ")");
   return Status::Ok();
 }
 

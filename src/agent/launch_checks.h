@@ -1,7 +1,7 @@
 // Launch checks: what main() verifies after parsing and before anything is started, so bad input
 // ends with one clear line and exit code 2 and never with a worker, a restart loop or a hang.
 //  - CheckSupported: features that parse (torchrun compatibility) but are not implemented yet
-//    (--numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters) or cannot exist in a
+//    (--duplicate-stdout-filters, --duplicate-stderr-filters) or cannot exist in a
 //    process-based launcher (--run_path), each refused with its reason: never silently ignored.
 //  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
 //  - ResolveEntrypoint: the program (or interpreter and script) exists and is executable; gives the
@@ -18,8 +18,14 @@
 namespace ctrun {
 
 Status CheckSupported(const LaunchConfig& config);
-// cpus: the number of CPUs this process may run on (sched_getaffinity).
-Status ResolveNproc(LaunchConfig* config, GpuProbe& gpus, int cpus);
+// cpus: the number of CPUs this process may run on (sched_getaffinity); gpus: after --gpus.
+Status ResolveNproc(LaunchConfig* config, const GpuInventory& gpus, int cpus);
+// After ResolveNproc: --virtual-local-rank has a CUDA_VISIBLE_DEVICES entry for every local
+// rank (worker_env: the workers' base environment, after --gpus); --debug-rank names a rank of
+// a fixed-size job.
+Status CheckGpuFlags(const LaunchConfig& config, const Environment& worker_env);
+// `name` resolved through $PATH like execvp; "" when not found.
+std::string FindOnPath(const std::string& name, const Environment& env);
 // python_exec: FindPython's answer. Returns python_exec for .py and -m entrypoints, else the
 // entrypoint itself, resolved through $PATH when it has no '/'.
 StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& config, const std::string& python_exec,

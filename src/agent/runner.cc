@@ -20,6 +20,8 @@
 #include "health/health_monitor.h"
 #include "base/unique_fd.h"
 #include "process/descendants.h"
+#include "gpu/gpu_release.h"
+#include "placement/placement.h"
 #include "process/reaper.h"
 #include "process/spawner.h"
 #include "process/watchdog.h"
@@ -63,7 +65,13 @@ class RealHooks final : public AgentHooks {
         watchdog_(watchdog),
         log_dir_(log_dir),
         relay_(relay),
-        cgroups_(std::move(cgroups)) {}
+        cgroups_(std::move(cgroups)),
+        placement_(context.placement) {
+    if (placement_.debug_rank && placement_.debug_port == 0) placement_.debug_port = FindFreePort();
+    if (context.gpu_driver && !context.gpu_indices.empty())
+      gpu_release_ = std::make_unique<GpuReleaseWaiter>(*context.gpu_driver, context.gpu_indices, loop, ReadProcState,
+                                                        GpuReleaseWaiter::Options{});
+  }
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
   void set_terminal(JobTerminal* terminal) { terminal_ = terminal; }
@@ -137,7 +145,28 @@ class RealHooks final : public AgentHooks {
     if (watchdog_) std::erase(inherited_, watchdog_->pid());
   }
 
-  void OnWorkerStarted(int local_rank, const RankInfo&, SpawnedProcess& proc) override {
+  void ConfigureWorker(int local_rank, const RankInfo& rank, int attempt, SpawnSpec* spec) override {
+    if (config_.report_bindings && attempt == 0)
+      spdlog::info("binding: {}", FormatBinding(placement_, local_rank, rank));
+    if (std::string notice = ApplyPlacement(placement_, local_rank, rank, spec); !notice.empty())
+      spdlog::warn("{}", notice);
+  }
+
+  void BeforeRestart(const std::vector<pid_t>& worker_pids, std::function<void(Status)> ready) override {
+    if (!gpu_release_) return ready(Status::Ok());
+    const TimePoint start = loop_.Now();
+    gpu_release_->Wait(worker_pids, [this, start, ready = std::move(ready)](Status s) {
+      if (s.ok())
+        spdlog::info("no process of the previous attempt is left on the GPUs (checked for {} ms)",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(loop_.Now() - start).count());
+      ready(std::move(s));
+    });
+  }
+
+  void OnWorkerStarted(int local_rank, const RankInfo& rank, SpawnedProcess& proc) override {
+    if (UnderDebugger(placement_, rank) && placement_.gdbserver.empty())
+      spdlog::warn("rank {} is stopped before exec, pid {}: attach with gdb -p {}, then continue", rank.global_rank,
+                   proc.pid, proc.pid);
     if (watchdog_) watchdog_->AddGroup(proc.pid);
     const auto& plan = plans_[static_cast<size_t>(local_rank)];
     if (terminal_) terminal_->OnWorkerStarted(local_rank, plan, proc);  // before the relay takes the pty
@@ -348,6 +377,8 @@ class RealHooks final : public AgentHooks {
   std::vector<pid_t> inherited_;  // ctrun's descendants before any worker: never swept
 
   std::vector<std::optional<uint64_t>> rank_oom_kills_;  // of the attempt that just ended
+  PlacementPlan placement_;  // the context's, with the debug port chosen
+  std::unique_ptr<GpuReleaseWaiter> gpu_release_;
 };
 
 // After the run: this agent's last transitions (a Leave after a signal) reach the log, and a

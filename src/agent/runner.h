@@ -4,12 +4,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/environment.h"
 #include "config/launch_config.h"
 #include "logs/output_plan.h"
 #include "report/events.h"
 #include "report/run_outcome.h"
+#include "gpu/gpu_device.h"
+#include "placement/placement.h"
 
 namespace ctrun {
 
@@ -20,6 +23,9 @@ struct RunContext {
   logs::OutputFlags output_flags;  // the log flags, parsed once
   std::string hostname;            // for the summary
   EventSink* events = &NullEvents();  // --events-file (not owned)
+  PlacementPlan placement;         // per local rank: GPU, CPU binding, debugger (--debug-rank)
+  GpuDriver* gpu_driver = nullptr;  // NVML when loaded (not owned): restarts wait for GPU release
+  std::vector<int> gpu_indices;    // NVML indices of the job's GPUs
 };
 
 // Runs the job to completion and returns how it ended (agent/job_outcome.h decides; its

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "gpu/visible_devices.h"
+
 namespace ctrun {
 namespace {
 
@@ -85,14 +87,7 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
     // Narrow each worker to its own device: the local_rank-th visible one, or "local_rank".
     std::string visible = std::to_string(rank.local_rank);
     if (const std::string* list = env.Get("CUDA_VISIBLE_DEVICES")) {
-      std::vector<std::string> items;
-      size_t start = 0;
-      while (start <= list->size()) {
-        size_t end = list->find(',', start);
-        if (end == std::string::npos) end = list->size();
-        items.push_back(list->substr(start, end - start));
-        start = end + 1;
-      }
+      const std::vector<std::string> items = SplitCommas(*list);
       if (static_cast<size_t>(rank.local_rank) < items.size()) visible = items[rank.local_rank];
     }
     set("CUDA_VISIBLE_DEVICES", visible);

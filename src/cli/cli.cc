@@ -84,7 +84,8 @@ constexpr std::array kOptions = {
     // --- Workers ---
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
               "Workers per node: a count; cpu (one per CPU); gpu (one per visible GPU, counted at run "
-              "time without CUDA; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
+              "time through NVML, else /proc/driver/nvidia or sysfs, after CUDA_VISIBLE_DEVICES and "
+              "--gpus; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
     OptionDef{"max_restarts", 0, Kind::kValue, "PET_MAX_RESTARTS", "N", "0", Group::kWorkers,
               "Restarts of the whole worker group allowed before the job fails."},
     OptionDef{"monitor_interval", 0, Kind::kValue, "PET_MONITOR_INTERVAL", "SECONDS", "0.1", Group::kWorkers,
@@ -98,7 +99,10 @@ constexpr std::array kOptions = {
     OptionDef{"role", 0, Kind::kValue, "PET_ROLE", "NAME", "default", Group::kWorkers,
               "Role of the workers: ROLE_NAME, and the console prefix [<role><local_rank>]:."},
     OptionDef{"numa_binding", 0, Kind::kValue, "", "node|socket|exclusive|core-complex", "", Group::kWorkers,
-              "Bind each worker to CPUs near its GPU. Not supported yet: refused (exit 2)."},
+              "Bind each worker to the CPUs near its GPU (from the GPU's PCI locality, planned with "
+              "hwloc, applied before exec): node = its NUMA node; socket = its package; exclusive = an "
+              "even share of the node's physical cores, no two workers on one core; core-complex = "
+              "one L3 cache of the node per worker. Needs a GPU per worker."},
     OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
               "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
     OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
@@ -203,6 +207,21 @@ constexpr std::array kOptions = {
     OptionDef{"crash_loop_limit", 0, Kind::kValue, "", "N", "3", Group::kHealth,
               "With --heartbeat-timeout: stop restarting after N attempts in a row that failed without a "
               "heartbeat step beyond the previous attempt's (a crash loop); 0 turns the guard off."},
+    OptionDef{"gpus", 0, Kind::kValue, "", "LIST", "all visible", Group::kCtrun,
+              "Use only these GPUs, e.g. 0,2,3 or 0-3: positions among the visible GPUs (after "
+              "CUDA_VISIBLE_DEVICES). Workers get CUDA_VISIBLE_DEVICES with just them; "
+              "--nproc-per-node=gpu counts them."},
+    OptionDef{"cpu_binding", 0, Kind::kValue, "", "numa|socket|core|none", "none", Group::kCtrun,
+              "Bind workers to CPUs without GPUs: numa = the ranks spread over the NUMA nodes in "
+              "blocks, each bound to one node; socket = the same over packages; core = an even, "
+              "exclusive share of the physical cores each. Not with --numa-binding."},
+    OptionDef{"report_bindings", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Print each worker's CPUs, NUMA node and GPU before it starts (like mpirun "
+              "--report-bindings)."},
+    OptionDef{"debug_rank", 0, Kind::kValue, "", "RANK[:PORT]", "", Group::kCtrun,
+              "Start global rank RANK under gdbserver listening on PORT (default: a free port, "
+              "printed); the other ranks start normally. Without gdbserver on PATH the rank stops "
+              "(SIGSTOP) just before exec until a debugger attaches (gdb -p PID) and continues it."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -526,6 +545,27 @@ class Builder {
       return {};
     });
     Flag("virtual_local_rank", c.virtual_local_rank);
+    Text("gpus", [&](const Raw& r) -> Status {
+      auto v = ParseIndexList(r.text);
+      if (!v) return v.status();
+      c.gpus = *v;
+      return {};
+    });
+    Text("cpu_binding", [&](const Raw& r) -> Status {
+      if (Status s = CheckChoice("cpu_binding", r.text); !s.ok()) return s;
+      if (!c.numa_binding.empty() && r.text != "none")
+        return Status::Error("give --numa-binding (workers with GPUs) or --cpu-binding (without), not both");
+      c.cpu_binding = r.text;
+      return {};
+    });
+    Flag("report_bindings", c.report_bindings);
+    Text("debug_rank", [&](const Raw& r) -> Status {
+      auto v = ParseDebugRank(r.text);
+      if (!v) return v.status();
+      c.debug_rank = v->first;
+      c.debug_port = v->second;
+      return {};
+    });
     Text("event_log_handler", [&](const Raw& r) -> Status {
       c.event_log_handler = r.text;
       return {};
@@ -889,7 +929,8 @@ std::string HelpText() {
                 "executable; nothing was started.");
   env_line("1", "ctrun could not set up the run, before any worker started: the store's address "
                 "does not resolve or is not this machine's, its port is taken (the message names the "
-                "holder), the log directory cannot be made. One line on stderr says which.");
+                "holder), the log directory cannot be made; or it would not restart on GPUs the "
+                "previous attempt still holds. One line on stderr says which.");
   env_line("3", "multi-node: the rendezvous failed on this node (join timeout, rendezvous store or etcd "
                 "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "

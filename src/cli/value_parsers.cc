@@ -1,5 +1,6 @@
 #include "cli/value_parsers.h"
 
+#include <algorithm>
 #include <csignal>
 #include <charconv>
 #include <cmath>
@@ -162,6 +163,38 @@ StatusOr<std::string> ParseAddress(std::string_view text) {
   if (colon != std::string_view::npos && text.find(':', colon + 1) == std::string_view::npos)
     return Status::Error("an address takes no port here (give the port with its own flag, e.g. --master_port)");
   return std::string(text);
+}
+
+StatusOr<std::vector<int>> ParseIndexList(std::string_view text) {
+  std::vector<int> out;
+  if (text.empty()) return Status::Error("expected a list such as 0,2,3 or 0-3");
+  while (true) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const size_t dash = item.find('-', 1);
+    auto first = ParseInt(item.substr(0, dash));
+    auto last = dash == std::string_view::npos ? first : ParseInt(item.substr(dash + 1));
+    if (!first.ok() || !last.ok() || *first < 0 || *last < *first)
+      return Status::Error("'" + std::string(item) + "' is not an index or a range like 0-3");
+    for (int i = *first; i <= *last; ++i) {
+      if (std::find(out.begin(), out.end(), i) != out.end())
+        return Status::Error(std::to_string(i) + " is listed twice");
+      out.push_back(i);
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+StatusOr<std::pair<int, int>> ParseDebugRank(std::string_view text) {
+  const size_t colon = text.find(':');
+  auto rank = ParseInt(text.substr(0, colon));
+  if (!rank.ok() || *rank < 0) return Status::Error("expected a global rank (>= 0), optionally with :PORT");
+  if (colon == std::string_view::npos) return std::make_pair(*rank, 0);
+  auto port = ParsePort(text.substr(colon + 1));
+  if (!port.ok()) return port.status();
+  return std::make_pair(*rank, *port);
 }
 
 std::vector<std::string> SplitCommaEscaped(std::string_view text) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -48,6 +49,12 @@ StatusOr<int> ParsePort(std::string_view text);
 // address with or without brackets ("[::1]" and "::1" both give "::1"). "host:port" and
 // "[v6]:port" are errors that point to the port flag; so are empty text and unbalanced brackets.
 StatusOr<std::string> ParseAddress(std::string_view text);
+
+// --gpus: "0,2,3" or "0-3,6": distinct non-negative integers, in the order given.
+StatusOr<std::vector<int>> ParseIndexList(std::string_view text);
+
+// --debug-rank: "RANK" or "RANK:PORT" -> {rank, port}; port 0 when not given.
+StatusOr<std::pair<int, int>> ParseDebugRank(std::string_view text);
 
 // torchrun's comma_separated_list: split on ',', where ",," stands for a literal comma. Empty text
 // gives an empty list (torchrun would give [""], a filter matching every line).

@@ -49,7 +49,12 @@ struct LaunchConfig {
   std::vector<int> signals_to_handle;      // --signals-to-handle (terminating signals, forwarded)
   std::vector<int> forward_only_signals;   // --forward-signals (ctrun: forwarded, job continues)
   bool virtual_local_rank = false;         // --virtual-local-rank
-  std::string numa_binding;                // --numa-binding (parsed; refused: not supported yet)
+  std::string numa_binding;                // --numa-binding (node|socket|exclusive|core-complex)
+  std::vector<int> gpus;                   // --gpus (ctrun): positions among the visible GPUs
+  std::string cpu_binding;                 // --cpu-binding (ctrun): numa|socket|core|none
+  bool report_bindings = false;            // --report-bindings (ctrun)
+  std::optional<int> debug_rank;           // --debug-rank (ctrun): global rank under a debugger
+  int debug_port = 0;                      // --debug-rank R:PORT; 0: a free port, chosen at start
   std::string event_log_handler = "null";  // --event-log-handler (accepted; ctrun records no events)
 
   // --- entrypoint ----------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 #include <dirent.h>
-#include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "gpu/gpu_probe.h"
+#include "gpu/visible_devices.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -20,58 +22,58 @@ std::vector<std::string> ListDir(const std::string& path) {
     if (n != "." && n != "..") out.push_back(n);
   }
   ::closedir(d);
+  std::sort(out.begin(), out.end());
   return out;
-}
-
-std::optional<int> NvmlCount() {
-  void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) return std::nullopt;
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  auto init = reinterpret_cast<InitFn>(::dlsym(h, "nvmlInit_v2"));
-  auto count = reinterpret_cast<CountFn>(::dlsym(h, "nvmlDeviceGetCount_v2"));
-  auto shutdown = reinterpret_cast<InitFn>(::dlsym(h, "nvmlShutdown"));
-  std::optional<int> result;
-  if (init && count && init() == 0) {
-    unsigned n = 0;
-    if (count(&n) == 0) result = static_cast<int>(n);
-    if (shutdown) shutdown();
-  }
-  ::dlclose(h);
-  return result;
 }
 
 std::string Trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(0, 1);
   return s;
+}
+
+// "GPU UUID:  GPU-8a1b..." from /proc/driver/nvidia/gpus/<bus>/information.
+std::string UuidFromInformation(const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("GPU UUID:", 0) == 0) return Trim(line.substr(9));
+  return "";
 }
 
 }  // namespace
 
-int CountVisibleDevices(const std::string& value) {
-  int n = 0;
-  size_t start = 0;
-  while (start <= value.size()) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    std::string item = value.substr(start, end - start);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
-    item = Trim(item);
-    if (item.empty() || item[0] == '-') break;  // the runtime stops at the first invalid entry
-    ++n;
-    start = end + 1;
-  }
-  return n;
+std::string GpuInventory::VisibleValue() const {
+  std::string out;
+  for (const auto& v : visible) out += (out.empty() ? "" : ",") + v;
+  return out;
 }
 
-GpuCount SystemGpuProbe::Count() {
-  if (auto v = env_("CUDA_VISIBLE_DEVICES")) return {CountVisibleDevices(*v), "CUDA_VISIBLE_DEVICES"};
-  if (use_nvml_ && root_.empty()) {
-    if (auto n = NvmlCount()) return {*n, "nvml"};
+int CountVisibleDevices(const std::string& value) {
+  return static_cast<int>(ParseVisibleDevices(value).entries.size());
+}
+
+std::vector<GpuDevice> SystemGpuProbe::PhysicalDevices(std::string* source) {
+  if (driver_) {
+    auto devs = driver_->Devices();
+    if (!devs.empty()) {
+      *source = "nvml";
+      return devs;
+    }
   }
-  auto gpus = ListDir(root_ + "/proc/driver/nvidia/gpus");
-  if (!gpus.empty()) return {static_cast<int>(gpus.size()), "procfs"};
-  int n = 0;
+  std::vector<GpuDevice> out;
+  const std::string procfs = root_ + "/proc/driver/nvidia/gpus";
+  for (const auto& bus : ListDir(procfs)) {
+    GpuDevice d;
+    d.index = static_cast<int>(out.size());
+    d.pci_bus_id = NormalizePciBusId(bus);
+    std::string info;
+    if (ReadFile(procfs + "/" + bus + "/information", &info)) d.uuid = UuidFromInformation(info);
+    out.push_back(std::move(d));
+  }
+  if (!out.empty()) {
+    *source = "procfs";
+    return out;
+  }
   const std::string pci = root_ + "/sys/bus/pci/devices";
   for (const auto& dev : ListDir(pci)) {
     std::string vendor, cls;
@@ -79,10 +81,60 @@ GpuCount SystemGpuProbe::Count() {
     if (!ReadFile(pci + "/" + dev + "/class", &cls)) continue;
     cls = Trim(cls);
     // 0x0300xx VGA controller, 0x0302xx 3D controller (data-centre GPUs).
-    if (cls.rfind("0x0300", 0) == 0 || cls.rfind("0x0302", 0) == 0) ++n;
+    if (cls.rfind("0x0300", 0) != 0 && cls.rfind("0x0302", 0) != 0) continue;
+    GpuDevice d;
+    d.index = static_cast<int>(out.size());
+    d.pci_bus_id = NormalizePciBusId(dev);
+    out.push_back(std::move(d));
   }
-  if (n > 0) return {n, "sysfs"};
-  return {0, "none"};
+  if (!out.empty()) *source = "sysfs";
+  return out;
+}
+
+GpuInventory SystemGpuProbe::Probe() {
+  GpuInventory inv;
+  std::string source = "none";
+  std::vector<GpuDevice> physical = PhysicalDevices(&source);
+  const std::optional<std::string> env = env_("CUDA_VISIBLE_DEVICES");
+  if (!env) {
+    inv.source = source;
+    for (const auto& d : physical) inv.visible.push_back(std::to_string(d.index));
+    inv.devices = std::move(physical);
+    return inv;
+  }
+  const VisibleDevicesSpec spec = ParseVisibleDevices(*env);
+  inv.source = "CUDA_VISIBLE_DEVICES";
+  if (physical.empty()) {  // nothing to check the entries against: take them as written
+    for (size_t i = 0; i < spec.entries.size(); ++i) {
+      GpuDevice d;
+      d.index = i < spec.ordinals.size() ? spec.ordinals[i] : -1;
+      if (spec.kind == VisibleDevicesSpec::Kind::kUuids) d.uuid = spec.entries[i];
+      inv.visible.push_back(spec.entries[i]);
+      inv.devices.push_back(std::move(d));
+    }
+    return inv;
+  }
+  const std::vector<int> resolved = ResolveVisibleDevices(spec, physical);
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    inv.visible.push_back(spec.entries[i]);
+    inv.devices.push_back(physical[static_cast<size_t>(resolved[i])]);
+  }
+  return inv;
+}
+
+StatusOr<GpuInventory> SelectGpus(const GpuInventory& inv, const std::vector<int>& positions) {
+  GpuInventory out;
+  out.source = inv.source;
+  for (int p : positions) {
+    if (p < 0 || p >= inv.count())
+      return Status::Error("GPU " + std::to_string(p) + " does not exist: " +
+                           (inv.count() == 0 ? std::string("no GPU is visible")
+                                             : std::to_string(inv.count()) + " visible (0-" +
+                                                   std::to_string(inv.count() - 1) + ", from " + inv.source + ")"));
+    out.visible.push_back(inv.visible[static_cast<size_t>(p)]);
+    out.devices.push_back(inv.devices[static_cast<size_t>(p)]);
+  }
+  return out;
 }
 
 }  // namespace ctrun

@@ -55,6 +55,7 @@ const char* ChildStageName(ChildStage stage) {
     case ChildStage::kSetpgid: return "setpgid";
     case ChildStage::kDup: return "redirect stdio";
     case ChildStage::kPdeathsig: return "prctl(PR_SET_PDEATHSIG)";
+    case ChildStage::kAffinity: return "sched_setaffinity";
     case ChildStage::kExec: break;
   }
   return "exec";

@@ -18,7 +18,7 @@
 namespace ctrun {
 
 // The step of the child's set-up that failed.
-enum class ChildStage : int { kSetpgid = 1, kDup, kExec, kPdeathsig };
+enum class ChildStage : int { kSetpgid = 1, kDup, kExec, kPdeathsig, kAffinity };
 
 // The record the child writes before _exit: the failing step and its errno.
 struct ChildError {
@@ -42,7 +42,7 @@ ExecOutcome AwaitExec(int pipe_fd, TimePoint deadline, ChildError* error);
 // deadline passed first.
 bool AwaitChildExit(int pipe_fd, TimePoint deadline);
 
-// "setpgid", "redirect stdio", "prctl(PR_SET_PDEATHSIG)", "exec".
+// "setpgid", "redirect stdio", "prctl(PR_SET_PDEATHSIG)", "exec", "sched_setaffinity".
 const char* ChildStageName(ChildStage stage);
 
 }  // namespace ctrun

@@ -57,6 +57,11 @@ struct SpawnSpec {
   // still owned by the caller) becomes the child's extra_fd_target, without CLOEXEC. -1: none.
   int extra_fd = -1;
   int extra_fd_target = 3;
+  std::vector<int> cpu_affinity;  // CPUs the worker may run on (sched_setaffinity before exec);
+                                  // empty: ctrun's own affinity, inherited
+  bool stop_before_exec = false;  // raise SIGSTOP just before exec, for a debugger to attach;
+                                  // Spawn does not wait for such an exec (a late failure shows
+                                  // only as the worker's exit)
 };
 
 }  // namespace ctrun

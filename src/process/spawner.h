@@ -84,6 +84,7 @@ class PosixSpawner final : public Spawner {
     pid_t pid = -1;
     std::string argv0;
     UniqueFd error_pipe;  // read end of the CLOEXEC error pipe
+    bool stopped_before_exec = false;  // SpawnSpec::stop_before_exec: its exec is not waited for
     SpawnedProcess proc;
   };
   bool Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error);

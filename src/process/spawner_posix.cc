@@ -3,6 +3,7 @@
 // prepareChild). Signals stay blocked across fork so no handler can run in the child before the
 // original mask is restored.
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -86,6 +88,31 @@ bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::strin
   return true;
 }
 
+// A CPU mask for sched_setaffinity, allocated in the parent (the child only reads it).
+class CpuMask {
+ public:
+  explicit CpuMask(const std::vector<int>& cpus) {
+    if (cpus.empty()) return;
+    const int max = *std::max_element(cpus.begin(), cpus.end());
+    set_ = CPU_ALLOC(max + 1);
+    size_ = CPU_ALLOC_SIZE(max + 1);
+    CPU_ZERO_S(size_, set_);
+    for (int c : cpus)
+      if (c >= 0) CPU_SET_S(static_cast<size_t>(c), size_, set_);
+  }
+  ~CpuMask() {
+    if (set_) CPU_FREE(set_);
+  }
+  CpuMask(const CpuMask&) = delete;
+  CpuMask& operator=(const CpuMask&) = delete;
+  const cpu_set_t* set() const { return set_; }
+  size_t size() const { return size_; }
+
+ private:
+  cpu_set_t* set_ = nullptr;
+  size_t size_ = 0;
+};
+
 }  // namespace
 
 bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error) {
@@ -124,6 +151,8 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   int ew = err_write.get();
   const int cgroup_fd = spec.cgroup_procs_fd;
   const int extra_fd = spec.extra_fd, extra_target = spec.extra_fd_target;
+  CpuMask affinity(spec.cpu_affinity);
+  const bool stop_before_exec = spec.stop_before_exec;
 
   pid_t pid = ::fork();
   if (pid < 0) return fail("fork", errno);
@@ -158,6 +187,9 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
     }
     ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &orig_nofile);  // the user's limit, not ours
+    if (affinity.set() && ::sched_setaffinity(0, affinity.size(), affinity.set()) != 0)
+      ReportChildFailure(ew, ChildStage::kAffinity);
+    if (stop_before_exec) ::raise(SIGSTOP);  // a debugger attaches, then continues us into exec
     ::execve(exe.c_str(), argv.data(), envp.data());
     ReportChildFailure(ew, ChildStage::kExec);
   }
@@ -166,6 +198,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   ::setpgid(pid, pid);  // also from here: closes the race with killpg
   out->pid = pid;
   out->argv0 = spec.argv[0];
+  out->stopped_before_exec = stop_before_exec;
   out->error_pipe = std::move(err_read);
   out->proc.pid = pid;
   out->proc.pidfd = PidfdOpen(pid);
@@ -176,6 +209,10 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
 }
 
 bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error) {
+  if (child.stopped_before_exec) {  // it waits for a debugger: nothing to confirm yet
+    *out = std::move(child.proc);
+    return true;
+  }
   ChildError ce{};
   switch (AwaitExec(child.error_pipe.get(), deadline, &ce)) {
     case ExecOutcome::kExeced:

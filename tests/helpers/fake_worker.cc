@@ -5,6 +5,7 @@
 //
 //   --env-file P        write the environment to P.<RANK> (one K=V per line)
 //   --fd-file P         write the open fd numbers (from /proc/self/fd) to P.<RANK>
+//   --affinity-file P   write the CPUs it may run on (sched_getaffinity), "0,1,...", to P.<RANK>
 //   --pid-file P        append "<pid>\n" to P (the worker and every grandchild)
 //   --touch DIR         create DIR/<RANK> (torchrun's test_script.sh)
 //   --grandchildren N   fork N children that sleep forever (same process group)
@@ -45,6 +46,7 @@
 //                       exiting 0 (the healthy ranks of a hang test)
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -99,6 +101,7 @@ void WriteWinsize(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
+  std::string affinity_file;
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg, error_raw;
   long error_bytes = -1;
   bool error_dir = false;
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
     const std::string& o = a[i];
     if (o == "--env-file") env_file = next();
     else if (o == "--fd-file") fd_file = next();
+    else if (o == "--affinity-file") affinity_file = next();
     else if (o == "--pid-file") pid_file = next();
     else if (o == "--touch") touch_dir = next();
     else if (o == "--grandchildren") grandchildren = atoi(next().c_str());
@@ -162,6 +166,17 @@ int main(int argc, char** argv) {
     FILE* f = fopen((env_file + "." + rank).c_str(), "w");
     for (char** e = environ; f && *e; ++e) fprintf(f, "%s\n", *e);
     if (f) fclose(f);
+  }
+  if (!affinity_file.empty()) {
+    cpu_set_t set;
+    std::string cpus;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+    if (FILE* f = fopen((affinity_file + "." + rank).c_str(), "w")) {
+      fprintf(f, "%s\n", cpus.c_str());
+      fclose(f);
+    }
   }
   if (!fd_file.empty()) {
     // Collect first, write after: opening the output file must not show up in the list.

@@ -80,7 +80,7 @@ TEST_F(DebianPackage, AgentDependsFromShlibdepsWithoutTorchOrCuda) {
   std::string depends = Field(agent_, "Depends");
   for (const char* lib : {"libc6 (>= ", "libstdc++6 (>= ", "libspdlog"}) EXPECT_THAT(depends, HasSubstr(lib));
   for (const char* no : {"torch", "cuda", "nccl", "cudnn", "python"}) EXPECT_THAT(depends, Not(HasSubstr(no)));
-  EXPECT_EQ(Field(agent_, "Recommends"), "libcurl4");
+  EXPECT_EQ(Field(agent_, "Recommends"), "libcurl4, libhwloc15");
 }
 
 TEST_F(DebianPackage, AgentContents) {

@@ -24,6 +24,17 @@ class RecordingHooks : public AgentHooks {
   }
   void OnWorkerExited(int local_rank, pid_t) override { exited.push_back(local_rank); }
   void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
+  void ConfigureWorker(int local_rank, const RankInfo&, int, SpawnSpec* spec) override {
+    spec->cpu_affinity = {local_rank};
+  }
+  void BeforeRestart(const std::vector<pid_t>& pids, std::function<void(Status)> ready) override {
+    restart_pids = pids;
+    if (defer_restart) pending_restart = std::move(ready);
+    else ready(Status::Ok());
+  }
+  bool defer_restart = false;
+  std::function<void(Status)> pending_restart;
+  std::vector<pid_t> restart_pids;
   std::vector<int> attempts;
   std::vector<int> exited;
   std::vector<std::string> logs;
@@ -370,6 +381,53 @@ TEST_F(AgentTest, EndedBySignalIsZeroForOrdinaryFailures) {
   for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->ended_by_signal(), 0);
+}
+
+TEST_F(AgentTest, ConfigureWorkerFinishesEachSpec) {
+  MakeAgent().Start();
+  ASSERT_EQ(spawner.specs.size(), 4u);
+  EXPECT_EQ(spawner.specs[2].cpu_affinity, std::vector<int>{2});
+}
+
+// The restart waits for BeforeRestart (the GPUs' release), which gets the previous workers.
+TEST_F(AgentTest, RestartWaitsUntilTheHookIsReady) {
+  config.max_restarts = 1;
+  hooks.defer_restart = true;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  EXPECT_EQ(hooks.restart_pids, (std::vector<pid_t>{Pid(0), Pid(1), Pid(2), Pid(3)}));
+  EXPECT_EQ(spawner.specs.size(), 4u);
+  EXPECT_FALSE(agent->done());
+  hooks.pending_restart(Status::Ok());
+  EXPECT_EQ(spawner.specs.size(), 8u);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
+TEST_F(AgentTest, RestartRefusedByTheHookEndsTheRun) {
+  config.max_restarts = 1;
+  hooks.defer_restart = true;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  hooks.pending_restart(Status::Error("not restarting: pid 7 (GPU 0, state D)"));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 1);
+  EXPECT_EQ(agent->end_message(), "not restarting: pid 7 (GPU 0, state D)");
+  EXPECT_EQ(spawner.specs.size(), 4u);
+}
+
+TEST_F(AgentTest, SignalWhileWaitingToRestartEndsTheRunAtOnce) {
+  config.max_restarts = 1;
+  hooks.defer_restart = true;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  agent->OnSignal(SIGINT);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGINT);
+  hooks.pending_restart(Status::Ok());  // late: ignored
+  EXPECT_EQ(spawner.specs.size(), 4u);
 }
 
 }  // namespace

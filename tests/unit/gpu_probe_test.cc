@@ -13,10 +13,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct FakeProbe : GpuProbe {
-  int n = 0;
-  GpuCount Count() override { return {n, n ? "fake" : "none"}; }
-};
+// An inventory of n GPUs, as ResolveNproc sees it.
+GpuInventory Gpus(int n) {
+  GpuInventory inv;
+  inv.source = n ? "fake" : "none";
+  for (int i = 0; i < n; ++i) {
+    inv.visible.push_back(std::to_string(i));
+    inv.devices.push_back(GpuDevice{i, "", "", {}});
+  }
+  return inv;
+}
 
 auto NoEnv() {
   return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
@@ -57,7 +63,7 @@ TEST_F(SysfsFixture, CountsNvidiaDisplayAnd3dControllers) {
   PciDevice("0000:02:00.0", "0x10de", "0x030000");
   PciDevice("0000:02:00.1", "0x10de", "0x040300");  // its HDMI audio function
   PciDevice("0000:03:00.0", "0x8086", "0x030000");  // not NVIDIA
-  SystemGpuProbe p(NoEnv(), root_.string(), /*use_nvml=*/false);
+  SystemGpuProbe p(NoEnv(), root_.string());
   EXPECT_EQ(p.Count().count, 2);
   EXPECT_EQ(p.Count().source, "sysfs");
 }
@@ -66,33 +72,30 @@ TEST_F(SysfsFixture, ProcDriverWinsOverSysfs) {
   fs::create_directories(root_ / "proc/driver/nvidia/gpus/0000:01:00.0");
   PciDevice("0000:01:00.0", "0x10de", "0x030200");
   PciDevice("0000:02:00.0", "0x10de", "0x030200");
-  SystemGpuProbe p(NoEnv(), root_.string(), false);
+  SystemGpuProbe p(NoEnv(), root_.string());
   EXPECT_EQ(p.Count().count, 1);
   EXPECT_EQ(p.Count().source, "procfs");
 }
 
 TEST_F(SysfsFixture, NothingMeansZero) {
-  SystemGpuProbe p(NoEnv(), root_.string(), false);
+  SystemGpuProbe p(NoEnv(), root_.string());
   EXPECT_EQ(p.Count().count, 0);
 }
 
 TEST(ResolveNproc, CountsCpuGpuAuto) {
-  FakeProbe gpus;
   LaunchConfig c;
   c.nproc.kind = NprocSpec::Kind::kCpu;
-  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  ASSERT_TRUE(ResolveNproc(&c, Gpus(0), 6).ok());
   EXPECT_EQ(c.nproc_per_node, 6);
   c.nproc.kind = NprocSpec::Kind::kGpu;
-  EXPECT_FALSE(ResolveNproc(&c, gpus, 6).ok());
-  EXPECT_NE(ResolveNproc(&c, gpus, 6).message().find("no GPU"), std::string::npos);
-  gpus.n = 8;
-  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  EXPECT_FALSE(ResolveNproc(&c, Gpus(0), 6).ok());
+  EXPECT_NE(ResolveNproc(&c, Gpus(0), 6).message().find("no GPU"), std::string::npos);
+  ASSERT_TRUE(ResolveNproc(&c, Gpus(8), 6).ok());
   EXPECT_EQ(c.nproc_per_node, 8);
   c.nproc.kind = NprocSpec::Kind::kAuto;
-  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  ASSERT_TRUE(ResolveNproc(&c, Gpus(8), 6).ok());
   EXPECT_EQ(c.nproc_per_node, 8);
-  gpus.n = 0;
-  ASSERT_TRUE(ResolveNproc(&c, gpus, 6).ok());
+  ASSERT_TRUE(ResolveNproc(&c, Gpus(0), 6).ok());
   EXPECT_EQ(c.nproc_per_node, 6);
 }
 
@@ -103,17 +106,15 @@ TEST(CheckSupported, RefusesWhatIsNotImplementedWithAReason) {
   EXPECT_NE(CheckSupported(c).message().find("--run_path"), std::string::npos);
 }
 
-// Parsed for torchrun compatibility, not implemented: refused, never silently dropped.
-TEST(CheckSupported, RefusesOptionsThatWouldBeIgnored) {
+// Once refused because they were parsed and ignored; implemented now, so accepted.
+TEST(CheckSupported, AcceptsNumaBindingAndDuplicateFilters) {
   LaunchConfig c;
-  c.numa_binding = "node";
-  EXPECT_NE(CheckSupported(c).message().find("--numa-binding is not supported yet"), std::string::npos);
-  EXPECT_EQ(CheckSupported(c).message().find('\n'), std::string::npos);  // one line
-  // Implemented now (logs/duplicate_filter.h): accepted.
+  c.numa_binding = "node";  // implemented now (placement/binding_plan.h)
+  EXPECT_TRUE(CheckSupported(c).ok());
   c = LaunchConfig{};
   c.duplicate_stdout_filters = {"loss"};
   c.duplicate_stderr_filters = {"warn"};
-  EXPECT_TRUE(CheckSupported(c).ok());
+  EXPECT_TRUE(CheckSupported(c).ok());  // implemented now (logs/duplicate_filter.h)
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#!/bin/bash
+# GPU checks that cannot run on a machine without GPUs (prepared on one; run on a GPU machine):
+#   1. --nproc-per-node=gpu counts the GPUs (NVML) and nccl_allreduce runs under ctrun;
+#   2. --virtual-local-rank: each worker sees only its GPU, as device 0;
+#   3. --numa-binding=node / exclusive with --report-bindings: CPUs from each GPU's PCI locality,
+#      and the workers' real affinity (taskset -p) matching the report;
+#   4. a forced failure (rank 1 SIGKILLed while holding GPU memory) and a restart that waits until
+#      the previous attempt's processes are gone from every GPU (nvidia-smi shows none before the
+#      new attempt's workers start);
+#   5. --gpus 0 runs one worker on GPU 0 only.
+# Usage: bench/gpu/gpu_check.sh BUILD_DIR   (BUILD_DIR has ctrun and examples/nccl_allreduce)
+# Prints every command and its output; ends with a PASS/FAIL line per check and exits non-zero if
+# any failed. Each ctrun run is bounded by `timeout`.
+set -uo pipefail
+build=$(cd "${1:?build dir}" && pwd)
+ctrun=$build/ctrun
+nccl=$build/examples/nccl_allreduce
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=()
+record() { results+=("$1 $2"); echo "--> $1: $2"; }
+run() {  # name, command...: runs with a 180 s bound, output to $work/<name>.log and the console
+  local name=$1; shift
+  echo; echo "== $name: $*"
+  timeout -s KILL 180 "$@" >"$work/$name.log" 2>&1
+  local rc=$?
+  cat "$work/$name.log"
+  return $rc
+}
+
+echo "== machine"; nvidia-smi -L; nproc; lstopo-no-graphics --no-io --of console 2>/dev/null | head -20
+ngpu=$(nvidia-smi -L | grep -c '^GPU')
+[ -x "$nccl" ] || { echo "missing $nccl (CUDA + NCCL not found at build time?)"; exit 1; }
+
+# 1. one worker per GPU, NCCL all-reduce.
+if run gpu_count "$ctrun" --standalone --nproc-per-node=gpu "$nccl" --iters=20 &&
+   grep -q "starting $ngpu worker" "$work/gpu_count.log" &&
+   [ "$(grep -c 'result OK' "$work/gpu_count.log")" -eq "$ngpu" ]; then
+  record nproc_gpu_nccl PASS; else record nproc_gpu_nccl FAIL; fi
+
+# 2. --virtual-local-rank: LOCAL_RANK=0 and one visible GPU each; nccl_allreduce binds device 0.
+if run virtual "$ctrun" --standalone --nproc-per-node=gpu --virtual-local-rank "$nccl" --iters=5 &&
+   [ "$(grep -c 'gpu 0: result OK' "$work/virtual.log")" -eq "$ngpu" ]; then
+  record virtual_local_rank PASS; else record virtual_local_rank FAIL; fi
+
+# 3. NUMA binding reported and applied: each worker prints its affinity before the all-reduce.
+cat >"$work/affinity.sh" <<'EOS'
+#!/bin/sh
+echo "rank $RANK affinity $(taskset -cp $$ | sed 's/.*: //')"
+exec "$NCCL" --iters=5
+EOS
+chmod +x "$work/affinity.sh"
+for mode in node exclusive; do
+  if NCCL=$nccl run "numa_$mode" "$ctrun" --standalone --nproc-per-node=gpu --numa-binding=$mode \
+       --report-bindings "$work/affinity.sh" &&
+     [ "$(grep -c 'binding: rank' "$work/numa_$mode.log")" -eq "$ngpu" ]; then
+    ok=PASS
+    for r in $(seq 0 $((ngpu - 1))); do  # the affinity the worker saw is the one reported
+      reported=$(grep -o "binding: rank $r (local_rank $r): cpus [0-9,-]*" "$work/numa_$mode.log" | awk '{print $NF}')
+      seen=$(grep -o "rank $r affinity [0-9,-]*" "$work/numa_$mode.log" | awk '{print $NF}')
+      [ -n "$reported" ] && [ "$reported" = "$seen" ] || ok=FAIL
+    done
+    record "numa_binding_$mode" $ok
+  else record "numa_binding_$mode" FAIL; fi
+done
+
+# 4. Forced failure with GPU memory held, restart after the release. Rank 1 of attempt 0 runs a
+#    long all-reduce and is SIGKILLed after 8 s; the others are then stopped by ctrun. Before the
+#    restart ctrun waits until NVML lists none of them; attempt 1 checks that no process of
+#    attempt 0 is still on a GPU (nvidia-smi) and runs the all-reduce.
+cat >"$work/fail_once.sh" <<'EOS'
+#!/bin/sh
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then exec timeout -s KILL 8 "$NCCL" --iters=100000000; fi
+  exec "$NCCL" --iters=100000000
+fi
+if [ "$RANK" = 0 ]; then
+  left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
+  echo "attempt 1 starts with $left compute process(es) on the GPUs"
+fi
+exec "$NCCL" --iters=5
+EOS
+chmod +x "$work/fail_once.sh"
+start=$(date +%s%N)
+if NCCL=$nccl run restart "$ctrun" --standalone --nproc-per-node=gpu --max-restarts=1 --shutdown-timeout=5 \
+     "$work/fail_once.sh" &&
+   grep -q "restarting all workers" "$work/restart.log" &&
+   grep -q "attempt 1 starts with 0 compute process" "$work/restart.log" &&
+   [ "$(grep -c 'result OK' "$work/restart.log")" -eq "$ngpu" ]; then
+  record restart_after_gpu_release PASS; else record restart_after_gpu_release FAIL; fi
+echo "restart check took $((($(date +%s%N) - start) / 1000000)) ms"
+
+# 5. --gpus 0: one worker, on GPU 0 only.
+if run gpus_select "$ctrun" --standalone --nproc-per-node=gpu --gpus=0 --report-bindings "$nccl" --iters=5 &&
+   grep -q "starting 1 worker" "$work/gpus_select.log" && grep -q "result OK" "$work/gpus_select.log"; then
+  record gpus_select PASS; else record gpus_select FAIL; fi
+
+echo; echo "== summary"; printf '%s\n' "${results[@]}"
+! printf '%s\n' "${results[@]}" | grep -q FAIL

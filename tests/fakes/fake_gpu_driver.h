@@ -1,0 +1,43 @@
+// FakeGpuDriver: a GpuDriver with devices and per-device process lists the test sets; lets the
+// GPU logic (inventory, --gpus, the wait for GPU release) run without GPUs or NVML.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_device.h"
+
+namespace ctrun::testing {
+
+class FakeGpuDriver final : public GpuDriver {
+ public:
+  // n devices "GPU-000<i>-..." at bus 0000:<i+1>0:00.0.
+  static FakeGpuDriver WithDevices(int n) {
+    FakeGpuDriver d;
+    for (int i = 0; i < n; ++i) {
+      GpuDevice g;
+      g.index = i;
+      g.uuid = "GPU-000" + std::to_string(i) + "aaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+      char bus[32];
+      std::snprintf(bus, sizeof bus, "0000:%02x:00.0", (i + 1) * 16);
+      g.pci_bus_id = bus;
+      d.devices.push_back(g);
+    }
+    return d;
+  }
+  std::vector<GpuDevice> Devices() override { return devices; }
+  StatusOr<std::vector<GpuProcess>> Processes(int index) override {
+    ++queries;
+    if (failing.count(index)) return Status::Error("fake NVML error");
+    return processes[index];
+  }
+
+  std::vector<GpuDevice> devices;
+  std::map<int, std::vector<GpuProcess>> processes;  // by NVML index
+  std::map<int, bool> failing;
+  int queries = 0;
+};
+
+}  // namespace ctrun::testing
