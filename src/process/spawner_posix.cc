@@ -16,14 +16,13 @@
 
 #include "process/spawner.h"
 #include "process/exec_pipe.h"
+#include "process/stdio_plumbing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 
 namespace ctrun {
-namespace {
 
-// Marks every fd >= 3 close-on-exec; async-signal-safe.
 void CloexecFrom3() {
 #ifdef SYS_close_range
   if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
@@ -33,6 +32,18 @@ void CloexecFrom3() {
   for (int fd = 3; fd < max; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+void ResetChildSignals(const sigset_t& mask) {
+  // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
+  for (int s = 1; s < NSIG; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    struct sigaction sa;
+    if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
+  }
+  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+}
+
+namespace {
+
 UniqueFd OpenTarget(const StdioTarget& t) {
   if (t.kind == StdioTarget::Kind::kDevNull)
     return UniqueFd(RetryOnEintr([] { return ::open("/dev/null", O_RDWR | O_CLOEXEC); }));
@@ -40,11 +51,7 @@ UniqueFd OpenTarget(const StdioTarget& t) {
   return UniqueFd(RetryOnEintr([&] { return ::open(t.path.c_str(), flags, 0644); }));
 }
 
-// Parent-side plumbing for one of fd 1/2: the fd the child dup2s onto it, and our read end.
-struct StdioPlumbing {
-  UniqueFd child_end;  // -1: inherit
-  UniqueFd parent_end;
-};
+}  // namespace
 
 bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
   switch (t.kind) {
@@ -72,8 +79,6 @@ bool PrepareStdio(const StdioTarget& t, StdioPlumbing* p, std::string* what) {
   }
   return true;
 }
-
-}  // namespace
 
 bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
@@ -121,13 +126,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
     if (err_fd >= 0 && ::dup2(err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);
     // Second guard against leaks: whatever was not created CLOEXEC is closed at exec too.
     CloexecFrom3();
-    // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
-    for (int s = 1; s < NSIG; ++s) {
-      if (s == SIGKILL || s == SIGSTOP) continue;
-      struct sigaction sa;
-      if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
-    }
-    ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
+    ResetChildSignals(orig_mask);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &orig_nofile);  // the user's limit, not ours
     ::execve(exe.c_str(), argv.data(), envp.data());
     ReportChildFailure(ew, ChildStage::kExec);
