@@ -26,6 +26,7 @@
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 #include "store/store_server.h"
+#include "warm/warm_spawner.h"
 
 namespace ctrun {
 namespace {
@@ -324,6 +325,18 @@ int Report(const LaunchConfig& config, const RunContext& context, const Agent& a
   return DecideExitCode(agent, failures);
 }
 
+warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
+  warm::WarmOptions o;
+  o.preload = config.warm_preload;
+  if (!config.numa_binding.empty()) o.cold_reason = "per-worker NUMA binding is requested";
+  o.log = [](int level, const std::string& msg) {
+    if (level >= 1) spdlog::warn("{}", msg);
+    else if (level == 0) spdlog::info("{}", msg);
+    else spdlog::debug("{}", msg);
+  };
+  return o;
+}
+
 }  // namespace
 
 int RunJob(const LaunchConfig& config, const RunContext& context) {
@@ -359,7 +372,10 @@ int RunJob(const LaunchConfig& config, const RunContext& context) {
   console.route_diagnostics = true;
   // Declared after the loop: destroyed before it (it unregisters its fds).
   logs::OutputRelay relay(loop, console);
-  PosixSpawner spawner;
+  PosixSpawner cold_spawner;
+  std::optional<warm::WarmSpawner> warm_spawner;
+  if (config.warm) warm_spawner.emplace(cold_spawner, MakeWarmOptions(config));
+  Spawner& spawner = warm_spawner ? static_cast<Spawner&>(*warm_spawner) : cold_spawner;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   rdzv::Backend backend;

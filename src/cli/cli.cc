@@ -145,6 +145,14 @@ constexpr std::array kOptions = {
     OptionDef{"no_agent_store", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Do not host the workers' TCPStore in ctrun (TORCHELASTIC_USE_AGENT_STORE=False); the "
               "same as TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."},
+    OptionDef{"warm", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Start Python workers (.py, -m) by fork from a server that imported the --warm-preload "
+              "modules once, instead of a fresh interpreter each: restarts skip import torch. Workers "
+              "look as if started cold; ctrun starts them cold, with a warning, when a rule is broken "
+              "(see README, Warm starts)."},
+    OptionDef{"warm_preload", 0, Kind::kValue, "", "MODULES", "torch,torch.distributed", Group::kCtrun,
+              "Comma-separated modules the --warm server imports; @script adds the script's own "
+              "top-level imports."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -508,6 +516,13 @@ class Builder {
       if (level == "warn") level = "warning";
       if (Status s = CheckChoice("log_level", level); !s.ok()) return s;
       c.log_level = LogLevelNamed(level);
+      return {};
+    });
+    Flag("warm", c.warm);
+    Text("warm_preload", [&](const Raw& r) -> Status {
+      c.warm_preload.clear();
+      for (auto& m : SplitCommaEscaped(r.text))
+        if (!m.empty()) c.warm_preload.push_back(m);
       return {};
     });
     bool no_agent_store = false;

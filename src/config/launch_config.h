@@ -72,6 +72,10 @@ struct LaunchConfig {
 
   // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)
+
+  // --- warm starts (ctrun) ----------------------------------------------------------------------
+  bool warm = false;                       // --warm: Python workers forked from a preloaded server
+  std::vector<std::string> warm_preload{"torch", "torch.distributed"};  // --warm-preload
 };
 
 }  // namespace ctrun
