@@ -214,9 +214,10 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
     if (state_ == AgentState::kRunning) {
       if (!status.success()) {
-        hooks_.Log(2, "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
+        hooks_.Log(2, "first exit: worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
-                          status.ToString() + "; stopping the other workers");
+                          status.ToString() + "; stopping the other workers (the root cause is named once "
+                          "they are gone)");
         RecordFailure(*w, /*stopped_by_ctrun=*/false);
         if (rdzv_) {
           rdzv::Cause c;
@@ -391,6 +392,7 @@ void Agent::FinishAttempt() {
       return;
     case StopReason::kRemote:  // only with a rendezvous
     case StopReason::kFailure:
+      hooks_.OnAttemptFailed(restart_count_, failures_);
       if (restart_count_ < config_.max_restarts) {
         ++restart_count_;
         hooks_.Log(1, "restarting all workers (restart " + std::to_string(restart_count_) + " of " +

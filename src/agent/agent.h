@@ -39,6 +39,8 @@
 
 namespace ctrun {
 
+struct FailureRecord;
+
 class AgentHooks {
  public:
   virtual ~AgentHooks() = default;
@@ -58,6 +60,10 @@ class AgentHooks {
   virtual void OnWorkerExited(int /*local_rank*/, pid_t /*pid*/) {}
   // No process is left in this worker's process group.
   virtual void OnGroupGone(pid_t /*pgid*/) {}
+  // An attempt failed and all its workers are gone (before the restart or the end): name the root
+  // cause. The real hooks order the failures by their error files' times, as the summary does;
+  // the order of exits cannot tell the rank that crashed from one that died of a closed connection.
+  virtual void OnAttemptFailed(int /*restart_count*/, const std::vector<FailureRecord>& /*failures*/) {}
   // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).

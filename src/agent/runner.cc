@@ -45,6 +45,20 @@ int FindFreePort() {
   return ntohs(a.sin_port);
 }
 
+// The summary's view of the agent's failure records (error files not loaded yet).
+WorkerFailure ToWorkerFailure(const FailureRecord& f) {
+  WorkerFailure w;
+  w.global_rank = f.rank.global_rank;
+  w.local_rank = f.local_rank;
+  w.role_rank = f.rank.role_rank;
+  w.pid = f.pid;
+  w.status = f.status;
+  w.time = f.time;
+  w.error_file = f.error_file;
+  w.stopped_by_ctrun = f.stopped_by_ctrun;
+  return w;
+}
+
 class RealHooks final : public AgentHooks {
  public:
   RealHooks(const LaunchConfig& config, const RunContext& context, EventLoop& loop, Watchdog* watchdog,
@@ -93,6 +107,21 @@ class RealHooks final : public AgentHooks {
 
   void OnGroupGone(pid_t pgid) override {
     if (watchdog_) watchdog_->RemoveGroup(pgid);
+  }
+
+  // The live line that names the root cause, chosen as the summary chooses it (error-file times).
+  void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& records) override {
+    std::vector<WorkerFailure> failures;
+    for (const auto& r : records) failures.push_back(ToWorkerFailure(r));
+    LoadErrorFiles(&failures);
+    const auto root = ChooseRootCause(failures);
+    if (!root) return;
+    const WorkerFailure& f = failures[*root];
+    std::string what = f.error_data && !f.error_data->message.empty() ? f.error_data->message : "";
+    what = what.substr(0, what.find('\n'));
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,
+                  f.global_rank, f.local_rank, f.pid, f.status.ToString(), what.empty() ? "" : ": " + what);
   }
 
   std::string StderrTail(int local_rank) override {
@@ -265,15 +294,7 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {
   std::vector<WorkerFailure> failures;
   for (const auto& f : agent.failures()) {
-    WorkerFailure w;
-    w.global_rank = f.rank.global_rank;
-    w.local_rank = f.local_rank;
-    w.role_rank = f.rank.role_rank;
-    w.pid = f.pid;
-    w.status = f.status;
-    w.time = f.time;
-    w.error_file = f.error_file;
-    w.stopped_by_ctrun = f.stopped_by_ctrun;
+    WorkerFailure w = ToWorkerFailure(f);
     w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
     w.stderr_tail = hooks.StderrTail(f.local_rank);
     failures.push_back(std::move(w));
