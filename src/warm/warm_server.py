@@ -37,6 +37,7 @@ import threading
 CTL_FD = int(sys.argv[1])
 PRELOAD = json.loads(sys.argv[2])
 TARGET = sys.argv[3] if len(sys.argv) > 3 else ""
+SERVER_ENV = dict(os.environ)
 SELF_FILES = ("<ctrun-warm>", "<string>")  # this file, and the -c line that runs it
 UNBUFFERED = isinstance(getattr(sys.stdout, "buffer", None), io.FileIO)  # -u or PYTHONUNBUFFERED
 PR_SET_PDEATHSIG = 1
@@ -191,8 +192,10 @@ def reread_environment(env):
     """What libraries read at import time, read again from the worker's environment."""
     torch = sys.modules.get("torch")
     if torch is not None:
+        # torch reads OMP_NUM_THREADS when its thread pool first starts, in the child: only a value
+        # other than the server's needs telling (set_num_threads starts OpenMP: ~20 ms).
         n = env.get("OMP_NUM_THREADS", "")
-        if n.isdigit() and int(n) > 0:
+        if n != SERVER_ENV.get("OMP_NUM_THREADS", "") and n.isdigit() and int(n) > 0:
             torch.set_num_threads(int(n))
         dist = sys.modules.get("torch.distributed")
         if dist is not None and hasattr(dist, "set_debug_level_from_env"):
