@@ -92,6 +92,24 @@ TEST_F(Warm, WorkerLooksExactlyLikeAColdOne) {
   }
 }
 
+TEST_F(Warm, ModuleWorkerLooksExactlyLikeAColdOne) {
+  const std::string cold = dir_ / "cold", warm = dir_ / "warm";
+  std::filesystem::create_directories(cold);
+  std::filesystem::create_directories(warm);
+  const std::string probe_dir = std::filesystem::path(WARM_PROBE).parent_path().string();
+  const std::vector<std::string> env{"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + probe_dir};
+  RunResult c = RunCommand(Ctrun(1, 0, {"-m"}, {"warm_probe", cold}), env, 60s);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  RunResult w = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=json", "-m"}, {"warm_probe", warm}), env, 60s);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  ASSERT_TRUE(StartedWarm(w)) << w.err;
+  json a = ReadProbe(cold, 0, 0), b = ReadProbe(warm, 0, 0);
+  ASSERT_TRUE(a.is_object() && b.is_object());
+  std::string bs = Comparable(b).dump();
+  for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
+  EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1));
+}
+
 TEST_F(Warm, ExitCodesTracebacksAndSignalsAsCold) {
   for (const bool warm : {false, true}) {
     std::vector<std::string> flags;
@@ -247,7 +265,10 @@ TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
     EXPECT_EQ(CountOf(r.out, "resumed from snapshot at step 10"), 1) << r.out;
     EXPECT_EQ(ReadFileOr(dir_ / (tag + ".txt")), expected) << tag << ": parameters differ after the crash";
     // The live line names the rank that crashed, not one that died of its closed connection.
+    // The error file the worker wrote (torch's @record, warm or cold) is where the message comes from.
     EXPECT_NE(r.err.find("root cause: worker rank 1 "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("exited with code 1: RuntimeError: injected failure at step 14 on rank 1"), std::string::npos)
+        << r.err;
   }
 }
 

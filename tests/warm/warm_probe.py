@@ -20,7 +20,7 @@ def fd_kind(fd):
     if stat.S_ISFIFO(st.st_mode):
         return "pipe"
     if stat.S_ISREG(st.st_mode):
-        return "file:" + os.readlink("/proc/self/fd/%d" % fd)
+        return "file"
     if stat.S_ISCHR(st.st_mode):
         return "chr:" + os.readlink("/proc/self/fd/%d" % fd)
     return "other"
@@ -44,6 +44,13 @@ def handlers():
     return out
 
 
+def pdeathsig():
+    import ctypes
+    sig = ctypes.c_int(0)
+    ctypes.CDLL(None).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+    return sig.value
+
+
 def main():
     out_dir = sys.argv[1]
     args = sys.argv[2:]
@@ -61,11 +68,12 @@ def main():
         "name": __name__,
         "file": __file__,
         "main_is_us": main_mod.__dict__.get("main") is main,
-        "main_spec": repr(main_mod.__dict__.get("__spec__")),
+        "main_spec": [getattr(main_mod.__spec__, "name", None), getattr(main_mod.__spec__, "origin", None)],
         "fds": [fd_kind(0), fd_kind(1), fd_kind(2)],
         "status": status_fields(),
         "handlers": handlers(),
         "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        "pdeathsig": pdeathsig(),
         "stdout_line_buffering": sys.stdout.line_buffering,
         "stdout_write_through": getattr(sys.stdout, "write_through", None),
         "stdin_name": getattr(sys.stdin, "name", None),
