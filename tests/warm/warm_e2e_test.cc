@@ -21,6 +21,7 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using ctrun::testing::BackgroundProcess;
 using ctrun::testing::ProcessAlive;
+using ctrun::testing::ParentOf;
 using ctrun::testing::ReadFileOr;
 using ctrun::testing::RunCommand;
 using ctrun::testing::RunResult;
@@ -194,15 +195,6 @@ TEST_F(Warm, ChangedPreloadedFileRestartsTheServer) {
   EXPECT_EQ(CountOf(r.err, "--warm: worker server pid"), 2) << r.err;
   EXPECT_EQ(ReadProbe(dir_.path(), 0, 0)["modules_module"], 1);
   EXPECT_EQ(ReadProbe(dir_.path(), 1, 0)["modules_module"], 2) << "attempt 1 must see the file as changed";
-}
-
-pid_t ParentOf(pid_t pid) {
-  const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  int ppid = 0;
-  char state = 0;
-  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2) return 0;
-  return ppid;
 }
 
 std::vector<pid_t> Descendants(pid_t ancestor) {
