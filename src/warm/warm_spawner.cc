@@ -32,7 +32,7 @@ using nlohmann::json;
 // The -c line: runs the script that follows it under a file name tracebacks can skip.
 constexpr const char* kBootstrap = "import sys;exec(compile(sys.argv.pop(1),'<ctrun-warm>','exec'))";
 constexpr int kServerFd = 3;
-constexpr size_t kMaxMessage = 1 << 22;
+constexpr size_t kMaxMessage = 1 << 16;  // the server's messages are a few hundred bytes
 
 int MillisLeft(TimePoint deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
