@@ -150,15 +150,13 @@ def ordered_mean_hook(_state, bucket):
     t = bucket.buffer()
     world = dist.get_world_size()
     parts = [torch.empty_like(t) for _ in range(world)]
-    fut = dist.all_gather(parts, t, async_op=True).get_future()
-
-    def mean(_):
-        total = parts[0].clone()
-        for p in parts[1:]:
-            total += p
-        return total.div_(world)
-
-    return fut.then(mean)
+    dist.all_gather(parts, t)  # synchronous: the buffers are complete when the sum reads them
+    total = parts[0].clone()
+    for p in parts[1:]:
+        total += p
+    fut = torch.futures.Future()
+    fut.set_result(total.div_(world))
+    return fut
 
 
 def ints(s):
