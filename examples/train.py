@@ -9,15 +9,20 @@ Run:  ctrun --standalone --nproc_per_node=2 --max_restarts=3 /usr/bin/python3 ex
 Snapshots: <dir>/rank<R>/snapshot-<step:020d>.ptsnap = b"CTPYSNP1" + u64 length + sha256 +
 torch.save(state) bytes, written to a temp file, fsync'ed, renamed, directory fsync'ed; the newest
 file whose length and digest check out is used. Bit-deterministic like the C++ example: the final
-parameters (--out) are identical with and without injected failures.
+parameters (--out) are identical with and without injected failures, at any step (a crash in
+mid-epoch resumes from an earlier snapshot; the gradient average does not depend on the layout of
+DDP's buckets, see ordered_mean_hook). --timing prints unix_ns stamps of the start-up phases.
 """
+import time
+
+T_START = time.time_ns()  # before the imports: --timing reports how long they took
+
 import argparse
 import hashlib
 import io
 import os
 import struct
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -134,6 +139,26 @@ class Mlp(nn.Module):
         return self.fc3(F.relu(self.fc2(x)))
 
 
+def ordered_mean_hook(_state, bucket):
+    """Gradient averaging whose result does not depend on DDP's bucket layout.
+
+    The default hook all-reduces each bucket; gloo's ring adds an element's contributions in an order
+    that depends on where the element sits in the bucket. A DDP wrapper re-created on resume lays
+    out its buckets differently in its first iteration (before it rebuilds them in gradient-ready
+    order), so a resumed run would differ from an uninterrupted one in the last bits. Gathering every
+    rank's bucket and adding them in rank order gives each element the same sum in every layout."""
+    t = bucket.buffer()
+    world = dist.get_world_size()
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(parts, t)  # synchronous: the buffers are complete when the sum reads them
+    total = parts[0].clone()
+    for p in parts[1:]:
+        total += p
+    fut = torch.futures.Future()
+    fut.set_result(total.div_(world))
+    return fut
+
+
 def ints(s):
     return [int(v) for v in s.split(",")] if s else []
 
@@ -156,10 +181,21 @@ def main():
     p.add_argument("--out", default="")
     p.add_argument("--step-ms", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--timing", action="store_true", help="print unix_ns stamps of the start-up phases")
     a = p.parse_args()
+    t_imported = time.time_ns()
+
+    def stamp(what, t=None):
+        if a.timing:
+            print("[train.py] timing rank %d attempt %s %s unix_ns=%d" % (
+                int(os.environ.get("RANK", "0")), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), what,
+                t if t is not None else time.time_ns()), flush=True)
 
     torch.set_num_threads(1)
+    stamp("start", T_START)
+    stamp("imported", t_imported)
     dist.init_process_group("gloo")
+    stamp("pg_ready")
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     features, classes = 16, 4
@@ -186,11 +222,13 @@ def main():
         sched.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_cpu"])
         step, samples_seen = state["step"], state["samples_seen"]
+    stamp("resumed")
     if rank == 0:
         print("[train.py] attempt %d: %s" % (attempt, "resumed from snapshot at step %d" % step if state else
                                              "starting fresh: world %d, %d steps/epoch" % (world, steps_per_epoch)),
               flush=True)
     ddp = DDP(model)  # broadcasts rank 0's parameters, as the C++ example does on a fresh start
+    ddp.register_comm_hook(None, ordered_mean_hook)
 
     samples_this_attempt = 0
     while step < total:
@@ -199,6 +237,7 @@ def main():
             r = a.fail_rank[i] if i < len(a.fail_rank) else (a.fail_rank[-1] if a.fail_rank else 0)
             att = a.fail_attempt[i] if i < len(a.fail_attempt) else i
             if s == step and r == rank and att == attempt:
+                stamp("crash")
                 print("[train.py] rank %d injecting failure at step %d (attempt %d)" % (rank, step, attempt),
                       file=sys.stderr, flush=True)
                 raise RuntimeError("injected failure at step %d on rank %d" % (step, rank))
@@ -214,6 +253,8 @@ def main():
         if in_epoch == steps_per_epoch - 1:
             sched.step()
         step += 1
+        if samples_this_attempt == 0:
+            stamp("first_step")
         samples_this_attempt += len(idx)
         samples_seen += len(idx)
         if rank == 0 and not a.quiet and (step % max(1, total // 20) == 0 or step == total):

@@ -269,9 +269,10 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     if (state_ == AgentState::kRunning) {
       EmitWorkerExit(*w, status.success() ? "succeeded" : "failed");
       if (!status.success()) {
-        hooks_.Log(2, "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
+        hooks_.Log(2, "first exit: worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
-                          status.ToString() + "; stopping the other workers");
+                          status.ToString() + "; stopping the other workers (the root cause is named once "
+                          "they are gone)");
         RecordFailure(*w, /*stopped_by_ctrun=*/false);
         StopForFailure(*w, w->hang.empty() ? status.ToString() : w->hang,
                        w->hang.empty() ? status.ShellCode() : kExitHung);
@@ -555,6 +556,7 @@ void Agent::FinishAttempt() {
       return;
     case StopReason::kRemote:  // only with a rendezvous
     case StopReason::kFailure:
+      hooks_.OnAttemptFailed(restart_count_, failures_);
       if (restart_count_ < config_.max_restarts) {
         const health::RestartDecision d =
             restart_policy_.OnFailedAttempt(health_ ? health_->AttemptMaxStep() : std::nullopt);

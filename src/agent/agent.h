@@ -58,6 +58,8 @@
 
 namespace ctrun {
 
+struct FailureRecord;
+
 class AgentHooks {
  public:
   virtual ~AgentHooks() = default;
@@ -88,6 +90,10 @@ class AgentHooks {
   // Every worker of the attempt is gone (or given up on): remove whatever they left behind outside
   // their process groups (escaped descendants, the attempt's cgroup), before a restart or the end.
   virtual void OnAttemptOver() {}
+  // An attempt failed and all its workers are gone (before the restart or the end): name the root
+  // cause. The real hooks order the failures by their error files' times, as the summary does;
+  // the order of exits cannot tell the rank that crashed from one that died of a closed connection.
+  virtual void OnAttemptFailed(int /*restart_count*/, const std::vector<FailureRecord>& /*failures*/) {}
   // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).

@@ -37,6 +37,7 @@
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 #include "store/store_server.h"
+#include "warm/warm_spawner.h"
 
 namespace ctrun {
 namespace {
@@ -53,6 +54,22 @@ int FindFreePort() {
   socklen_t len = sizeof a;
   ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
   return ntohs(a.sin_port);
+}
+
+// The summary's view of the agent's failure records (error files not loaded yet).
+WorkerFailure ToWorkerFailure(const FailureRecord& f) {
+  WorkerFailure w;
+  w.global_rank = f.rank.global_rank;
+  w.local_rank = f.local_rank;
+  w.role_rank = f.rank.role_rank;
+  w.pid = f.pid;
+  w.status = f.status;
+  w.time = f.time;
+  w.error_file = f.error_file;
+  w.stopped_by_ctrun = f.stopped_by_ctrun;
+  w.hang = f.hang;
+  w.stacks = f.stacks;
+  return w;
 }
 
 class RealHooks final : public AgentHooks {
@@ -195,6 +212,21 @@ class RealHooks final : public AgentHooks {
   void OnGroupGone(pid_t pgid) override {
     if (watchdog_) watchdog_->RemoveGroup(pgid);
     if (terminal_) terminal_->OnGroupGone(pgid);
+  }
+
+  // The live line that names the root cause, chosen as the summary chooses it (error-file times).
+  void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& records) override {
+    std::vector<WorkerFailure> failures;
+    for (const auto& r : records) failures.push_back(ToWorkerFailure(r));
+    LoadErrorFiles(&failures);
+    const auto root = ChooseRootCause(failures);
+    if (!root) return;
+    const WorkerFailure& f = failures[*root];
+    std::string what = f.error_data && !f.error_data->message.empty() ? f.error_data->message : "";
+    what = what.substr(0, what.find('\n'));
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,
+                  f.global_rank, f.local_rank, f.pid, f.status.ToString(), what.empty() ? "" : ": " + what);
   }
 
   std::string StderrTail(int local_rank) override {
@@ -404,22 +436,12 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {
   std::vector<WorkerFailure> failures;
   for (const auto& f : agent.failures()) {
-    WorkerFailure w;
-    w.global_rank = f.rank.global_rank;
-    w.local_rank = f.local_rank;
-    w.role_rank = f.rank.role_rank;
-    w.pid = f.pid;
-    w.status = f.status;
-    w.time = f.time;
-    w.error_file = f.error_file;
-    w.stopped_by_ctrun = f.stopped_by_ctrun;
+    WorkerFailure w = ToWorkerFailure(f);
     if (const std::optional<uint64_t> kills = hooks.RankOomKills(f.local_rank))
       w.oom_killed = !f.stopped_by_ctrun && f.status.signaled() && f.status.signal() == SIGKILL && *kills > 0;
     else
       w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
     w.stderr_tail = hooks.StderrTail(f.local_rank);
-    w.hang = f.hang;
-    w.stacks = f.stacks;
     failures.push_back(std::move(w));
   }
   LoadErrorFiles(&failures);
@@ -521,6 +543,18 @@ std::unique_ptr<health::HealthMonitor> MakeHealthMonitor(const LaunchConfig& con
   return monitor;
 }
 
+warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
+  warm::WarmOptions o;
+  o.preload = config.warm_preload;
+  if (!config.numa_binding.empty()) o.cold_reason = "per-worker NUMA binding is requested";
+  o.log = [](int level, const std::string& msg) {
+    if (level >= 1) spdlog::warn("{}", msg);
+    else if (level == 0) spdlog::info("{}", msg);
+    else spdlog::debug("{}", msg);
+  };
+  return o;
+}
+
 }  // namespace
 
 RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
@@ -567,7 +601,10 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   console.route_diagnostics = true;
   // Declared after the loop: destroyed before it (it unregisters its fds).
   logs::OutputRelay relay(loop, console);
-  PosixSpawner spawner;
+  PosixSpawner cold_spawner;
+  std::optional<warm::WarmSpawner> warm_spawner;
+  if (config.warm) warm_spawner.emplace(cold_spawner, MakeWarmOptions(config));
+  Spawner& spawner = warm_spawner ? static_cast<Spawner&>(*warm_spawner) : cold_spawner;
   JobTerminal terminal(config.tty, loop, spawner);
   const bool no_cgroup = !cgroups;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));

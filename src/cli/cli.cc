@@ -222,6 +222,14 @@ constexpr std::array kOptions = {
               "Start global rank RANK under gdbserver listening on PORT (default: a free port, "
               "printed); the other ranks start normally. Without gdbserver on PATH the rank stops "
               "(SIGSTOP) just before exec until a debugger attaches (gdb -p PID) and continues it."},
+    OptionDef{"warm", 0, Kind::kFlag, "", "", "", Group::kCtrun,
+              "Start Python workers (.py, -m) by fork from a server that imported the --warm-preload "
+              "modules once, instead of a fresh interpreter each: restarts skip import torch. Workers "
+              "look as if started cold; ctrun starts them cold, with a warning, when a rule is broken "
+              "(see README, Warm starts)."},
+    OptionDef{"warm_preload", 0, Kind::kValue, "", "MODULES", "torch,torch.distributed", Group::kCtrun,
+              "Comma-separated modules the --warm server imports; @script adds the script's own "
+              "top-level imports."},
     OptionDef{"version", 0, Kind::kFlag, "", "", "", Group::kCtrun, "Print ctrun's version and exit."},
     OptionDef{"help", 'h', Kind::kFlag, "", "", "", Group::kCtrun, "Print this help and exit."},
 };
@@ -622,6 +630,13 @@ class Builder {
     });
     Flag("expand_placeholders", c.expand_placeholders);
     HealthOptions(c);
+    Flag("warm", c.warm);
+    Text("warm_preload", [&](const Raw& r) -> Status {
+      c.warm_preload.clear();
+      for (auto& m : SplitCommaEscaped(r.text))
+        if (!m.empty()) c.warm_preload.push_back(m);
+      return {};
+    });
     bool no_agent_store = false;
     Flag("no_agent_store", no_agent_store);
     if (!no_agent_store) {

@@ -98,6 +98,9 @@ struct LaunchConfig {
   bool dry_run = false;                    // --dry-run: print each rank's plan, start nothing
   std::string summary_file;                // --summary-file PATH: the outcome as JSON ("" = none)
   std::string events_file;                 // --events-file PATH: JSON lines as things happen ("" = none)
+  // --- warm starts (ctrun) ----------------------------------------------------------------------
+  bool warm = false;                       // --warm: Python workers forked from a preloaded server
+  std::vector<std::string> warm_preload{"torch", "torch.distributed"};  // --warm-preload
 };
 
 }  // namespace ctrun

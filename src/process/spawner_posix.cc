@@ -18,15 +18,14 @@
 
 #include "process/spawner.h"
 #include "process/exec_pipe.h"
+#include "process/stdio_plumbing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/pty.h"
 #include "sys/signals.h"
 
 namespace ctrun {
-namespace {
 
-// Marks every fd >= 3 close-on-exec; async-signal-safe.
 void CloexecFrom3() {
 #ifdef SYS_close_range
   if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
@@ -36,6 +35,18 @@ void CloexecFrom3() {
   for (int fd = 3; fd < max; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+void ResetChildSignals(const sigset_t& mask) {
+  // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
+  for (int s = 1; s < NSIG; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    struct sigaction sa;
+    if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
+  }
+  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+}
+
+namespace {
+
 UniqueFd OpenTarget(const StdioTarget& t) {
   if (t.kind == StdioTarget::Kind::kDevNull)
     return UniqueFd(RetryOnEintr([] { return ::open("/dev/null", O_RDWR | O_CLOEXEC); }));
@@ -43,11 +54,7 @@ UniqueFd OpenTarget(const StdioTarget& t) {
   return UniqueFd(RetryOnEintr([&] { return ::open(t.path.c_str(), flags, 0644); }));
 }
 
-// Parent-side plumbing for one of fd 0/1/2: the fd the child dup2s onto it, and our end.
-struct StdioPlumbing {
-  UniqueFd child_end;  // -1: inherit
-  UniqueFd parent_end;
-};
+}  // namespace
 
 // `input`: fd 0 (the parent keeps a pipe's write end instead of its read end).
 bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::string* what) {
@@ -87,6 +94,8 @@ bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::strin
   }
   return true;
 }
+
+namespace {
 
 // A CPU mask for sched_setaffinity, allocated in the parent (the child only reads it).
 class CpuMask {
@@ -179,13 +188,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
       const int r = extra_fd == extra_target ? ::fcntl(extra_target, F_SETFD, 0) : ::dup2(extra_fd, extra_target);
       if (r < 0) ReportChildFailure(ew, ChildStage::kDup);
     }
-    // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
-    for (int s = 1; s < NSIG; ++s) {
-      if (s == SIGKILL || s == SIGSTOP) continue;
-      struct sigaction sa;
-      if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
-    }
-    ::sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
+    ResetChildSignals(orig_mask);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &orig_nofile);  // the user's limit, not ours
     if (affinity.set() && ::sched_setaffinity(0, affinity.size(), affinity.set()) != 0)
       ReportChildFailure(ew, ChildStage::kAffinity);

@@ -1,5 +1,6 @@
 #include "report/run_summary.h"
 
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
@@ -156,6 +157,10 @@ void LoadErrorFile(WorkerFailure* f) {
     return;
   }
   f->error_data = std::move(*r);
+  struct stat st;
+  f->error_file_mtime_ns.reset();
+  if (f->error_data && ::stat(f->error_file.c_str(), &st) == 0)
+    f->error_file_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 void LoadErrorFiles(std::vector<WorkerFailure>* failures) {
@@ -168,7 +173,11 @@ std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(*f.error_data->timestamp_ns)));
   }
   if (f.error_data && f.error_data->timestamp) {
-    return std::chrono::system_clock::time_point(std::chrono::seconds(*f.error_data->timestamp));
+    const int64_t secs = *f.error_data->timestamp;
+    if (f.error_file_mtime_ns && *f.error_file_mtime_ns / 1000000000 == secs)
+      return std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(*f.error_file_mtime_ns)));
+    return std::chrono::system_clock::time_point(std::chrono::seconds(secs));
   }
   return f.time;
 }

@@ -63,6 +63,9 @@ struct WorkerFailure {
   // Filled by LoadErrorFile() from error_file (tests may set them directly).
   std::optional<ErrorFileContents> error_data;  // a valid error file was found
   std::string error_file_problem;               // non-empty: the file exists but is unusable
+  // The file's modification time (ns), read with it: it orders failures whose error files carry
+  // only torch's whole-second timestamp (a crash and the ranks that died of it within a second).
+  std::optional<int64_t> error_file_mtime_ns;
 };
 
 // Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h).
@@ -70,8 +73,8 @@ void LoadErrorFile(WorkerFailure* f);
 void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 
 // The time the failure is ordered and shown by: the error file's timestamp when it has one (the
-// nanosecond ctrun_timestamp_ns of ctrun's worker library, else torch's whole seconds), else the
-// detection time.
+// nanosecond ctrun_timestamp_ns of ctrun's worker library, else torch's whole seconds refined by
+// the file's modification time when that falls within the same second), else the detection time.
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
 
 // The root cause: the earliest FailureTime() among failures not stopped by ctrun; ties go to the

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -139,6 +140,18 @@ bool ProcessAlive(pid_t pid) {
   size_t rp = stat.rfind(')');
   if (rp == std::string::npos || rp + 2 >= stat.size()) return false;
   return stat[rp + 2] != 'Z' && stat[rp + 2] != 'X';
+}
+
+pid_t ParentOf(pid_t pid) {
+  const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  int ppid = 0;
+  char state = 0;
+  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 ||
+      state == 'Z') {
+    return 0;
+  }
+  return ppid;
 }
 
 std::string ReadFileOr(const std::string& path, const std::string& fallback) {

@@ -60,6 +60,7 @@ class BackgroundProcess {
 };
 
 bool ProcessAlive(pid_t pid);  // exists and is not a zombie
+pid_t ParentOf(pid_t pid);     // its parent's pid; 0 when it is gone or a zombie
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
 // "K=V" lines of a file (the fake worker's --env-file) as a map; empty if missing.

@@ -35,7 +35,11 @@ class RecordingHooks : public AgentHooks {
   bool defer_restart = false;
   std::function<void(Status)> pending_restart;
   std::vector<pid_t> restart_pids;
+  void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& failures) override {
+    failed_attempts.push_back({restart_count, failures.size()});
+  }
   std::vector<int> attempts;
+  std::vector<std::pair<int, size_t>> failed_attempts;  // restart count, failures recorded
   std::vector<int> exited;
   std::vector<std::string> logs;
   bool fail_prepare = false;
@@ -116,6 +120,21 @@ TEST_F(AgentTest, FailureStopsSurvivorsAndExitsWithRootCauseCode) {
   EXPECT_EQ(agent->failures()[0].rank.global_rank, 2);
   EXPECT_FALSE(agent->failures()[0].stopped_by_ctrun);
   EXPECT_TRUE(agent->failures()[1].stopped_by_ctrun);
+}
+
+TEST_F(AgentTest, FirstExitIsNotCalledTheRootCauseWhichIsNamedOnceAllAreGone) {
+  config.max_restarts = 1;
+  MakeAgent().Start();
+  Exit(Pid(2), ExitStatus::Exited(1));  // may be a rank that died of another's crash
+  ASSERT_FALSE(hooks.logs.empty());
+  EXPECT_NE(hooks.logs.back().find("first exit: worker rank 2"), std::string::npos) << hooks.logs.back();
+  EXPECT_NE(hooks.logs.back().find("the root cause is named once they are gone"), std::string::npos);
+  EXPECT_TRUE(hooks.failed_attempts.empty());  // not while workers are still going
+  Exit(Pid(1), ExitStatus::Exited(1));
+  for (int i : {0, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_EQ(hooks.failed_attempts.size(), 1u);
+  EXPECT_EQ(hooks.failed_attempts[0], (std::pair<int, size_t>{0, 4}));  // before the restart, all four
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
 }
 
 TEST_F(AgentTest, SignalDeathOfRootCauseGives128PlusSignal) {

@@ -180,6 +180,8 @@ std::vector<FlagCase> FlagSpellingCases() {
   add(Spellings("--log-prefix", "[r${rank}] ", [](const LaunchConfig& c) { EXPECT_EQ(c.log_prefix, "[r${rank}] "); }));
   add(Spellings("--ranks-filter", "0,8", [](const LaunchConfig& c) { EXPECT_EQ(c.ranks_filter, "0,8"); }));
   add(Spellings("--log-level", "debug", [](const LaunchConfig& c) { EXPECT_EQ(c.log_level, LogLevel::kDebug); }));
+  add(Spellings("--warm-preload", "torch,numpy,@script",
+                [](const LaunchConfig& c) { EXPECT_THAT(c.warm_preload, ElementsAre("torch", "numpy", "@script")); }));
 
   // Boolean flags, both spellings.
   auto flag = [&all](const std::string& dashed, std::function<void(const LaunchConfig&)> check) {
@@ -196,6 +198,7 @@ std::vector<FlagCase> FlagSpellingCases() {
   flag("--no-python", [](const LaunchConfig& c) { EXPECT_TRUE(c.no_python); });
   flag("--run-path", [](const LaunchConfig& c) { EXPECT_TRUE(c.run_path); });
   flag("--no-agent-store", [](const LaunchConfig& c) { EXPECT_FALSE(c.agent_store); });
+  flag("--warm", [](const LaunchConfig& c) { EXPECT_TRUE(c.warm); });
 
   // Short options.
   all.push_back({"short_m", {"-m"}, [](const LaunchConfig& c) { EXPECT_TRUE(c.module); }});
@@ -551,7 +554,7 @@ TEST(CliHelp, TextIsGroupedAndComplete) {
         "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port", "--local-addr",
         "--logs-specs", "--numa-binding", "--signals-to-handle", "--shutdown-timeout", "--virtual-local-rank",
         "--forward-signals", "--log-prefix", "--ranks-filter", "--log-level", "--no-agent-store", "--version",
-        "--expand-placeholders"})
+        "--expand-placeholders", "--warm", "--warm-preload"})
     EXPECT_THAT(h, HasSubstr(flag));
 }
 

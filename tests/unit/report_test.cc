@@ -413,6 +413,37 @@ TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
   std::filesystem::remove_all(tmpl);
 }
 
+TEST(ReportRootCause, ErrorFileMtimeOrdersTorchsWholeSecondTimestamps) {
+  // torch's @record writes whole seconds: rank 2 crashed first, rank 1 died of its closed
+  // connection later in the same second. The files' modification times tell them apart.
+  std::vector<WorkerFailure> fs = {
+      Failure(1, ExitStatus::Exited(1), At(300)),
+      Failure(2, ExitStatus::Exited(1), At(300, 100)),
+  };
+  for (auto& f : fs) {
+    f.error_data = ErrorFileContents{};
+    f.error_data->timestamp = 299;
+  }
+  fs[0].error_file_mtime_ns = 299'400'000'000LL;
+  fs[1].error_file_mtime_ns = 299'100'000'000LL;
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+  // An mtime outside the timestamp's second (a file copied or touched later) is not trusted:
+  // whole seconds again, and the tie goes to the lowest rank.
+  fs[0].error_file_mtime_ns = 305'000'000'000LL;
+  fs[1].error_file_mtime_ns = 305'000'000'000LL;
+  EXPECT_EQ(ChooseRootCause(fs), 0u);
+  // LoadErrorFile reads it with the file.
+  char tmpl[] = "/tmp/ctrun_report_mtime_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  WorkerFailure f = Failure(0, ExitStatus::Exited(1), At(300));
+  f.error_file = std::string(tmpl) + "/error.json";
+  std::ofstream(f.error_file) << R"({"message": "boom", "timestamp": "299"})";
+  LoadErrorFile(&f);
+  EXPECT_TRUE(f.error_data.has_value());
+  EXPECT_TRUE(f.error_file_mtime_ns.has_value());
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(ReportRootCause, TiesGoToTheLowestRank) {
   std::vector<WorkerFailure> fs = {
       Failure(3, ExitStatus::Exited(4), At(100)),

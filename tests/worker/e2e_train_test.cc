@@ -18,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ctrun::testing::BackgroundProcess;
+using ctrun::testing::ParentOf;
 using ctrun::testing::ReadFileOr;
 using ctrun::testing::RunCommand;
 using ctrun::testing::RunResult;
@@ -50,18 +51,6 @@ int CountOf(const std::string& hay, const std::string& needle) {
   int n = 0;
   for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
   return n;
-}
-
-pid_t ParentOf(pid_t pid) {
-  const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  int ppid = 0;
-  char state = 0;
-  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 ||
-      state == 'Z') {
-    return 0;
-  }
-  return ppid;
 }
 
 // Live descendants of `ancestor` running the executable `exe`.

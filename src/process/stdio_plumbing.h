@@ -1,0 +1,31 @@
+// The parent-side pieces of starting a worker that other ways of starting one (the warm spawner,
+// src/warm) share with the fork/exec spawner.
+#pragma once
+
+#include <signal.h>
+
+#include <string>
+
+#include "base/unique_fd.h"
+#include "process/spawn_spec.h"
+
+namespace ctrun {
+
+// Parent-side plumbing for one of fd 0/1/2: the fd the child dup2s onto it, and our end.
+struct StdioPlumbing {
+  UniqueFd child_end;  // -1: inherit
+  UniqueFd parent_end;
+};
+
+// Opens what `t` asks for (a CLOEXEC pipe whose parent end is non-blocking, a pty, a file,
+// /dev/null). `input`: fd 0 (the parent keeps a pipe's write end instead of its read end). On
+// failure returns false with the failing step in *what and errno set.
+bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::string* what);
+
+// Marks every fd >= 3 close-on-exec; async-signal-safe (called between fork and exec).
+void CloexecFrom3();
+
+// Between fork and exec: SIG_IGN dispositions back to default, `mask` as the signal mask.
+void ResetChildSignals(const sigset_t& mask);
+
+}  // namespace ctrun

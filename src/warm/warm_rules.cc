@@ -1,0 +1,104 @@
+#include "warm/warm_rules.h"
+
+#include <algorithm>
+#include <set>
+
+namespace ctrun::warm {
+namespace {
+
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+std::string_view NameOf(std::string_view entry) { return entry.substr(0, entry.find('=')); }
+
+std::map<std::string, std::string> PinnedOf(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : env) {
+    std::string_view name = NameOf(e);
+    if (!IsPinnedVariable(name)) continue;
+    // First entry of a name wins, as getenv.
+    out.emplace(std::string(name), e.size() > name.size() ? e.substr(name.size() + 1) : "");
+  }
+  return out;
+}
+
+bool HandedOver(const StdioTarget& t) {
+  // Listed, not switched on: a kind added later (a terminal, say) starts cold until the warm
+  // path learns to hand it over.
+  return t.kind == StdioTarget::Kind::kInherit || t.kind == StdioTarget::Kind::kPipe ||
+         t.kind == StdioTarget::Kind::kFile || t.kind == StdioTarget::Kind::kDevNull ||
+         t.kind == StdioTarget::Kind::kPty;
+}
+
+}  // namespace
+
+std::optional<PythonLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
+  const auto& a = spec.argv;
+  if (a.size() < 2) return std::nullopt;
+  PythonLaunch p;
+  p.interpreter = spec.executable.empty() ? a[0] : spec.executable;
+  size_t i = 1;
+  while (i < a.size() && StartsWith(a[i], "-") && a[i] != "-m") {
+    // A flag that takes a value or runs code (-c, -X opt, -W arg) is not what ctrun builds: cold.
+    if (a[i] == "-c" || a[i] == "-X" || a[i] == "-W" || a[i] == "-" || a[i] == "--") return std::nullopt;
+    p.flags.push_back(a[i++]);
+  }
+  if (i >= a.size()) return std::nullopt;
+  if (a[i] == "-m") {
+    if (i + 1 >= a.size()) return std::nullopt;
+    p.module = true;
+    p.target = a[i + 1];
+    return p;
+  }
+  const std::string& script = a[i];
+  if (script.size() < 4 || script.compare(script.size() - 3, 3, ".py") != 0) return std::nullopt;
+  p.target = script;
+  return p;
+}
+
+bool IsPinnedVariable(std::string_view name) {
+  if (name == "OMP_NUM_THREADS") return false;  // re-read in the child (torch.set_num_threads)
+  for (std::string_view prefix : {"PYTHON", "LD_", "OMP_", "KMP_", "MKL_", "LC_"})
+    if (StartsWith(name, prefix)) return true;
+  return name == "LANG" || name == "TORCH_CPP_LOG_LEVEL" || name == "TORCH_SHOW_CPP_STACKTRACES";
+}
+
+std::vector<std::string> CommonEnv(const std::vector<SpawnSpec>& specs) {
+  if (specs.empty()) return {};
+  std::vector<std::set<std::string>> others;
+  for (size_t i = 1; i < specs.size(); ++i) others.emplace_back(specs[i].env.begin(), specs[i].env.end());
+  std::vector<std::string> out;
+  for (const auto& e : specs[0].env)
+    if (std::all_of(others.begin(), others.end(), [&](const std::set<std::string>& s) { return s.count(e) > 0; }))
+      out.push_back(e);
+  return out;
+}
+
+ServerIdentity IdentityOf(const PythonLaunch& launch, const std::vector<std::string>& env) {
+  return ServerIdentity{launch, PinnedOf(env)};
+}
+
+std::string WarmMismatch(const ServerIdentity& server, const SpawnSpec& spec) {
+  auto launch = ParsePythonLaunch(spec);
+  if (!launch) return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter";
+  if (launch->interpreter != server.launch.interpreter)
+    return "the interpreter differs from the warm server's (" + launch->interpreter + ")";
+  if (launch->flags != server.launch.flags) return "the interpreter flags differ from the warm server's";
+  if (!HandedOver(spec.stdin_target) || !HandedOver(spec.stdout_target) || !HandedOver(spec.stderr_target))
+    return "the worker's stdio is of a kind the warm path does not hand over";
+  // Set before exec in a cold start; a forked child would inherit the server's instead.
+  if (!spec.cpu_affinity.empty()) return "per-worker CPU binding is requested (--cpu-binding / --numa-binding)";
+  if (spec.stop_before_exec) return "a rank waits for a debugger before exec (--debug-rank)";
+  const auto pinned = PinnedOf(spec.env);
+  std::set<std::string> names;
+  for (const auto& [k, v] : pinned) names.insert(k);
+  for (const auto& [k, v] : server.pinned) names.insert(k);
+  for (const auto& name : names) {
+    auto a = pinned.find(name), b = server.pinned.find(name);
+    const bool same = a != pinned.end() && b != server.pinned.end() ? a->second == b->second
+                                                                     : a == pinned.end() && b == server.pinned.end();
+    if (!same) return name + " differs from the warm server's (it is read once, at start-up or import)";
+  }
+  return "";
+}
+
+}  // namespace ctrun::warm

@@ -1,0 +1,54 @@
+// The rules that decide whether a worker may be forked from the warm server (ctrun --warm) or must
+// be started cold. Pure functions of SpawnSpecs: tested without a server.
+//
+// A warm worker inherits everything the server's interpreter decided at start-up and everything
+// its preloaded modules read at import time. What a child can read again (OMP_NUM_THREADS through
+// torch.set_num_threads, TORCH_DISTRIBUTED_DEBUG, TORCH_LOGS) is re-read in the child; what it
+// cannot is pinned: when a pinned variable, the interpreter or its flags differ from the server's,
+// the worker starts cold.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "process/spawn_spec.h"
+
+namespace ctrun::warm {
+
+// A spec's argv read as "<interpreter> [flags...] script.py args..." or "... -m module args...".
+struct PythonLaunch {
+  std::string interpreter;         // the file execve would run
+  std::vector<std::string> flags;  // interpreter flags before the script or -m ("-u")
+  bool module = false;
+  std::string target;              // the script path or the module name
+};
+
+// nullopt when the spec is not a Python script or module launch.
+std::optional<PythonLaunch> ParsePythonLaunch(const SpawnSpec& spec);
+
+// Variables read once by the interpreter or by native libraries at load time, which a forked
+// child cannot re-read: PYTHON* (PYTHONHASHSEED, PYTHONPATH, ...), LD_*, OMP_*/KMP_*/MKL_* (but
+// OMP_NUM_THREADS, which the child re-reads), LANG/LC_* (the interpreter's stdio encoding),
+// TORCH_CPP_LOG_LEVEL and TORCH_SHOW_CPP_STACKTRACES (c10's logging, set up at load).
+bool IsPinnedVariable(std::string_view name);
+
+// The entries that every env has, in the order of the first (what the server is started with).
+std::vector<std::string> CommonEnv(const std::vector<SpawnSpec>& specs);
+
+// What a server was started as.
+struct ServerIdentity {
+  PythonLaunch launch;                       // interpreter and flags (target: the first spec's)
+  std::map<std::string, std::string> pinned; // the pinned variables of its environment
+};
+
+ServerIdentity IdentityOf(const PythonLaunch& launch, const std::vector<std::string>& env);
+
+// Why `spec` must start cold rather than be forked from `server`, or "" when it may be forked:
+// not a Python launch, another interpreter or flags, a pinned variable that differs (named), or an
+// stdio kind the warm path does not hand over.
+std::string WarmMismatch(const ServerIdentity& server, const SpawnSpec& spec);
+
+}  // namespace ctrun::warm

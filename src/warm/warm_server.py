@@ -1,0 +1,407 @@
+# ctrun's warm worker server (ctrun --warm). ctrun embeds this file and runs it as
+#   <interpreter> <the workers' interpreter flags> -c <this file> <control fd> <preload json> <script|-m module>
+# under the workers' interpreter, flags and common environment. It imports the preload list once,
+# then forks worker processes on request; each waits for its worker spec from ctrun and runs the
+# script as `python script.py` / `python -m module` would.
+#
+# Process tree and reaping (the race analysis):
+#   ctrun (child subreaper) -> server -> intermediate -> worker
+# The server forks an intermediate, which forks the worker, opens the worker's pidfd while it is
+# still the worker's parent (nobody can have reaped the worker, so the pidfd is the worker's), hands
+# the pidfd to the server and exits. The server reaps the intermediate: the kernel reparents the
+# worker to the nearest subreaper, ctrun, before the intermediate becomes reapable, so when the
+# server sends the pidfd on to ctrun the worker is already ctrun's child and only ctrun can reap it.
+# A worker that dies before it is given a spec is reaped by ctrun as an unknown child; ctrun sees it
+# through the pidfd (readable) and never hands it a spec.
+#
+# Safety rules: the server forks only while it has exactly one thread and neither CUDA nor a process
+# group is initialised; it reports the broken rule instead of forking and ctrun starts workers cold.
+# Children re-read what libraries read at import time, reseed the random generators from fresh
+# entropy, and exit like the interpreter does (threads joined, atexit run, files flushed) but
+# through os._exit, so no copy-on-write storm and no slow teardown.
+import ast
+import atexit
+import ctypes
+import gc
+import importlib
+import io
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+
+CTL_FD = int(sys.argv[1])
+PRELOAD = json.loads(sys.argv[2])
+TARGET = sys.argv[3] if len(sys.argv) > 3 else ""
+SERVER_ENV = dict(os.environ)
+SELF_FILES = ("<ctrun-warm>", "<string>")  # this file, and the -c line that runs it
+UNBUFFERED = isinstance(getattr(sys.stdout, "buffer", None), io.FileIO)  # -u or PYTHONUNBUFFERED
+PR_SET_PDEATHSIG = 1
+
+libc = ctypes.CDLL(None, use_errno=True)
+ctl = socket.socket(fileno=CTL_FD)
+ctl.set_inheritable(False)
+
+
+def send(obj, fds=()):
+    data = json.dumps(obj).encode()
+    if fds:
+        socket.send_fds(ctl, [data], list(fds))
+    else:
+        ctl.send(data)
+
+
+def thread_count():
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def unsafe_reason():
+    """The first safety rule the server breaks, or ""."""
+    n = thread_count()
+    if n != 1:
+        return "the warm server has %d threads (a preloaded module started threads or ran parallel work)" % n
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return "CUDA was initialised while preloading"
+        except Exception:
+            pass
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return "a torch.distributed process group was initialised while preloading"
+        except Exception:
+            pass
+    return ""
+
+
+def script_imports(path):
+    """Top-level absolute imports of the script (not its own directory's modules)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def preload():
+    mods = []
+    for name in PRELOAD:
+        if name == "@script":
+            if TARGET and not TARGET.startswith("-m:"):
+                mods += [(m, False) for m in script_imports(TARGET)]
+        else:
+            mods.append((name, True))
+    for name, required in mods:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # a preload must never kill the server silently
+            if required:
+                return "cannot preload %s: %s: %s" % (name, type(e).__name__, e)
+    return ""
+
+
+# --- stale code: inotify on the directories of every loaded module file -------------------------
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
+
+
+class Staleness:
+    def __init__(self):
+        self.files = set()
+        self.wd_dir = {}
+        self.fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        self.stale = ""
+        for m in list(sys.modules.values()):
+            f = getattr(m, "__file__", None)
+            if isinstance(f, str) and os.path.isabs(f):
+                self.files.add(os.path.realpath(f))
+        if self.fd < 0:
+            return
+        mask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+        for d in sorted({os.path.dirname(f) for f in self.files}):
+            wd = libc.inotify_add_watch(self.fd, d.encode(), mask)
+            if wd >= 0:
+                self.wd_dir[wd] = d
+
+    def check(self):
+        """The first loaded file changed on disk since the preload, or "". Reads every queued
+        event: fsnotify queues them in the writer's system call, so a change that completed before
+        ctrun asked is seen."""
+        while not self.stale and self.fd >= 0:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            off = 0
+            while off + 16 <= len(buf):
+                wd, _mask, _cookie, n = struct.unpack_from("iIII", buf, off)
+                name = buf[off + 16:off + 16 + n].split(b"\0", 1)[0].decode(errors="replace")
+                off += 16 + n
+                path = os.path.join(self.wd_dir.get(wd, ""), name)
+                if path in self.files and not self.stale:
+                    self.stale = path
+        return self.stale
+
+
+# --- the worker side -----------------------------------------------------------------------------
+def make_stdio():
+    """sys.stdin/stdout/stderr as the interpreter creates them at start-up for fds 0-2."""
+    unbuffered = UNBUFFERED
+    enc = sys.stdout.encoding if sys.stdout is not None else None
+    errs = sys.stdout.errors if sys.stdout is not None else "strict"
+
+    def one(fd, mode):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return None
+        tty = os.isatty(fd)
+        raw = io.FileIO(fd, mode + "b", closefd=False)
+        raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]
+        if mode == "r":
+            buf = io.BufferedReader(raw)
+            return io.TextIOWrapper(buf, encoding=enc, errors=errs, line_buffering=False)
+        buf = raw if unbuffered else io.BufferedWriter(raw)
+        e = "backslashreplace" if fd == 2 else errs
+        line = (not unbuffered) and (tty or fd == 2)
+        return io.TextIOWrapper(buf, encoding=enc, errors=e, line_buffering=line, write_through=unbuffered)
+
+    sys.stdin = sys.__stdin__ = one(0, "r")
+    sys.stdout = sys.__stdout__ = one(1, "w")
+    sys.stderr = sys.__stderr__ = one(2, "w")
+
+
+def reread_environment(env):
+    """What libraries read at import time, read again from the worker's environment."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        # torch reads OMP_NUM_THREADS when its thread pool first starts, in the child: only a value
+        # other than the server's needs telling (set_num_threads starts OpenMP: ~20 ms).
+        n = env.get("OMP_NUM_THREADS", "")
+        if n != SERVER_ENV.get("OMP_NUM_THREADS", "") and n.isdigit() and int(n) > 0:
+            torch.set_num_threads(int(n))
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and hasattr(dist, "set_debug_level_from_env"):
+            try:
+                dist.set_debug_level_from_env()
+            except Exception:
+                pass
+        logs = sys.modules.get("torch._logging")
+        if logs is not None and hasattr(logs, "_init_logs"):
+            try:
+                logs._init_logs()
+            except Exception:
+                pass
+    # Generators: fresh entropy in every child (every rank and every attempt differ).
+    import random
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+    if torch is not None:
+        torch.seed()
+
+
+def trimmed(tb):
+    while tb is not None and tb.tb_frame.f_code.co_filename in SELF_FILES:
+        tb = tb.tb_next
+    return tb
+
+
+def exit_code_of(e):
+    """What the interpreter exits with for an uncaught SystemExit."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+
+def finish(code, kill_with=0):
+    """Interpreter shutdown without the teardown: threads, atexit, flush, then os._exit."""
+    try:
+        threading._shutdown()
+    except BaseException:
+        pass
+    atexit._run_exitfuncs()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            code = 120 if code == 0 else code
+    if kill_with:
+        signal.signal(kill_with, signal.SIG_DFL)
+        os.kill(os.getpid(), kill_with)
+    os._exit(code)
+
+
+def run_worker(spec):
+    import types
+    argv = spec["argv"]
+    os.chdir(spec["cwd"])
+    env = {}
+    for kv in spec["env"]:
+        k, _, v = kv.partition("=")
+        env.setdefault(k, v)
+    os.environ.clear()
+    os.environ.update(env)
+    make_stdio()
+    rest = argv[1 + spec["nflags"]:]
+    sys.orig_argv = list(argv)
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    reread_environment(env)
+    try:
+        if rest[0] == "-m":
+            import runpy
+            sys.argv = [rest[1]] + rest[2:]
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(rest[1], alter_argv=True)
+        else:
+            from importlib.machinery import SourceFileLoader
+            path = os.path.abspath(rest[0])
+            sys.argv = list(rest)
+            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            try:
+                with open(path, "rb") as f:
+                    source = f.read()
+            except OSError as e:
+                print("%s: can't open file %r: [Errno %d] %s" % (sys.executable, path, e.errno, e.strerror),
+                      file=sys.stderr)
+                finish(2)
+            main.__dict__.update(__file__=path, __cached__=None, __loader__=SourceFileLoader("__main__", path))
+            code = compile(source, path, "exec")
+            exec(code, main.__dict__)
+    except SystemExit as e:
+        finish(exit_code_of(e))
+    except BaseException as e:
+        tb = trimmed(e.__traceback__)
+        e.__traceback__ = tb  # the interpreter prints the exception's own traceback
+        try:
+            sys.excepthook(type(e), e, tb)
+        except Exception:
+            pass
+        finish(1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
+    finish(0)
+
+
+def worker_main(sock):
+    """A forked worker: wait for the spec (EOF: ctrun is gone or no longer needs us), then run."""
+    os.setpgid(0, 0)
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 22, 4)
+    except OSError:
+        os._exit(0)
+    if not msg:
+        os._exit(0)
+    spec = json.loads(msg)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != spec["parent"]:
+        os._exit(128 + signal.SIGKILL)
+    sock.close()
+    # fds 0-2, then the heartbeat channel (when ctrun gives one) at its cold-start number.
+    targets = [0, 1, 2, spec.get("extra_fd_target", 3)]
+    for fd, target in zip(fds, targets):
+        os.dup2(fd, target, inheritable=True)
+        if fd != target:
+            os.close(fd)
+    run_worker(spec)
+
+
+# --- the server loop -----------------------------------------------------------------------------
+def fork_one(stale_fd):
+    """Forks one waiting worker and hands ctrun its pidfd and spec socket."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    back_r, back_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    pid = os.fork()
+    if pid == 0:  # the intermediate
+        try:
+            ctl.close()
+            ours.close()
+            back_r.close()
+            if stale_fd >= 0:
+                os.close(stale_fd)
+            wpid = os.fork()
+            if wpid == 0:
+                back_w.close()
+                try:
+                    worker_main(theirs)
+                except BaseException as e:  # could not become the worker: a failed start, not success
+                    print("ctrun --warm: cannot start the worker: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+                os._exit(1)
+            pidfd = os.pidfd_open(wpid)
+            socket.send_fds(back_w, [str(wpid).encode()], [pidfd])
+        finally:
+            os._exit(0)
+    theirs.close()
+    back_w.close()
+    msg, fds, _, _ = socket.recv_fds(back_r, 64, 1)
+    os.waitpid(pid, 0)  # now the worker is ctrun's child
+    back_r.close()
+    if not msg or not fds:
+        ours.close()
+        return "cannot fork a worker"
+    send({"op": "child", "pid": int(msg)}, [fds[0], ours.fileno()])
+    os.close(fds[0])
+    ours.close()
+    return ""
+
+
+def serve():
+    problem = preload()
+    stale = Staleness()
+    if not problem:
+        problem = unsafe_reason()
+    gc.collect()
+    gc.freeze()  # the children do not dirty the preloaded objects' GC headers
+    send({"op": "ready", "pid": os.getpid(), "problem": problem, "files": len(stale.files)})
+    while True:
+        data = ctl.recv(4096)
+        if not data:
+            os._exit(0)
+        req = json.loads(data)
+        if req["op"] == "check":
+            send({"op": "check", "stale": stale.check(), "problem": unsafe_reason()})
+        elif req["op"] == "fork":
+            for _ in range(int(req["n"])):
+                problem = unsafe_reason() or fork_one(stale.fd)
+                if problem:
+                    send({"op": "unsafe", "problem": problem})
+                    break
+
+
+try:
+    serve()
+except OSError:  # ctrun closed its end (it is done with us, or gone): nothing to report to
+    os._exit(0)

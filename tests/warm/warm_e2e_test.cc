@@ -1,0 +1,271 @@
+// ctrun --warm end to end: Python workers forked from the warm server look exactly like cold ones
+// (environment, argv, cwd, stdio, signal dispositions, exit codes, tracebacks), get fresh random
+// streams, fall back to a cold start with one warning for every broken rule, follow preloaded
+// files that change on disk, and leave nothing behind when ctrun is SIGKILLed. The probe worker
+// (warm_probe.py) writes what it observes to a JSON file per attempt and rank.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "helpers/test_util.h"
+
+namespace ctrun::warm {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using ctrun::testing::BackgroundProcess;
+using ctrun::testing::ProcessAlive;
+using ctrun::testing::ParentOf;
+using ctrun::testing::ReadFileOr;
+using ctrun::testing::RunCommand;
+using ctrun::testing::RunResult;
+using ctrun::testing::TempDir;
+using ctrun::testing::WaitFor;
+
+const std::vector<std::string> kPythonEnv{"PYTHON_EXEC=/usr/bin/python3"};
+
+int CountOf(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
+                               const std::vector<std::string>& cmd) {
+  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
+                                "--max_restarts=" + std::to_string(max_restarts)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  return argv;
+}
+
+std::vector<std::string> Probe(const std::string& dir, std::vector<std::string> args = {}) {
+  std::vector<std::string> cmd{WARM_PROBE, dir};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return cmd;
+}
+
+json ReadProbe(const std::string& dir, int attempt, int rank) {
+  const std::string text = ReadFileOr(dir + "/attempt" + std::to_string(attempt) + "-rank" + std::to_string(rank) + ".json");
+  return text.empty() ? json() : json::parse(text, nullptr, false);
+}
+
+bool StartedWarm(const RunResult& r) { return r.err.find("--warm: worker server pid") != std::string::npos; }
+
+// What differs between any two runs by design: the run's own ids, ports and paths, and entropy.
+json Comparable(json j) {
+  for (const char* k : {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}) j["env"].erase(k);
+  j.erase("random");
+  return j;
+}
+
+class Warm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  }
+  TempDir dir_;
+};
+
+TEST_F(Warm, WorkerLooksExactlyLikeAColdOne) {
+  const std::string cold = dir_ / "cold", warm = dir_ / "warm";
+  std::filesystem::create_directories(cold);
+  std::filesystem::create_directories(warm);
+  RunResult c = RunCommand(Ctrun(2, 0, {}, Probe(cold, {"--exit", "0"})), kPythonEnv, 60s);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  RunResult w = RunCommand(Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(warm, {"--exit", "0"})), kPythonEnv, 60s);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  ASSERT_TRUE(StartedWarm(w)) << w.err;
+  EXPECT_EQ(w.err.find("start cold"), std::string::npos) << w.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    json a = ReadProbe(cold, 0, rank), b = ReadProbe(warm, 0, rank);
+    ASSERT_TRUE(a.is_object() && b.is_object());
+    // The probe's own output directory is part of argv; make the two runs' paths equal.
+    std::string bs = Comparable(b).dump();
+    for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
+    EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1)) << "rank " << rank;
+  }
+}
+
+TEST_F(Warm, ModuleWorkerLooksExactlyLikeAColdOne) {
+  const std::string cold = dir_ / "cold", warm = dir_ / "warm";
+  std::filesystem::create_directories(cold);
+  std::filesystem::create_directories(warm);
+  const std::string probe_dir = std::filesystem::path(WARM_PROBE).parent_path().string();
+  const std::vector<std::string> env{"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + probe_dir};
+  RunResult c = RunCommand(Ctrun(1, 0, {"-m"}, {"warm_probe", cold}), env, 60s);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  RunResult w = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=json", "-m"}, {"warm_probe", warm}), env, 60s);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  ASSERT_TRUE(StartedWarm(w)) << w.err;
+  json a = ReadProbe(cold, 0, 0), b = ReadProbe(warm, 0, 0);
+  ASSERT_TRUE(a.is_object() && b.is_object());
+  std::string bs = Comparable(b).dump();
+  for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
+  EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1));
+}
+
+TEST_F(Warm, ExitCodesTracebacksAndSignalsAsCold) {
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> flags;
+    if (warm) flags = {"--warm", "--warm-preload=json"};
+    RunResult code = RunCommand(Ctrun(1, 0, flags, Probe(dir_.path(), {"--exit", "7"})), kPythonEnv, 60s);
+    EXPECT_EQ(code.exit_code, 7) << code.err;
+    RunResult raised = RunCommand(Ctrun(1, 0, flags, Probe(dir_.path(), {"--raise"})), kPythonEnv, 60s);
+    EXPECT_EQ(raised.exit_code, 1) << raised.err;
+    // The traceback starts at the script, as in a cold start: no frame of the warm server.
+    EXPECT_NE(raised.err.find("Traceback (most recent call last):"), std::string::npos) << raised.err;
+    EXPECT_NE(raised.err.find(std::string("File \"") + WARM_PROBE + "\", line"), std::string::npos) << raised.err;
+    EXPECT_NE(raised.err.find("ValueError: probe raised on purpose"), std::string::npos) << raised.err;
+    EXPECT_EQ(raised.err.find("ctrun-warm"), std::string::npos) << raised.err;
+    EXPECT_EQ(raised.err.find("<string>"), std::string::npos) << raised.err;
+    EXPECT_EQ(StartedWarm(raised), warm) << raised.err;
+  }
+}
+
+TEST_F(Warm, RandomStreamsDifferAcrossRanksAndAttempts) {
+  RunResult r = RunCommand(Ctrun(2, 1, {"--warm", "--warm-preload=torch"},
+                                 Probe(dir_.path(), {"--torch", "--exit", "1", "--exit-attempt", "0"})),
+                           kPythonEnv, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(StartedWarm(r)) << r.err;
+  std::set<double> py, torch;
+  for (int attempt = 0; attempt < 2; ++attempt)
+    for (int rank = 0; rank < 2; ++rank) {
+      json j = ReadProbe(dir_.path(), attempt, rank);
+      ASSERT_TRUE(j.is_object()) << attempt << " " << rank;
+      py.insert(j["random"].get<double>());
+      torch.insert(j["torch_rand"].get<double>());
+      EXPECT_EQ(j["torch_threads"].get<int>(), 1) << "OMP_NUM_THREADS=1 re-read in the child";
+    }
+  EXPECT_EQ(py.size(), 4u);
+  EXPECT_EQ(torch.size(), 4u);
+}
+
+TEST_F(Warm, NonPythonEntrypointStartsColdWithOneWarning) {
+  RunResult r = RunCommand(Ctrun(2, 0, {"--warm"}, {FAKE_WORKER, "--exit", "0"}), {}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: the entrypoint is not a Python script"), 1) << r.err;
+  EXPECT_FALSE(StartedWarm(r));
+}
+
+TEST_F(Warm, ServerWithAThreadFallsBackCold) {
+  std::ofstream(dir_ / "threader.py") << "import threading, time\n"
+                                         "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n";
+  RunResult r = RunCommand(Ctrun(2, 0, {"--warm", "--warm-preload=threader"}, Probe(dir_.path(), {"--exit", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path()}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: the warm server has 2 threads"), 1) << r.err;
+  EXPECT_NE(r.err.find("workers start cold"), std::string::npos) << r.err;
+}
+
+TEST_F(Warm, ServerWithCudaInitialisedFallsBackCold) {
+  // A stand-in torch whose CUDA reports itself initialised (no GPU needed).
+  std::filesystem::create_directories(dir_ / "torch");
+  std::ofstream(dir_ / "torch/__init__.py") << "class cuda:\n    @staticmethod\n    def is_initialized():\n"
+                                               "        return True\n";
+  RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=torch"}, Probe(dir_.path(), {"--exit", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path()}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: CUDA was initialised while preloading"), 1) << r.err;
+}
+
+TEST_F(Warm, PreloadFailureFallsBackCold) {
+  RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=no_such_module_ctrun"}, Probe(dir_.path(), {"--exit", "0"})),
+                           kPythonEnv, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: cannot preload no_such_module_ctrun"), 1) << r.err;
+}
+
+TEST_F(Warm, ChangedPreloadedFileRestartsTheServer) {
+  const std::string mod = dir_ / "warm_mod.py";
+  std::ofstream(mod) << "VALUE = 1\n";
+  RunResult r = RunCommand(Ctrun(2, 1, {"--warm", "--warm-preload=warm_mod"},
+                                 Probe(dir_.path(), {"--touch", mod, "--print-module", "warm_mod", "--exit", "1",
+                                                     "--exit-attempt", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path()}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "warm_mod.py changed on disk; restarting the warm server"), 1) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: worker server pid"), 2) << r.err;
+  EXPECT_EQ(ReadProbe(dir_.path(), 0, 0)["modules_module"], 1);
+  EXPECT_EQ(ReadProbe(dir_.path(), 1, 0)["modules_module"], 2) << "attempt 1 must see the file as changed";
+}
+
+std::vector<pid_t> Descendants(pid_t ancestor) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string base = e.path().filename().string();
+    if (base.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(base));
+    for (pid_t p = ParentOf(pid); p > 1; p = ParentOf(p))
+      if (p == ancestor) {
+        if (ProcessAlive(pid)) out.push_back(pid);
+        break;
+      }
+  }
+  return out;
+}
+
+TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
+  BackgroundProcess ctrun(Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--sleep", "60"})),
+                          kPythonEnv, dir_ / "out.txt", dir_ / "err.txt");
+  ASSERT_TRUE(WaitFor([&] { return ReadProbe(dir_.path(), 0, 1).is_object() && ReadProbe(dir_.path(), 0, 0).is_object(); },
+                      30s));
+  // The watchdog, the server, two workers and the next attempt's two waiting children.
+  std::vector<pid_t> procs;
+  ASSERT_TRUE(WaitFor([&] { return (procs = Descendants(ctrun.pid())).size() >= 6; }, 30s))
+      << procs.size() << " processes; " << ReadFileOr(dir_ / "err.txt");
+  ctrun.Signal(SIGKILL);
+  EXPECT_EQ(ctrun.Wait(10s), 128 + SIGKILL);
+  for (pid_t p : procs) EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(p); }, 10s)) << "pid " << p << " survived";
+}
+
+TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
+  {
+    RunResult probe = RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}, {}, 60s);
+    if (probe.exit_code != 0) GTEST_SKIP() << "Debian python3-torch not importable: " << probe.err;
+  }
+  // 3 ranks: with 2 the sum of two contributions is the same in any order and would hide a
+  // layout-dependent reduction. 512 samples / 3 ranks / 16 = 11 steps per epoch; the crash at step
+  // 14 is neither a snapshot (every 5) nor an epoch boundary.
+  const std::vector<std::string> train{TRAIN_PY, "--epochs", "2", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = train;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  RunResult ref = RunCommand(Ctrun(3, 0, {}, with({"--out", dir_ / "ref.txt"})), kPythonEnv, 150s);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::string expected = ReadFileOr(dir_ / "ref.txt");
+  ASSERT_FALSE(expected.empty());
+  // Identical NaNs would pass the comparison: the reference must be a trained model (0000c0ff is
+  // float32's quiet NaN as train.py writes it).
+  ASSERT_EQ(expected.find("0000c0ff"), std::string::npos) << "the reference run diverged";
+  const std::vector<std::string> crash{"--snapshot-every", "5", "--fail-at-step", "14", "--fail-rank", "1"};
+  for (const bool warm : {false, true}) {
+    const std::string tag = warm ? "warm" : "cold";
+    std::vector<std::string> flags;
+    if (warm) flags = {"--warm"};
+    std::vector<std::string> args = with({"--snapshot-dir", dir_ / ("snap-" + tag), "--out", dir_ / (tag + ".txt")});
+    args.insert(args.end(), crash.begin(), crash.end());
+    RunResult r = RunCommand(Ctrun(3, 1, flags, args), kPythonEnv, 150s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(CountOf(r.out, "resumed from snapshot at step 10"), 1) << r.out;
+    EXPECT_EQ(ReadFileOr(dir_ / (tag + ".txt")), expected) << tag << ": parameters differ after the crash";
+    // The live line names the rank that crashed, not one that died of its closed connection.
+    // The error file the worker wrote (torch's @record, warm or cold) is where the message comes from.
+    EXPECT_NE(r.err.find("root cause: worker rank 1 "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("exited with code 1: RuntimeError: injected failure at step 14 on rank 1"), std::string::npos)
+        << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ctrun::warm
