@@ -84,7 +84,7 @@ void Walk(const HwlocApi& api, hwloc_obj_t o, const CpuList& local, Topology* t)
 
 }  // namespace
 
-StatusOr<Topology> LoadTopology(const std::string& xml_path) {
+StatusOr<Topology> LoadTopology(const std::string& xml_path, bool with_pci) {
   auto loaded = LoadHwloc();
   if (!loaded.ok()) return loaded.status();
   const HwlocApi& api = *loaded.value();
@@ -97,7 +97,8 @@ StatusOr<Topology> LoadTopology(const std::string& xml_path) {
   } guard{api, topo};
   if (!xml_path.empty() && api.set_xml(topo, xml_path.c_str()) != 0)
     return Status::Error("hwloc cannot read the topology file " + xml_path);
-  api.set_io_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);  // PCI GPUs and their bridges
+  // PCI GPUs and their bridges, or no I/O object at all.
+  api.set_io_filter(topo, with_pci ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT : HWLOC_TYPE_FILTER_KEEP_NONE);
   if (api.load(topo) != 0)
     return Status::Error("hwloc cannot load the topology" + (xml_path.empty() ? "" : " from " + xml_path));
   Topology t;

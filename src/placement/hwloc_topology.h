@@ -12,7 +12,9 @@
 
 namespace ctrun {
 
-// xml_path "": this machine. The error names the library or the file and what went wrong.
-StatusOr<Topology> LoadTopology(const std::string& xml_path);
+// xml_path "": this machine. with_pci: also the PCI devices (GPU locality); discovering them
+// reads much of sysfs, so CPU-only binding leaves them out. The error names the library or the
+// file and what went wrong.
+StatusOr<Topology> LoadTopology(const std::string& xml_path, bool with_pci = true);
 
 }  // namespace ctrun

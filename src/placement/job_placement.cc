@@ -44,7 +44,8 @@ StatusOr<PlacementPlan> PlanJobPlacement(const LaunchConfig& c, const GpuInvento
   if (!mode.ok()) return mode.status();
   std::optional<Topology> topo;
   if (mode.value() != BindMode::kNone) {
-    auto loaded = LoadTopology("");  // hwloc honours HWLOC_XMLFILE (a saved topology) itself
+    // hwloc honours HWLOC_XMLFILE (a saved topology) itself.
+    auto loaded = LoadTopology("", /*with_pci=*/UsesGpus(mode.value()));
     if (!loaded.ok()) return loaded.status();
     topo = std::move(loaded.value());
     RestrictTopology(&*topo, OwnAffinity());
