@@ -20,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 using ctrun::testing::BackgroundProcess;
+using ctrun::testing::CountOf;
 using ctrun::testing::ProcessAlive;
 using ctrun::testing::ParentOf;
 using ctrun::testing::ReadFileOr;
@@ -29,12 +30,6 @@ using ctrun::testing::TempDir;
 using ctrun::testing::WaitFor;
 
 const std::vector<std::string> kPythonEnv{"PYTHON_EXEC=/usr/bin/python3"};
-
-int CountOf(const std::string& hay, const std::string& needle) {
-  int n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
-}
 
 std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
                                const std::vector<std::string>& cmd) {
