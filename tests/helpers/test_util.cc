@@ -142,6 +142,12 @@ bool ProcessAlive(pid_t pid) {
   return stat[rp + 2] != 'Z' && stat[rp + 2] != 'X';
 }
 
+int CountOf(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
 pid_t ParentOf(pid_t pid) {
   const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');

@@ -63,6 +63,8 @@ bool ProcessAlive(pid_t pid);  // exists and is not a zombie
 pid_t ParentOf(pid_t pid);     // its parent's pid; 0 when it is gone or a zombie
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
+// How many times `needle` occurs in `hay` (overlapping occurrences count).
+int CountOf(const std::string& hay, const std::string& needle);
 // "K=V" lines of a file (the fake worker's --env-file) as a map; empty if missing.
 std::map<std::string, std::string> ReadEnvFile(const std::string& path);
 // Pids (one per line) from a file written by the fake worker; empty if missing.

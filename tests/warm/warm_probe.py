@@ -2,6 +2,7 @@
 <dir>/attempt<TORCHELASTIC_RESTART_COUNT>-rank<RANK>.json, then behaves as asked.
 
   warm_probe.py DIR [--exit N] [--exit-attempt A] [--raise] [--touch FILE] [--sleep S] [--torch] [--print-module M]
+               [--barrier NRANKS]  (before exiting, wait until every rank of the attempt wrote its file)
 """
 import json
 import os
@@ -92,6 +93,12 @@ def main():
         json.dump(info, f, indent=1, sort_keys=True)
     os.rename(path + ".tmp", path)
     print("probe rank %s attempt %s" % (os.environ.get("RANK"), attempt), flush=True)
+    if opt("--barrier"):  # wait (bounded) until every rank of this attempt has written its file
+        deadline = time.time() + 30
+        while time.time() < deadline and sum(
+                os.path.exists(os.path.join(out_dir, "attempt%s-rank%d.json" % (attempt, r)))
+                for r in range(int(opt("--barrier")))) < int(opt("--barrier")):
+            time.sleep(0.005)
     exit_attempt = opt("--exit-attempt")
     if opt("--touch") and attempt == "0":
         with open(opt("--touch"), "a") as f:

@@ -18,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ctrun::testing::BackgroundProcess;
+using ctrun::testing::CountOf;
 using ctrun::testing::ParentOf;
 using ctrun::testing::ReadFileOr;
 using ctrun::testing::RunCommand;
@@ -45,12 +46,6 @@ std::vector<std::string> Ctrun(int nproc, int max_restarts, std::vector<std::str
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-int CountOf(const std::string& hay, const std::string& needle) {
-  int n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
 }
 
 // Live descendants of `ancestor` running the executable `exe`.
