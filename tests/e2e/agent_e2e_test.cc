@@ -274,9 +274,6 @@ TEST(CtrunE2E, UnsupportedOptionsAreRefusedBeforeAnyWorkerStarts) {
   TempDir d;
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"--numa-binding=node"}, {}},
-      {{"--duplicate-stdout-filters=loss"}, {}},
-      {{"--duplicate-stderr-filters", "warn"}, {}},
-      {{}, {"PET_DUPLICATE_STDOUT_FILTERS=loss"}},
   };
   for (const auto& [flags, env] : cases) {
     auto r = RunCommand(Ctrun(flags, {"--env-file", d / "started"}), env);
