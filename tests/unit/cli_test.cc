@@ -545,7 +545,7 @@ TEST(CliHelp, TextIsGroupedAndComplete) {
        {"Nodes & rendezvous:", "Workers:", "Entrypoint:", "Logs:", "Signals & shutdown:", "ctrun extensions",
         "Exit codes:", "PET_NPROC_PER_NODE", "--foo_bar", "event-driven", "128+", "126", "127", "usage error",
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "CTRUN_LOG_LEVEL", "--run-id", "-m, --module", "-r, --redirects",
-        "-t, --tee", "Not supported by ctrun", "Not supported yet: refused (exit 2)", "Default: 1:1", "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT", "[env: PET_MASTER_PORT]"})
+        "-t, --tee", "Not supported by ctrun", "Default: 1:1", "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT", "[env: PET_MASTER_PORT]"})
     EXPECT_THAT(h, HasSubstr(s));
   for (const char* flag :
        {"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf",
