@@ -820,8 +820,9 @@ std::string HelpText() {
   env_line("124", "--max-run-time was reached; the workers were stopped first.");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
-  out += "\n--summary-file tells these apart without guessing: its \"outcome\" says whether a code came "
-         "from a worker or from ctrun.\n";
+  out += "\n";
+  Wrap(out, "--summary-file tells these apart without guessing: its \"outcome\" says whether a code came "
+            "from a worker or from ctrun.", 0, 0);
   return out;
 }
 
