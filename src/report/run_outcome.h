@@ -58,6 +58,7 @@ struct RunOutcome {
   std::vector<RankOutcome> ranks;          // the last attempt's workers, by global rank
   std::vector<int> running_at_deadline;    // --max-run-time: global ranks still running then
   std::string log_dir;                     // "" when none was created
+  std::optional<int> node_rank;            // multi-node: this node's rank in the last round
   std::chrono::system_clock::time_point start;  // when ctrun started
   std::chrono::system_clock::time_point end;
 };
@@ -67,7 +68,7 @@ struct RunIdentity {
   std::string run_id;
   std::string hostname;
   std::string version;
-  int node_rank = 0;  // multi-node: as declared (static), else as of the last round
+  int node_rank = 0;  // as given; RunOutcome::node_rank (the last round's) wins when set
 };
 
 }  // namespace ctrun

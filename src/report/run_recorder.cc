@@ -33,6 +33,8 @@ void RunRecorder::Emit(std::string_view event, const nlohmann::json& fields) {
     auto core = fields.find("core_dumped");
     w.outcome.status = sig > 0 ? ExitStatus::Signaled(sig, core != fields.end() && core->is_boolean() && core->get<bool>())
                                : ExitStatus::Exited(IntField(fields, "exit_code"));
+  } else if (event == events::kRendezvousRound) {
+    node_rank_ = IntField(fields, "node_rank");
   } else if (event == events::kMaxRunTime) {
     auto it = fields.find("running_ranks");
     if (it != fields.end() && it->is_array()) running_at_deadline_ = it->get<std::vector<int>>();
@@ -43,6 +45,7 @@ void RunRecorder::Fill(RunOutcome* out, Clock::time_point end) const {
   out->attempts = attempts_;
   out->restarts = restarts_;
   out->running_at_deadline = running_at_deadline_;
+  if (node_rank_) out->node_rank = node_rank_;
   out->ranks.clear();
   for (const auto& [rank, w] : workers_) {
     RankOutcome r = w.outcome;

@@ -18,7 +18,8 @@ class RunRecorder final : public EventSink {
  public:
   using Clock = std::chrono::steady_clock;
   void Emit(std::string_view event, const nlohmann::json& fields) override;
-  // Sets out's attempts, restarts, ranks and running_at_deadline; a worker never reaped counts
+  // Sets out's attempts, restarts, ranks, running_at_deadline and (multi-node) node_rank; a
+  // worker never reaped counts
   // as running until `end`.
   void Fill(RunOutcome* out, Clock::time_point end = Clock::now()) const;
 
@@ -30,6 +31,7 @@ class RunRecorder final : public EventSink {
   };
   int attempts_ = 0;
   int restarts_ = 0;
+  std::optional<int> node_rank_;  // from the last rendezvous round
   std::map<int, Worker> workers_;  // by global rank, the last attempt only
   std::vector<int> running_at_deadline_;
 };

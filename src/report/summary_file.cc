@@ -70,7 +70,7 @@ nlohmann::ordered_json SummaryJson(const RunOutcome& o, const RunIdentity& id) {
   j["ctrun_version"] = id.version;
   j["run_id"] = id.run_id;
   j["hostname"] = id.hostname;
-  j["node_rank"] = id.node_rank;
+  j["node_rank"] = o.node_rank.value_or(id.node_rank);
   j["outcome"] = OutcomeKindName(o.kind);
   j["exit_code"] = o.exit_code;
   // Whose code ctrun exits with: a worker's (its own code or 128+signal) or ctrun's own.

@@ -190,11 +190,14 @@ TEST(RunRecorder, KeepsTheLastAttemptsWorkersAndTheDeadlinesRanks) {
   rec.Emit(events::kWorkerExit,
            {{"rank", 0}, {"cause", "stopped"}, {"exit_code", nullptr}, {"signal", SIGKILL}, {"core_dumped", false}});
   rec.Emit(events::kMaxRunTime, {{"running_ranks", {0, 1}}});
+  rec.Emit(events::kRendezvousRound, {{"round", 3}, {"node_rank", 2}});
   RunOutcome o;
   rec.Fill(&o);
   EXPECT_EQ(o.attempts, 2);
   EXPECT_EQ(o.restarts, 1);
   EXPECT_EQ(o.running_at_deadline, (std::vector<int>{0, 1}));
+  EXPECT_EQ(o.node_rank, 2);
+  EXPECT_EQ(SummaryJson(o, {"job", "h", "0.1.0", 0})["node_rank"], 2) << "the round's node rank wins";
   ASSERT_EQ(o.ranks.size(), 2u);
   EXPECT_EQ(o.ranks[0].pid, 20);
   EXPECT_EQ(o.ranks[0].state, "stopped");

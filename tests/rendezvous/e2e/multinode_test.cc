@@ -319,6 +319,7 @@ TEST(MultiNode, TheFirstMaxRunTimeEndsEveryNodeWith124) {
     EXPECT_EQ(s["outcome"], "max_run_time") << n;
     EXPECT_EQ(s["exit_code"], 124);
     EXPECT_EQ(s["ranks"].size(), 2u);
+    EXPECT_EQ(s["node_rank"], std::stoi(n));
     bool round = false;
     for (const auto& line : SplitLines(ReadFileOr(dir / ("e" + n + ".jsonl"))))
       round |= nlohmann::json::parse(line)["event"] == "rendezvous_round";
