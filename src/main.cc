@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     if (!python_notice.empty()) spdlog::info("{}", python_notice);
     if (std::string notice = ctrun::PythonNotice(config, python, env); !notice.empty()) spdlog::info("{}", notice);
     if (config.dry_run) {
-      std::fputs(ctrun::FormatDryRun(config, ctx.env, ctx.executable, ctx.hostname).c_str(), stdout);
+      std::fputs(ctrun::FormatDryRun(config, ctx.env, ctx.executable, ctx.hostname, &ctx.placement).c_str(), stdout);
       return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));
     }
     if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);

@@ -58,7 +58,7 @@ std::string ShellQuote(const std::string& word) {
 }
 
 std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env, const std::string& executable,
-                         const std::string& hostname) {
+                         const std::string& hostname, const PlacementPlan* placement) {
   const AttemptInfo info = FirstAttempt(config);
   const bool dynamic = config.rdzv.multi_node && config.rdzv_backend != "static";
   std::string out = "ctrun dry run: nothing is started\n";
@@ -70,7 +70,15 @@ std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env
     out += "note: the rendezvous assigns node ranks, so the ranks below are shown as if this node were node rank " +
            std::to_string(config.node_rank) + " of " + std::to_string(config.max_nodes) + "\n";
   for (int i = 0; i < config.nproc_per_node; ++i) {
-    const RankPlan plan = PlanRank(config, base_env, executable, RankFor(config, i, std::nullopt), info);
+    RankPlan plan = PlanRank(config, base_env, executable, RankFor(config, i, std::nullopt), info);
+    const RankPlacement* where = placement && static_cast<size_t>(i) < placement->ranks.size()
+                                     ? &placement->ranks[static_cast<size_t>(i)]
+                                     : nullptr;
+    const bool placed = where && (!where->binding.cpus.empty() || !where->gpu.empty());
+    if (placed || (placement && UnderDebugger(*placement, plan.rank))) {
+      const std::string line = FormatBinding(*placement, i, plan.rank);  // "rank N (local_rank i): ..."
+      plan.binding = line.substr(line.find("): ") + 3);
+    }
     out += "rank " + std::to_string(plan.rank.global_rank) + " (local_rank " + std::to_string(i) + "):\n";
     std::string exec;
     for (const std::string& word : plan.argv) exec += (exec.empty() ? "" : " ") + ShellQuote(word);

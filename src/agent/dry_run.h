@@ -19,11 +19,13 @@
 
 #include "base/environment.h"
 #include "config/launch_config.h"
+#include "placement/placement.h"
 
 namespace ctrun {
 
+// placement: the planned GPU/CPU binding per local rank (nullptr: none planned).
 std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env, const std::string& executable,
-                         const std::string& hostname);
+                         const std::string& hostname, const PlacementPlan* placement = nullptr);
 
 // A word as a POSIX shell reads it back: unchanged when it only has [A-Za-z0-9_@%+=:,./-] and
 // is not empty, else in single quotes (a ' as '\'').
