@@ -153,6 +153,17 @@ TEST(CiE2E, DryRunPrintsEveryRankAndStartsNothing) {
   EXPECT_EQ(Names(ReadEvents(d / "e.jsonl")), std::vector<std::string>{"run_end"});
 }
 
+// The dry run shows the binding the run would apply, as --report-bindings prints it.
+TEST(CiE2E, DryRunShowsThePlannedCpuBinding) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--dry-run", "--cpu-binding=core"}, {}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const size_t rank1 = r.out.find("rank 1 (local_rank 1):\n");
+  ASSERT_NE(rank1, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  binding: cpus "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  binding: cpus ", rank1), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("  binding: none"), std::string::npos) << r.out;
+}
+
 TEST(CiE2E, DryRunStillRefusesABadEntrypoint) {
   auto r = RunCommand({CTRUN_BINARY, "--dry-run", "/nonexistent/train"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
