@@ -1,6 +1,5 @@
 #include "process/descendants.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -15,6 +14,7 @@
 #include "base/unique_fd.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
+#include "sys/proc_fs.h"
 
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
@@ -22,19 +22,6 @@
 
 namespace ctrun {
 namespace {
-
-std::vector<pid_t> NumericEntries(const std::string& dir) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long v = std::strtol(e->d_name, &end, 10);
-    if (end != e->d_name && *end == '\0' && v > 0) out.push_back(static_cast<pid_t>(v));
-  }
-  ::closedir(d);
-  return out;
-}
 
 // The children of pid from /proc/<pid>/task/*/children; false when the kernel lacks the file.
 bool ChildrenOf(const std::string& proc_root, pid_t pid, std::vector<pid_t>* out) {
@@ -51,23 +38,6 @@ bool ChildrenOf(const std::string& proc_root, pid_t pid, std::vector<pid_t>* out
   return any_file;
 }
 
-struct StatFields {
-  pid_t ppid = 0;
-};
-
-bool ReadStat(const std::string& proc_root, pid_t pid, StatFields* out) {
-  std::string stat;
-  if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return false;
-  const size_t close = stat.rfind(')');  // comm may hold spaces and ')'
-  if (close == std::string::npos) return false;
-  std::istringstream in(stat.substr(close + 1));
-  std::string field;
-  long ppid = 0;
-  in >> field >> ppid;  // fields 3 (state) and 4 (ppid)
-  out->ppid = static_cast<pid_t>(ppid);
-  return true;
-}
-
 // One entry per descendant, parents before their children.
 struct Entry {
   pid_t pid = 0;
@@ -76,10 +46,8 @@ struct Entry {
 
 std::vector<Entry> ScanEdges(pid_t root, const std::string& proc_root) {
   std::map<pid_t, pid_t> parent_of;
-  for (pid_t pid : NumericEntries(proc_root)) {
-    StatFields f;
-    if (ReadStat(proc_root, pid, &f)) parent_of[pid] = f.ppid;
-  }
+  for (pid_t pid : NumericEntries(proc_root))
+    if (std::optional<pid_t> ppid = ParentPid(proc_root, pid)) parent_of[pid] = *ppid;
   std::vector<Entry> out;
   for (pid_t d : DescendantsFromParents(root, parent_of)) out.push_back({d, parent_of[d]});
   return out;

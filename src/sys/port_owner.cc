@@ -1,6 +1,5 @@
 #include "sys/port_owner.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,42 +8,22 @@
 #include <sstream>
 
 #include "sys/posix_util.h"
+#include "sys/proc_fs.h"
 
 namespace ctrun {
 namespace {
 
 constexpr size_t kMaxCommand = 120;
 
-std::vector<pid_t> Pids(const std::string& proc_root) {
-  std::vector<pid_t> pids;
-  DIR* d = ::opendir(proc_root.c_str());
-  if (!d) return pids;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long v = std::strtol(e->d_name, &end, 10);
-    if (end != e->d_name && *end == '\0' && v > 0) pids.push_back(static_cast<pid_t>(v));
-  }
-  ::closedir(d);
-  return pids;
-}
-
 bool HoldsInode(const std::string& proc_root, pid_t pid, unsigned long inode) {
   const std::string dir = proc_root + "/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
   const std::string want = "socket:[" + std::to_string(inode) + "]";
-  bool found = false;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
+  for (pid_t fd : NumericEntries(dir)) {
     char buf[64];
-    const ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), buf, sizeof buf);
-    if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) {
-      found = true;
-      break;
-    }
+    const ssize_t n = ::readlink((dir + "/" + std::to_string(fd)).c_str(), buf, sizeof buf);
+    if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) return true;
   }
-  ::closedir(d);
-  return found;
+  return false;
 }
 
 // NUL-separated /proc files (cmdline, environ) as a list.
@@ -66,19 +45,6 @@ std::string RunIdOf(const std::string& proc_root, pid_t pid) {
   for (const std::string& kv : NulList(proc_root + "/" + std::to_string(pid) + "/environ"))
     if (kv.rfind("TORCHELASTIC_RUN_ID=", 0) == 0) return kv.substr(20);
   return "";
-}
-
-// The parent pid from /proc/<pid>/stat ("pid (comm) S ppid ..."; comm may hold spaces and ')').
-pid_t ParentOf(const std::string& proc_root, pid_t pid) {
-  std::string stat;
-  if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return 0;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream in(stat.substr(close + 1));
-  std::string state;
-  long ppid = 0;
-  in >> state >> ppid;
-  return static_cast<pid_t>(ppid);
 }
 
 }  // namespace
@@ -112,7 +78,7 @@ std::optional<PortHolder> FindPortHolder(int port, const std::string& proc_root)
   }
   if (inodes.empty()) return std::nullopt;
   PortHolder h;
-  const std::vector<pid_t> pids = Pids(proc_root);
+  const std::vector<pid_t> pids = NumericEntries(proc_root);
   for (pid_t pid : pids)
     if (HoldsInode(proc_root, pid, inodes.front())) {
       h.pid = pid;
@@ -124,7 +90,7 @@ std::optional<PortHolder> FindPortHolder(int port, const std::string& proc_root)
   if (h.command.size() > kMaxCommand) h.command = h.command.substr(0, kMaxCommand - 3) + "...";
   h.run_id = RunIdOf(proc_root, h.pid);
   for (size_t i = 0; i < pids.size() && h.run_id.empty(); ++i)
-    if (ParentOf(proc_root, pids[i]) == h.pid) h.run_id = RunIdOf(proc_root, pids[i]);
+    if (ParentPid(proc_root, pids[i]) == h.pid) h.run_id = RunIdOf(proc_root, pids[i]);
   return h;
 }
 

@@ -269,20 +269,22 @@ TEST(FirstMinuteE2E, EscapedSetsidGrandchildrenAreGoneAfterRestartAndExit) {
   // With the cgroup sub-tree where ctrun can make one, and with the /proc sweep (CTRUN_NO_CGROUP=1).
   for (const std::vector<std::string>& env : {std::vector<std::string>{}, std::vector<std::string>{"CTRUN_NO_CGROUP=1"}}) {
     TempDir d;
-    // Attempt 0: rank 1 fails; attempt 1 succeeds. Every worker leaves a setsid() grandchild behind.
-    const RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
-                                         {"--pid-file", d / "pids", "--detached-grandchild", "--only-rank", "1",
-                                          "--only-attempt", "0", "--exit", "3"}),
-                                   env);
     const std::string what = env.empty() ? "default" : env[0];
-    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+    // Every worker leaves a setsid() grandchild behind. Attempt 0: once all four are recorded,
+    // rank 1 fails; attempt 1 succeeds at once.
+    const std::string go = d / "go";
+    BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
+                              {"--pid-file", d / "pids", "--detached-grandchild", "--wait-file", go, "--only-rank",
+                               "1", "--only-attempt", "0", "--exit", "3"}),
+                        env, d / "out", d / "err");
+    ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 4; }, 10s)) << what << ": " << ReadFileOr(d / "err");
+    std::ofstream(go).put('x');
+    ASSERT_EQ(p.Wait(20s), 0) << what << ": " << ReadFileOr(d / "err");
     const std::vector<pid_t> pids = ReadPids(d / "pids");
     ASSERT_EQ(pids.size(), 8u) << what;  // 2 attempts x 2 workers x (worker + grandchild)
-    for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p)) << what << ": pid " << p << " outlived ctrun";
-    // A grandchild may not have left the group yet when its worker's group is stopped: one or two
-    // per attempt are left to the sweep.
-    EXPECT_TRUE(Contains(r.err, "process(es) the workers left running outside their process groups"))
-        << what << ": " << r.err;
+    for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << what << ": pid " << pid << " outlived ctrun";
+    EXPECT_TRUE(Contains(ReadFileOr(d / "err"), "process(es) the workers left running outside their process groups"))
+        << what << ": " << ReadFileOr(d / "err");
   }
 }
 
