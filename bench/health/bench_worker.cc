@@ -2,6 +2,8 @@
 //   cost N PACE_US OUT              beat N times through the worker library, PACE_US apart
 //                                   (nanosleep), timing each call; writes
 //                                   "<mean_ns> <p50_ns> <p99_ns> <cpu_ns_per_beat>" to OUT.<RANK>
+//                                   (CPU: the paced loop's thread CPU time with beats minus the
+//                                   same loop's without them, per beat)
 //   hang PACE_MS HANG_RANK AFTER_MS OUT
 //                                   beat every PACE_MS; rank HANG_RANK stops beating after AFTER_MS
 //                                   and sleeps. Every rank writes "term <ns>" (CLOCK_MONOTONIC when
@@ -45,21 +47,23 @@ std::string OutPath(const char* base) {
   return std::string(base) + "." + (r ? r : "0");
 }
 
-int Cost(long n, long pace_us, const char* out) {
-  std::vector<long long> t(static_cast<size_t>(n));
+// The same paced loop twice, with and without the beat: the CPU time per beat is the difference
+// (the pacing's own nanosleep and the timing calls cancel out).
+long long LoopCpu(long n, long pace_us, bool beat, std::vector<long long>* t) {
   const long long cpu0 = Now(CLOCK_THREAD_CPUTIME_ID);
-  long long cpu_sleep = 0;
   for (long i = 0; i < n; ++i) {
     const long long a = Now();
-    ctrun::heartbeat(static_cast<uint64_t>(i));
-    t[static_cast<size_t>(i)] = Now() - a;
-    if (pace_us > 0) {
-      const long long c = Now(CLOCK_THREAD_CPUTIME_ID);
-      SleepNs(pace_us * 1000LL);
-      cpu_sleep += Now(CLOCK_THREAD_CPUTIME_ID) - c;
-    }
+    if (beat) ctrun::heartbeat(static_cast<uint64_t>(i));
+    (*t)[static_cast<size_t>(i)] = Now() - a;
+    if (pace_us > 0) SleepNs(pace_us * 1000LL);
   }
-  const long long cpu = Now(CLOCK_THREAD_CPUTIME_ID) - cpu0 - cpu_sleep;
+  return Now(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+}
+
+int Cost(long n, long pace_us, const char* out) {
+  std::vector<long long> t(static_cast<size_t>(n)), idle(static_cast<size_t>(n));
+  const long long cpu_idle = LoopCpu(n, pace_us, false, &idle);
+  const long long cpu = LoopCpu(n, pace_us, true, &t) - cpu_idle;
   long long sum = 0;
   for (long long x : t) sum += x;
   std::sort(t.begin(), t.end());

@@ -8,7 +8,7 @@
      second row with the capture on (eu-stack) shows what saving the stacks adds.
   2. heartbeat cost per beat, 8 and 64 workers beating at once, from the worker library (C++) and
      from Python (the README's two lines), paced PACE_US apart: mean, p50, p99 wall time of one
-     call, and the worker's CPU time per beat (C++: the call only; Python: the whole loop).
+     call, and the worker's CPU time per beat (the paced loop with beats minus the same loop without).
 
 Usage: bench/health/health_bench.py BUILD_DIR [--reps N] [--beats N] [--pace-us US]
 """
