@@ -950,7 +950,8 @@ std::string HelpText() {
                 "unreachable, token refused).");
   env_line("126, 127", "a worker could not be executed when it was started (e.g. a missing #! "
                        "interpreter): 126 not executable, 127 not found. No restart is attempted.");
-  env_line("124", "--max-run-time was reached; the workers were stopped first.");
+  env_line("124", "--max-run-time was reached (the workers were stopped first), or the root cause is a rank "
+                  "found hung (--heartbeat-timeout, --output-timeout).");
   env_line("128+N", "ctrun itself got signal N (e.g. 130 for SIGINT, 143 for SIGTERM); the workers were "
                     "stopped first.");
   out += "\n";
