@@ -41,6 +41,7 @@ std::string DescribeFailure(const WorkerFailure& f) {
                   ", pid " + std::to_string(f.pid) + ") " + f.status.ToString();
   if (f.error_data && !f.error_data->message.empty()) s += ": " + f.error_data->message.substr(0, f.error_data->message.find('\n'));
   if (f.oom_killed) s += " (likely killed by the kernel OOM killer)";
+  if (!f.hang.empty()) s += " (" + f.hang + ")";
   return s;
 }
 
@@ -92,6 +93,7 @@ RunOutcome DecideJobOutcome(const Agent& agent, const std::vector<WorkerFailure>
   if (auto root = ChooseRootCause(failures)) {
     o.root_cause = DescribeFailure(failures[*root]);
     o.root_cause_rank = failures[*root].global_rank;
+    if (!failures[*root].hang.empty()) o.kind = OutcomeKind::kHung;  // 124 is ctrun's verdict
   } else {
     o.root_cause = "every failed worker was stopped by ctrun";
   }

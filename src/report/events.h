@@ -39,7 +39,7 @@ inline constexpr std::string_view kMaxRunTime = "max_run_time";
 inline constexpr std::string_view kStop = "stop";
 inline constexpr std::string_view kRestart = "restart";
 inline constexpr std::string_view kRunEnd = "run_end";
-// Reserved for hang detection and the restart policy: names fixed, fields in docs/ci.md.
+// Hang detection and the restart policy (agent/agent.cc); fields in docs/ci.md.
 inline constexpr std::string_view kHeartbeatMiss = "heartbeat_miss";
 inline constexpr std::string_view kStackCapture = "stack_capture";
 inline constexpr std::string_view kBackoff = "backoff";

@@ -27,12 +27,13 @@ enum class OutcomeKind {
   kStartError,       // a worker could not be executed (126/127), no restart
   kSignal,           // ctrun got a terminating signal: 128+signal
   kMaxRunTime,       // --max-run-time reached: 124
+  kHung,             // the root cause is a rank ctrun found hung (no heartbeat/output): 124
   kUsageError,       // 2, nothing started
   kSetupError,       // 1: log dir, store port, signalfd, ...
   kRendezvousError,  // multi-node: this agent's rendezvous failed: 3
   kDryRun,           // --dry-run printed the plan: 0
 };
-// "success", "worker_failure", "start_error", "signal", "max_run_time", "usage_error",
+// "success", "worker_failure", "start_error", "signal", "max_run_time", "hung", "usage_error",
 // "setup_error", "rendezvous_error", "dry_run".
 const char* OutcomeKindName(OutcomeKind kind);
 

@@ -53,6 +53,7 @@ const char* OutcomeKindName(OutcomeKind kind) {
     case OutcomeKind::kStartError: return "start_error";
     case OutcomeKind::kSignal: return "signal";
     case OutcomeKind::kMaxRunTime: return "max_run_time";
+    case OutcomeKind::kHung: return "hung";
     case OutcomeKind::kUsageError: return "usage_error";
     case OutcomeKind::kSetupError: return "setup_error";
     case OutcomeKind::kRendezvousError: return "rendezvous_error";
