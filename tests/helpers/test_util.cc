@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "helpers/free_port.h"
 
 extern char** environ;
 
@@ -82,8 +85,12 @@ int ShellCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128
 
 }  // namespace
 
-RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& given_env,
               std::chrono::milliseconds timeout) {
+  std::vector<std::string> extra_env = given_env;
+  if (std::none_of(extra_env.begin(), extra_env.end(),
+                   [](const std::string& e) { return e.rfind("PET_MASTER_PORT=", 0) == 0; }))
+    extra_env.push_back("PET_MASTER_PORT=" + std::to_string(FreePort()));
   TempDir dir;
   std::string out_path = dir / "out", err_path = dir / "err";
   int out_fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);

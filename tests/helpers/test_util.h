@@ -39,6 +39,9 @@ struct RunResult {
 
 // Runs argv with `extra_env` ("K=V") added to the current environment; captures stdout/stderr.
 // Kills the process group and fails the result (exit_code -1) after `timeout`.
+// Unless extra_env sets PET_MASTER_PORT, it is set to a free port: a ctrun started without
+// --standalone or --master_port would otherwise bind torchrun's default 29500, which another test
+// running at the same moment (ctest -j) may hold. A --master_port flag still wins over it.
 RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
