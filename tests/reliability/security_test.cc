@@ -85,19 +85,6 @@ TEST(Security, StandaloneListensOnLoopbackOnly) {
   EXPECT_EQ(WaitJobGone(marker), std::vector<pid_t>{});
 }
 
-int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 bool ClosedWithin(int fd, std::chrono::milliseconds t) {
   return WaitFor(
       [&] {
@@ -122,14 +109,14 @@ TEST(Security, MultiNodeStoreRefusesClientsWithoutTheTokenAndWorkersNeverSeeIt) 
   const int port = ctrun::testing::FreePort();
   const std::vector<std::string> env{MarkerEnv(marker), "TMPDIR=" + dir.path(), "CTRUN_RDZV_TOKEN=" + token};
   BackgroundProcess a0(Ctrun(C10d(port), {"--env-file", dir / "env"}), env, dir / "a0.out", dir / "a0.err");
-  ASSERT_TRUE(WaitFor([&] { int fd = Connect(port); if (fd >= 0) ::close(fd); return fd >= 0; }, 20s));
+  ASSERT_TRUE(WaitFor([&] { int fd = ConnectLoopback(port); if (fd >= 0) ::close(fd); return fd >= 0; }, 20s));
   // No AUTH at all (a torch client), then a wrong token: both closed, both logged.
   const std::string legacy_set = std::string(1, '\0') + std::string("\x01\0\0\0\0\0\0\0k\x01\0\0\0\0\0\0\0v", 18);
   std::string wrong_auth = std::string(1, '\xF5') + std::string("CTRA", 4);
   const uint64_t len = 5;
   wrong_auth += std::string(reinterpret_cast<const char*>(&len), 8) + "wrong";
   for (const std::string& msg : {legacy_set, wrong_auth}) {
-    const int fd = Connect(port);
+    const int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
     EXPECT_TRUE(ClosedWithin(fd, 5s)) << "the rendezvous store kept a client without the token";
