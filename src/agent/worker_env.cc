@@ -60,6 +60,10 @@ std::string OmpNotice(const LaunchConfig& config, const Environment& base_env) {
 Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_env, const RankInfo& rank,
                            const AttemptInfo& attempt) {
   Environment env = base_env;
+  // The agents' secrets are not the workers' business: the rendezvous token would let any worker
+  // (or anything it runs) speak for an agent, and workers never talk to the rendezvous store.
+  env.Unset("CTRUN_RDZV_TOKEN");
+  env.Unset("CTRUN_ETCD_PASSWORD");
   auto set = [&](std::string_view k, std::string v) { env.Set(k, std::move(v)); };
   set("LOCAL_RANK", config.virtual_local_rank ? "0" : std::to_string(rank.local_rank));
   set("RANK", std::to_string(rank.global_rank));

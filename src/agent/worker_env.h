@@ -32,8 +32,9 @@ struct AttemptInfo {
   std::vector<std::string> error_files;  // per local rank; "" = none
 };
 
-// Builds the worker's complete environment: `base_env` (the agent's own) with torchrun's variables
-// set on top. OMP_NUM_THREADS=1 is added when absent and nproc > 1 (torchrun's rule); see
+// Builds the worker's complete environment: `base_env` (the agent's own) without the agents'
+// secrets (CTRUN_RDZV_TOKEN, CTRUN_ETCD_PASSWORD) and with torchrun's variables set on top.
+// OMP_NUM_THREADS=1 is added when absent and nproc > 1 (torchrun's rule); see
 // OmpNotice().
 Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_env, const RankInfo& rank,
                            const AttemptInfo& attempt);

@@ -39,6 +39,14 @@ void Environment::Set(std::string_view name, std::string value) {
   vars_.emplace_back(std::move(key), std::move(value));
 }
 
+void Environment::Unset(std::string_view name) {
+  auto it = index_.find(std::string(name));
+  if (it == index_.end()) return;
+  vars_.erase(vars_.begin() + static_cast<std::ptrdiff_t>(it->second));
+  index_.clear();
+  for (size_t i = 0; i < vars_.size(); ++i) index_.emplace(vars_[i].first, i);
+}
+
 std::vector<std::string> Environment::Entries() const {
   std::vector<std::string> out;
   out.reserve(vars_.size());

@@ -26,6 +26,8 @@ class Environment {
   bool Has(std::string_view name) const { return Get(name) != nullptr; }
   // Replaces the value in place (the entry keeps its position) or appends a new entry.
   void Set(std::string_view name, std::string value);
+  // Removes `name` if set; the other entries keep their order.
+  void Unset(std::string_view name);
   std::vector<std::string> Entries() const;
   size_t size() const { return vars_.size(); }
 

@@ -11,6 +11,7 @@
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
+#include "sys/safe_path.h"
 
 namespace ctrun::logs {
 namespace fs = std::filesystem;
@@ -24,6 +25,7 @@ StatusOr<std::string> MakeTempDir(const std::string& tmpl) {
 }
 
 Status MakeDirs(const std::string& path) {
+  if (std::string why = PlantedSymlink(path); !why.empty()) return Status::Error(path + ": not followed: " + why);
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) return Status::Error("mkdir -p " + path + ": " + ec.message());
@@ -42,6 +44,8 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
   } else {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpdir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+    if (std::string why = PlantedSymlink(tmpdir); !why.empty())
+      return Status::Error("TMPDIR " + tmpdir + ": not followed: " + why);
     auto made = MakeTempDir(tmpdir + "/torchelastic_XXXXXX");
     if (!made.ok()) return made.status();
     root = std::move(*made);

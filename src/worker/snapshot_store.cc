@@ -22,6 +22,7 @@
 #include "base/unique_fd.h"
 #include "crc32c.h"
 #include "sys/posix_util.h"
+#include "sys/safe_path.h"
 
 #if CTRUN_WORKER_HAVE_ZSTD
 #include <zstd.h>
@@ -203,6 +204,8 @@ SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(optio
 #if !CTRUN_WORKER_HAVE_ZSTD
   if (options_.zstd_level != 0) throw SnapshotError("zstd compression requested, but built without zstd");
 #endif
+  if (std::string why = PlantedSymlink(options_.dir); !why.empty())
+    throw SnapshotError("snapshot directory " + options_.dir + " not followed: " + why);
   std::error_code ec;
   std::filesystem::create_directories(options_.dir, ec);
   if (ec) throw SnapshotError("create " + options_.dir + ": " + ec.message());

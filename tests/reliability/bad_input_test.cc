@@ -290,19 +290,6 @@ struct StoreRow {
   std::string message;  // in ctrun's "store: ..." line for this connection
 };
 
-int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // True when the server closes the connection within `ms` (reads until EOF).
 bool ClosedByServer(int fd, int ms) {
   char buf[256];
@@ -346,7 +333,7 @@ TEST(BadStoreMessage, EveryMalformedMessageClosesItsConnectionAndTheJobGoesOn) {
   };
   size_t rejected = 0, lines_before = store_lines().size();
   for (const StoreRow& row : rows) {
-    int fd = Connect(port);
+    int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0) << row.name;
     ASSERT_EQ(::write(fd, row.bytes.data(), row.bytes.size()), static_cast<ssize_t>(row.bytes.size()));
     const bool closed = ClosedByServer(fd, 5000);

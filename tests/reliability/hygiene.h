@@ -54,6 +54,9 @@ std::vector<pid_t> DescendantsRunning(pid_t ancestor, const std::string& exe);
 // The value of `name` in pid's environment ("" when unset or gone).
 std::string EnvOf(pid_t pid, const std::string& name);
 
+// A blocking TCP connection to 127.0.0.1:port (CLOEXEC), or -1.
+int ConnectLoopback(int port);
+
 // Text for a failed expectation: "pid 123 (cmd) state S" for each pid.
 std::string Describe(const std::vector<pid_t>& pids);
 
