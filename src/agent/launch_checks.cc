@@ -125,7 +125,7 @@ std::string ClassifyEntrypoint(LaunchConfig* c) {
   if (::stat(c->entrypoint.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   if (::access(c->entrypoint.c_str(), X_OK) == 0 || !IsPythonText(c->entrypoint)) return "";
   c->python_text_entrypoint = true;
-  return c->entrypoint + " is not executable and holds Python: it runs under Python, as torchrun runs "
+  return c->entrypoint + " is not executable and is a text file: it runs under Python, as torchrun runs "
                          "every entrypoint (chmod +x it, or --no-python, to execute it directly)";
 }
 

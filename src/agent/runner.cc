@@ -583,7 +583,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (!log_dir.ok())
     return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
   // torchrun's default base (/tmp/torchelastic_XXXXXX) is never shown; ctrun names it when it
-  // holds log files, and removes it at the end when it holds only the error files.
+  // holds log files, and removes it at the end of a successful run that wrote none.
   const bool log_files = log_dir->files_enabled() && context.output_flags.redirects.AnySet();
   if (log_files && log_dir->temporary_base())
     spdlog::info("worker log files: {} (no --log_dir given: a new directory, kept after the run)", log_dir->run_dir());
@@ -664,13 +664,15 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   RunOutcome outcome = Report(config, context, agent, hooks);
   recorder.Fill(&outcome);
   const int code = outcome.exit_code;
-  if (log_files && log_dir->temporary_base()) {
-    spdlog::info("worker log files are in {}", log_dir->run_dir());
-  } else if (!log_files) {
+  // A fresh base is kept when it holds log files, or when the run failed: the summary names error
+  // files and saved stacks in it. A successful run's base holds nothing anyone will read: removed.
+  const bool keep_base = log_files || code != 0;
+  if (log_dir->temporary_base() && keep_base) {
+    spdlog::info("{} of this run are in {}", log_files ? "worker log files" : "error files", log_dir->run_dir());
+  } else if (log_dir->temporary_base()) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
   }
-  // A temporary base holding only error files is gone by now: the summary names what is left.
-  if (log_dir->files_enabled() && (log_files || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
+  if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");

@@ -5,8 +5,8 @@
 //
 // - <base> is --log_dir; when absent, a fresh mkdtemp "$TMPDIR/torchelastic_XXXXXX" (torchrun's
 //   default), so TORCHELASTIC_ERROR_FILE can always be set. LogDir removes nothing itself; the
-//   runner says where log files went and removes a fresh base that holds only error files
-//   (RemoveTemporaryBase) once the summary has read them.
+//   runner says where log files went and removes a fresh base after a successful run without log
+//   files (RemoveTemporaryBase).
 // - <run_id>_<random> is made once per agent (mkdtemp), attempt_<n> is removed and recreated on
 //   each (re)start, and every per-rank directory exists even without redirects.
 // - base == "/dev/null" turns files off: every path (error.json included) is "/dev/null" and no

@@ -229,7 +229,7 @@ TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
       RunCommand({CTRUN_BINARY, "--standalone", d / "train", "x"}, {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", d / "train", "x"}));
-  EXPECT_TRUE(Contains(r.err, "is not executable and holds Python: it runs under Python")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "is not executable and is a text file: it runs under Python")) << r.err;
 }
 
 // --- 6. placeholders ---------------------------------------------------------------------------
@@ -353,6 +353,14 @@ TEST(FirstMinuteE2E, TheFreshLogDirectoryIsNamedAtStartAndEndOrRemoved) {
   r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--print", "1"}), {"TMPDIR=" + tmp2.path()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::is_empty(tmp2.path())) << "an unlisted directory was left in " << tmp2.path();
+
+  // A failed run keeps it, and names it: the summary points at error files in it.
+  TempDir tmp3;
+  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--exit", "3"}),
+                 {"TMPDIR=" + tmp3.path()});
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(Contains(r.err, "error files of this run are in " + (tmp3 / "torchelastic_"))) << r.err;
+  EXPECT_FALSE(fs::is_empty(tmp3.path()));
 }
 
 // --- compatibility details -----------------------------------------------------------------------
