@@ -46,6 +46,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return it->second;
   };
   ctrun::CliOutcome out = ctrun::ParseCommandLine(argv, lookup);
+  if (argv.size() == 1) {  // a bare "ctrun": the usage lines, exit 2 (not an error line)
+    Check(out.action == ctrun::CliOutcome::Action::kExit && out.exit_code == 2);
+    Check(out.error.rfind("Usage: ctrun", 0) == 0);
+    return 0;
+  }
   if (out.action == ctrun::CliOutcome::Action::kExit) {
     Check(out.exit_code == 0 || out.exit_code == 2);
     if (out.exit_code == 2) {
