@@ -55,7 +55,7 @@ bool StartedWarm(const RunResult& r) { return r.err.find("--warm: worker server 
 
 // What differs between any two runs by design: the run's own ids, ports and paths, and entropy.
 json Comparable(json j) {
-  for (const char* k : {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}) j["env"].erase(k);
+  for (const char* k : {"MASTER_PORT", "PET_MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}) j["env"].erase(k);
   j.erase("random");
   return j;
 }
