@@ -668,7 +668,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // files and saved stacks in it. A successful run's base holds nothing anyone will read: removed.
   const bool keep_base = log_files || code != 0;
   if (log_dir->temporary_base() && keep_base) {
-    spdlog::info("{} of this run are in {}", log_files ? "worker log files" : "error files", log_dir->run_dir());
+    spdlog::info("{} are in {}", log_files ? "worker log files" : "error files of this run", log_dir->run_dir());
   } else if (log_dir->temporary_base()) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
   }
