@@ -182,6 +182,15 @@ std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
   return f.time;
 }
 
+bool LostAPeer(const WorkerFailure& f) {
+  if (!f.error_data) return false;
+  const std::string& m = f.error_data->message;
+  for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                            "remote process exited", "NCCL communicator was aborted"})
+    if (m.find(words) != std::string::npos) return true;
+  return false;
+}
+
 std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures) {
   std::optional<size_t> best;
   for (size_t i = 0; i < failures.size(); ++i) {
@@ -192,6 +201,13 @@ std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures
       continue;
     }
     const WorkerFailure& b = failures[*best];
+    // A rank whose collective lost its peer failed because another rank went away: the rank that
+    // went away is the root cause even when the peer's error file is older (a crashing rank closes
+    // its sockets while unwinding, before its own error file is written).
+    if (LostAPeer(f) != LostAPeer(b)) {
+      if (!LostAPeer(f)) best = i;
+      continue;
+    }
     auto ft = FailureTime(f), bt = FailureTime(b);
     if (ft < bt || (ft == bt && f.global_rank < b.global_rank)) best = i;
   }

@@ -77,8 +77,14 @@ void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 // the file's modification time when that falls within the same second), else the detection time.
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
 
-// The root cause: the earliest FailureTime() among failures not stopped by ctrun; ties go to the
-// lowest global rank. nullopt when there is none (empty, or every worker was stopped by ctrun).
+// True when the failure's error message says its collective lost a peer (gloo's "Connection
+// closed by peer", a reset or broken pipe, NCCL's remote exit or abort): a consequence of another
+// rank's failure.
+bool LostAPeer(const WorkerFailure& f);
+
+// The root cause among failures not stopped by ctrun: one that did not just lose a peer
+// (LostAPeer) before one that did, then the earliest FailureTime(); ties go to the lowest global
+// rank. nullopt when there is none (empty, or every worker was stopped by ctrun).
 std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures);
 
 struct SummaryOptions {

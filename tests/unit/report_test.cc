@@ -384,6 +384,26 @@ TEST(ReportRootCause, ErrorFileTimestampWinsOverDetectionTime) {
   EXPECT_EQ(JobExitCode(fs), 1);
 }
 
+// A crashing rank closes its sockets while unwinding, before its error file is written: the peer
+// that lost it may write the older file. The rank that did not just lose a peer is the cause.
+TEST(ReportRootCause, ARankThatLostItsPeerIsNotTheRootCause) {
+  std::vector<WorkerFailure> fs = {
+      Failure(1, ExitStatus::Exited(1), At(300)),
+      Failure(2, ExitStatus::Signaled(SIGABRT), At(299)),
+  };
+  fs[0].error_data = ErrorFileContents{};
+  fs[0].error_data->message = "RuntimeError: injected failure at step 14 on rank 1";
+  fs[0].error_data->timestamp = 101;
+  fs[1].error_data = ErrorFileContents{};
+  fs[1].error_data->message = "RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4";
+  fs[1].error_data->timestamp = 100;
+  EXPECT_EQ(ChooseRootCause(fs), 0u);
+  EXPECT_EQ(JobExitCode(fs), 1);
+  // When every failure lost a peer, time decides as before.
+  fs[0].error_data->message = "Connection reset by peer";
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+}
+
 TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
   // Rank 2 threw first; rank 1 died of "connection closed" 3 ms later in the same second.
   std::vector<WorkerFailure> fs = {
