@@ -1,26 +1,19 @@
 #include "gpu/gpu_release.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
-#include "sys/posix_util.h"
+#include "sys/proc_fs.h"
 
 namespace ctrun {
 
 ProcState ReadProcState(pid_t pid) {
   ProcState st;
-  std::string text;
-  if (!ReadFile("/proc/" + std::to_string(pid) + "/stat", &text)) return st;
-  // "pid (comm) S ppid pgrp ...": comm may hold spaces and parentheses; the last ')' ends it.
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) return st;
-  int ppid = 0, pgrp = 0;
-  char state = '?';
-  if (std::sscanf(text.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return st;
+  const std::optional<ProcStat> stat = ReadProcStat("/proc", pid);
+  if (!stat) return st;
   st.exists = true;
-  st.state = state;
-  st.pgrp = pgrp;
+  st.state = stat->state;
+  st.pgrp = stat->pgrp;
   return st;
 }
 

@@ -14,21 +14,16 @@
 #include "agent/launch_checks.h"
 #include "health/hang_watcher.h"
 #include "sys/posix_util.h"
+#include "sys/proc_fs.h"
 
 namespace ctrun::health {
 namespace {
 
 // Field 5 of /proc/<pid>/stat (pgrp), read after the last ')' (the command may contain any byte).
 std::optional<pid_t> ProcessGroupOf(pid_t pid) {
-  std::string stat;
-  if (!ReadFile("/proc/" + std::to_string(pid) + "/stat", &stat)) return std::nullopt;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  char state = 0;
-  int ppid = 0, pgrp = 0;
-  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return std::nullopt;
-  if (state == 'Z') return std::nullopt;  // a zombie has no stack
-  return static_cast<pid_t>(pgrp);
+  const std::optional<ProcStat> st = ReadProcStat("/proc", pid);
+  if (!st || st->state == 'Z') return std::nullopt;  // a zombie has no stack
+  return st->pgrp;
 }
 
 bool IsPython(pid_t pid) {
@@ -60,15 +55,8 @@ StackTools FindStackTools(const std::string* path, std::vector<std::string> env)
 std::vector<pid_t> ProcessesInGroup(pid_t pgid) {
   std::vector<pid_t> out;
   if (ProcessGroupOf(pgid) == pgid) out.push_back(pgid);
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid == pgid) continue;
-    if (ProcessGroupOf(static_cast<pid_t>(pid)) == pgid) out.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(d);
+  for (pid_t pid : NumericEntries("/proc"))
+    if (pid != pgid && ProcessGroupOf(pid) == pgid) out.push_back(pid);
   return out;
 }
 

@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 
+#include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 #include "sys/posix_util.h"
 
@@ -22,16 +22,23 @@ std::vector<pid_t> NumericEntries(const std::string& dir) {
   return out;
 }
 
-std::optional<pid_t> ParentPid(const std::string& proc_root, pid_t pid) {
+std::optional<ProcStat> ReadProcStat(const std::string& proc_root, pid_t pid) {
   std::string stat;
   if (!ReadFile(proc_root + "/" + std::to_string(pid) + "/stat", &stat)) return std::nullopt;
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return std::nullopt;
-  std::istringstream in(stat.substr(close + 1));
-  std::string state;
-  long ppid = 0;
-  if (!(in >> state >> ppid)) return std::nullopt;
-  return static_cast<pid_t>(ppid);
+  ProcStat st;
+  int ppid = 0, pgrp = 0;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &st.state, &ppid, &pgrp) != 3) return std::nullopt;
+  st.ppid = static_cast<pid_t>(ppid);
+  st.pgrp = static_cast<pid_t>(pgrp);
+  return st;
+}
+
+std::optional<pid_t> ParentPid(const std::string& proc_root, pid_t pid) {
+  const std::optional<ProcStat> st = ReadProcStat(proc_root, pid);
+  if (!st) return std::nullopt;
+  return st->ppid;
 }
 
 }  // namespace ctrun
