@@ -6,10 +6,13 @@
 # configuration: clang++ is run on the side, so the rest of the build keeps its compiler. Nothing
 # happens when clang++ or its libFuzzer runtime is missing (the probe result is cached).
 # A longer run, by hand:  build/<dir>/<name> -max_total_time=3600 -rss_limit_mb=2048 <corpus dirs>
+# CTRUN_CLANG_FUZZERS=OFF leaves them out (the test command's sanitizer pass: they are ASan+UBSan
+# builds already and run in its first pass).
+option(CTRUN_CLANG_FUZZERS "Build the libFuzzer targets with clang++ when it is found" ON)
 find_program(CTRUN_CLANGXX NAMES clang++ clang++-14)
 
 function(ctrun_clang_fuzzer_available out)
-  if(NOT CTRUN_CLANGXX)
+  if(NOT CTRUN_CLANG_FUZZERS OR NOT CTRUN_CLANGXX)
     set(${out} OFF PARENT_SCOPE)
     return()
   endif()
