@@ -239,10 +239,12 @@ void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
   f.time = std::chrono::system_clock::now();
   f.error_file = w.error_file;
   f.stopped_by_ctrun = stopped_by_ctrun;
+  if (stopped_by_ctrun) f.stop_sent = stop_sent_;
   f.hang = w.hang;
   f.stacks = w.stacks;
   if (!w.hang.empty()) {  // killed by ctrun because it hung: the failure is the hang, found then
     f.stopped_by_ctrun = false;
+    f.stop_sent.reset();
     f.time = w.hung_at;
   }
   failures_.push_back(std::move(f));
@@ -415,6 +417,7 @@ void Agent::BeginStopping(StopReason reason, int sig) {
   state_ = AgentState::kStopping;
   stop_reason_ = reason;
   stop_signal_ = sig;
+  stop_sent_ = std::chrono::system_clock::now();
   killed_ = sig == SIGKILL;
   EmitStop(reason, sig);
   RefreshGroups();

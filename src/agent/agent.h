@@ -109,6 +109,8 @@ struct FailureRecord {
   std::chrono::system_clock::time_point time;
   std::string error_file;
   bool stopped_by_ctrun = false;
+  // With stopped_by_ctrun: when ctrun sent its stop signal (see WorkerFailure::stop_sent).
+  std::optional<std::chrono::system_clock::time_point> stop_sent;
   std::string hang;    // "hung: no heartbeat for ..." when ctrun found the rank hung
   std::string stacks;  // where its stacks went (or why they did not), with hang
 };
@@ -228,6 +230,7 @@ class Agent final : public rdzv::RendezvousListener {
   AgentState state_ = AgentState::kIdle;
   StopReason stop_reason_ = StopReason::kFailure;
   int stop_signal_ = SIGTERM;
+  std::chrono::system_clock::time_point stop_sent_;  // when BeginStopping signalled the workers
   int restart_count_ = 0;
   int exit_code_ = 0;
   int start_error_code_ = 0;

@@ -67,6 +67,7 @@ WorkerFailure ToWorkerFailure(const FailureRecord& f) {
   w.time = f.time;
   w.error_file = f.error_file;
   w.stopped_by_ctrun = f.stopped_by_ctrun;
+  w.stop_sent = f.stop_sent;
   w.hang = f.hang;
   w.stacks = f.stacks;
   return w;

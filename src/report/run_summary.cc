@@ -90,6 +90,8 @@ std::string OomNote(const SummaryOptions& o) {
 std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& all,
                       std::optional<size_t> root, const SummaryOptions& o) {
   if (!f.hang.empty()) return f.hang;
+  if (f.failed_before_stop)
+    return "failed on its own (its error file predates ctrun's stop signal, which ended it while it exited)";
   if (!f.stopped_by_ctrun) return "failed on its own";
   if (root) return "stopped by ctrun after rank " + std::to_string(all[*root].global_rank) + " failed";
   if (!o.stop_reason.empty()) return "stopped by ctrun (" + o.stop_reason + ")";
@@ -149,6 +151,10 @@ size_t WidestLine(const std::string& text) {
 }  // namespace
 
 void LoadErrorFile(WorkerFailure* f) {
+  if (f->failed_before_stop) {  // decided by an earlier read: decide again from this one
+    f->failed_before_stop = false;
+    f->stopped_by_ctrun = true;
+  }
   f->error_data.reset();
   f->error_file_problem.clear();
   auto r = ReadErrorFile(f->error_file);
@@ -161,6 +167,10 @@ void LoadErrorFile(WorkerFailure* f) {
   f->error_file_mtime_ns.reset();
   if (f->error_data && ::stat(f->error_file.c_str(), &st) == 0)
     f->error_file_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (f->stopped_by_ctrun && f->stop_sent && f->error_data && !LostAPeer(*f) && FailureTime(*f) < *f->stop_sent) {
+    f->stopped_by_ctrun = false;
+    f->failed_before_stop = true;
+  }
 }
 
 void LoadErrorFiles(std::vector<WorkerFailure>* failures) {
@@ -283,6 +293,8 @@ int JobExitCode(const std::vector<WorkerFailure>& failures) {
   std::optional<size_t> root = ChooseRootCause(failures);
   if (!root) return 1;
   if (!failures[*root].hang.empty()) return kExitHung;
+  // Its own exit never came (ctrun's signal ended it): an error file means an uncaught exception.
+  if (failures[*root].failed_before_stop) return 1;
   return failures[*root].status.ShellCode();
 }
 

@@ -55,6 +55,13 @@ struct WorkerFailure {
   std::chrono::system_clock::time_point time;  // when ctrun saw the exit
   std::string error_file;                      // path given to the worker ("" if none)
   bool stopped_by_ctrun = false;               // killed by ctrun during teardown, not a root cause
+  // With stopped_by_ctrun: when ctrun sent its stop signal. A rank whose own error file (not a lost
+  // peer) is older than that failed first and was only finished off by the signal, e.g. a Python
+  // rank that recorded its exception and was still running interpreter shutdown: LoadErrorFile
+  // makes it a failure of its own again.
+  std::optional<std::chrono::system_clock::time_point> stop_sent;
+  // Set by LoadErrorFile when it did so: the status is ctrun's signal, not the rank's own exit.
+  bool failed_before_stop = false;
   bool oom_killed = false;                     // likely OOM-killer victim (see oom.h)
   std::string stderr_tail;                     // last lines of stderr (may be empty)
   std::string hang;                            // "hung: ..." when ctrun found the rank hung
@@ -68,7 +75,8 @@ struct WorkerFailure {
   std::optional<int64_t> error_file_mtime_ns;
 };
 
-// Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h).
+// Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h), and
+// clears stopped_by_ctrun when the file shows the rank failed on its own first (see stop_sent).
 void LoadErrorFile(WorkerFailure* f);
 void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 
@@ -114,8 +122,8 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
                                  const std::string& hostname, const SummaryOptions& options);
 
 // ctrun's exit code for a failed run: the root cause's ShellCode() (exit code, or 128+signal), or
-// kExitHung when the root cause hung; 1 when there are failures but no root cause; 0 when there
-// are no failures.
+// kExitHung when the root cause hung; 1 when the root cause failed before ctrun's signal ended it
+// (failed_before_stop) or there are failures but no root cause; 0 when there are no failures.
 int JobExitCode(const std::vector<WorkerFailure>& failures);
 
 // The agent's own $TORCHELASTIC_ERROR_FILE, like torchrun's @record: the root cause's error file

@@ -404,6 +404,48 @@ TEST(ReportRootCause, ARankThatLostItsPeerIsNotTheRootCause) {
   EXPECT_EQ(ChooseRootCause(fs), 1u);
 }
 
+// Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
+// its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
+// file predates the signal: it failed on its own, and is the root cause.
+TEST(ReportRootCause, ARankWhoseErrorFilePredatesTheStopSignalFailedOnItsOwn) {
+  char tmpl[] = "/tmp/ctrun_report_stop_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto write = [&](const std::string& name, const std::string& message, int64_t ns) {
+    std::string path = std::string(tmpl) + "/" + name;
+    std::ofstream(path) << R"({"message": {"message": ")" << message
+                        << R"(", "extraInfo": {"py_callstack": "c", "timestamp": ")" << ns / 1000000000
+                        << R"(", "ctrun_timestamp_ns": ")" << ns << R"("}}})";
+    return path;
+  };
+  std::vector<WorkerFailure> fs = {
+      Failure(0, ExitStatus::Exited(1), At(300)),
+      Failure(1, ExitStatus::Signaled(SIGTERM), At(300, 600), /*stopped=*/true),
+  };
+  fs[0].error_file = write("r0.json", "RuntimeError: Connection closed by peer [127.0.0.1]:4", 299'900'000'000LL);
+  fs[1].error_file = write("r1.json", "RuntimeError: injected failure", 299'800'000'000LL);
+  fs[1].stop_sent = At(300, 100);
+  LoadErrorFiles(&fs);
+  EXPECT_FALSE(fs[1].stopped_by_ctrun);
+  EXPECT_TRUE(fs[1].failed_before_stop);
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+  EXPECT_EQ(JobExitCode(fs), 1);  // its exception's exit, not ctrun's 128+SIGTERM
+  EXPECT_NE(FormatFailureSummary("w", fs, "h", {}).find("predates ctrun's stop signal"), std::string::npos);
+
+  // A file written after the signal (a handler reacting to it) stays ctrun's doing.
+  fs[1].error_file = write("r1.json", "SystemExit: terminated", 300'200'000'000LL);
+  LoadErrorFiles(&fs);
+  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  EXPECT_EQ(ChooseRootCause(fs), 0u);
+  // So does one that only lost a peer, and one without a file.
+  fs[1].error_file = write("r1.json", "Connection reset by peer", 299'800'000'000LL);
+  LoadErrorFiles(&fs);
+  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  fs[1].error_file = std::string(tmpl) + "/missing.json";
+  LoadErrorFiles(&fs);
+  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
   // Rank 2 threw first; rank 1 died of "connection closed" 3 ms later in the same second.
   std::vector<WorkerFailure> fs = {
