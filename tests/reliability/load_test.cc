@@ -21,6 +21,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+
+// The memory bounds are checked in the uninstrumented build (the test command's first pass). Under
+// ASan most of a process's RSS is the sanitizer's own (shadow memory, a quarantine of freed blocks
+// up to 256 MiB), so the sanitizer pass runs the same loads and checks everything else.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMemoryBounds = false;
+#else
+constexpr bool kMemoryBounds = true;
+#endif
 using ctrun::testing::BackgroundProcess;
 using ctrun::testing::Ctrun;
 using ctrun::testing::ReadEnvFile;
@@ -53,7 +62,7 @@ TEST(Load, TwoHundredFiftySixWorkersThroughFiveRestarts) {
   std::printf("[reliability] load: job gone %.2f s after ctrun's exit\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - gone_start).count());
   EXPECT_LT(seconds, 90.0);
-  EXPECT_LT(peak_kib, 64 * 1024) << "ctrun's peak RSS";
+  if (kMemoryBounds) EXPECT_LT(peak_kib, 64 * 1024) << "ctrun's peak RSS";
   std::printf("[reliability] load: 256 workers x 6 attempts in %.2f s, ctrun peak RSS %ld KiB\n", seconds, peak_kib);
 }
 
@@ -98,8 +107,10 @@ TEST(Load, StoreTakesTenThousandConnectionsAndAGibibyteOfValues) {
   EXPECT_EQ((*back)[0], static_cast<char>(255));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const long peak = PeakRssKib(server.pid());
-  EXPECT_LT(peak, rss_start + 256 * 1024) << "the store's memory grew with what it should have dropped";
-  EXPECT_LT(rss_connected - rss_start, 256 * 1024) << "10,000 idle connections";
+  if (kMemoryBounds) {
+    EXPECT_LT(peak, rss_start + 256 * 1024) << "the store's memory grew with what it should have dropped";
+    EXPECT_LT(rss_connected - rss_start, 256 * 1024) << "10,000 idle connections";
+  }
   std::printf("[reliability] load: store with 10000 connections: RSS %ld -> %ld KiB; 1 GiB of values in %.2f s, "
               "peak RSS %ld KiB\n",
               rss_start, rss_connected, seconds, peak);
