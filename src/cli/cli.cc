@@ -118,7 +118,8 @@ constexpr std::array kOptions = {
               "agent and refuses it."},
     // --- Logs ---
     OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
-              "Base directory for the workers' log files (default: a fresh /tmp directory)."},
+              "Base directory for the workers' log files (default, and when empty: a fresh /tmp directory; "
+              "/dev/null: no files, refused with --redirects of a stream not also tee'd)."},
     OptionDef{"redirects", 'r', Kind::kValue, "PET_REDIRECTS", "0|1|2|3|MAP", "0", Group::kLogs,
               "Send worker output to files in the log dir instead of the console: 0 none, 1 stdout, "
               "2 stderr, 3 both, or a MAP per local rank, e.g. 0:3,1:2."},

@@ -22,6 +22,12 @@ StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& c, const char* env_te
   if (!rf.ok()) return rf.status();
   auto pf = PrefixFormat::Choose(c.log_prefix, env_template, t->AnySet());
   if (!pf.ok()) return Status::Error("--log-prefix / TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: " + pf.message());
+  // torchrun's os.devnull log dir turns log files off: a stream redirected to a file and not also
+  // tee'd to the console would be discarded without a word. Refused instead.
+  if (c.log_dir && *c.log_dir == kDevNull && !r->CoveredBy(*t))
+    return Status::Error("--redirects " + c.redirects + " with --log_dir " + kDevNull +
+                         ": the redirected worker output would be discarded (/dev/null turns log files off); "
+                         "give a log directory, or --tee to keep it on the console");
   p.tee = *t;
   p.redirects = r->Or(*t);
   p.local_filter = *lf;

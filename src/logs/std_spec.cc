@@ -77,6 +77,15 @@ bool StdSpec::AnySet() const {
   return false;
 }
 
+bool StdSpec::CoveredBy(const StdSpec& other) const {
+  auto subset = [](Std a, Std b) { return (a | b) == b; };
+  // Ranks listed in neither map get all_ and other.all_; other's listed ranks only add to that.
+  if (!subset(all_, other.all_)) return false;
+  for (const auto& [rank, v] : per_rank_)
+    if (!subset(all_ | v, other.ForRank(rank))) return false;
+  return true;
+}
+
 StatusOr<RankFilter> RankFilter::Parse(std::string_view text, std::string_view flag) {
   RankFilter f;
   std::string_view t = Trim(text);

@@ -35,6 +35,8 @@ class StdSpec {
   // Rank-wise OR (torchrun ORs tee into redirects).
   StdSpec Or(const StdSpec& other) const;
   bool AnySet() const;
+  // Every stream this spec sets for a rank, `other` sets for that rank too.
+  bool CoveredBy(const StdSpec& other) const;
 
  private:
   Std all_ = Std::kNone;         // applies to every rank (OR-ed with per_rank_)

@@ -3,9 +3,7 @@
 #include "rendezvous/curl_api.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -14,110 +12,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-// --- wire encoding -----------------------------------------------------------------------------
-
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string B64(std::string_view in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += kB64[(v >> s) & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
-    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-// Lenient decoder: skips padding; the gateway only ever sends well-formed standard base64.
-std::string UnB64(std::string_view in) {
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char ch : in) {
-    const char* p = ch ? std::strchr(kB64, ch) : nullptr;
-    if (!p) continue;
-    acc = (acc << 6) | uint32_t(p - kB64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += char((acc >> bits) & 0xff);
-    }
-  }
-  return out;
-}
-
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-const Json& Field(const Json& j, const char* key) {
-  static const Json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-
-// int64 fields arrive as JSON strings (proto3 JSON); absent means 0.
-int64_t Int(const Json& j, const char* key) {
-  const Json& v = Field(j, key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (!v.is_string()) return 0;
-  const std::string& s = v.get_ref<const std::string&>();
-  int64_t out = 0;
-  std::from_chars(s.data(), s.data() + s.size(), out);
-  return out;
-}
-
-std::string Str(const Json& j, const char* key) {
-  const Json& v = Field(j, key);
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-bool Bool(const Json& j, const char* key) {
-  const Json& v = Field(j, key);
-  return v.is_boolean() && v.get<bool>();
-}
-
-EtcdKeyValue ParseKv(const Json& j) {
-  EtcdKeyValue kv;
-  kv.key = UnB64(Str(j, "key"));
-  kv.value = UnB64(Str(j, "value"));
-  kv.create_revision = Int(j, "create_revision");
-  kv.mod_revision = Int(j, "mod_revision");
-  kv.version = Int(j, "version");
-  kv.lease = Int(j, "lease");
-  return kv;
-}
-
-int64_t Revision(const Json& j) { return Int(Field(j, "header"), "revision"); }
-
-// etcd's message from an error body: {"error": "...", "message": "...", "code": n} for unary
-// calls, {"error": {"grpc_code": n, "http_code": n, "message": "..."}} inside streams.
-std::string ErrorMessage(const std::string& body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (j.is_object()) {
-    const Json& err = Field(j, "error");
-    if (err.is_object()) return Str(err, "message");
-    if (std::string m = Str(j, "message"); !m.empty()) return m;
-    if (err.is_string()) return err.get<std::string>();
-  }
-  std::string raw = body.substr(0, 200);
-  while (!raw.empty() && (raw.back() == '\n' || raw.back() == '\r')) raw.pop_back();
-  return raw.empty() ? "(empty answer)" : raw;
-}
-
 bool Has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
-
-bool IsTokenError(long status, const std::string& msg) {
-  return status == 401 || Has(msg, "invalid auth token") || Has(msg, "user name is empty");
-}
 
 std::string SecondsText(Duration d) {
   char buf[32];
@@ -152,8 +49,8 @@ const char* SortTargetName(EtcdSortTarget t) {
 }
 
 Json KeyRange(const std::string& key, bool prefix) {
-  Json j = {{"key", B64(key)}};
-  if (prefix) j["range_end"] = B64(EtcdPrefixEnd(key));
+  Json j = {{"key", EtcdBase64(key)}};
+  if (prefix) j["range_end"] = EtcdBase64(EtcdPrefixEnd(key));
   return j;
 }
 
@@ -206,7 +103,7 @@ struct EtcdClient::Call {
   std::string token_used;
   CurlLoop::TransferId transfer = 0;
   TimerQueue::TimerId timer = 0;
-  std::function<void(StatusOr<Json>)> done;
+  std::function<void(StatusOr<std::string>)> done;
 };
 
 struct EtcdClient::WatchState {
@@ -295,7 +192,7 @@ Duration EtcdClient::AttemptTimeout(int failures) const {
 }
 
 uint64_t EtcdClient::Request(std::string path, const Json& body, bool with_token,
-                             std::function<void(StatusOr<Json>)> done) {
+                             std::function<void(StatusOr<std::string>)> done) {
   auto c = std::make_unique<Call>();
   const uint64_t id = c->id = next_id_++;
   c->path = std::move(path);
@@ -346,29 +243,24 @@ void EtcdClient::OnAttemptDone(uint64_t id, HttpResult r) {
     return RetryCall(c, r.error.message());
   }
   const std::string where = "etcd " + c.path + " at " + endpoints_[c.endpoint] + ": ";
-  Json j;
-  std::string msg;
-  if (r.status == 200) {
-    j = Json::parse(r.body, nullptr, false);
-    if (!j.is_object()) return FinishCall(id, Status::Error(where + "unreadable answer: " + r.body.substr(0, 200)));
-    const Json& stream_error = Field(j, "error");  // streaming calls (keepalive) answer errors so
-    if (!stream_error.is_object()) return FinishCall(id, std::move(j));
-    msg = Str(stream_error, "message");
-    r.status = Int(stream_error, "http_code");
-  } else {
-    msg = ErrorMessage(r.body);
+  EtcdAnswer answer = ClassifyEtcdAnswer(r.status, r.body);
+  switch (answer.verdict) {
+    case EtcdVerdict::kOk:
+      return FinishCall(id, std::move(r.body));
+    case EtcdVerdict::kAuth:
+      if (c.with_token && !options_.user.empty() && c.auth_retries < 3) {
+        ++c.auth_retries;  // the token expired (or etcd restarted and forgot it): log in again
+        InvalidateToken(c.token_used);
+        return Attempt(id);
+      }
+      if (options_.user.empty()) answer.message += " (etcd requires authentication: configure a user and password)";
+      return FinishCall(id, Status::Error(where + answer.message));
+    case EtcdVerdict::kRetry:
+      return RetryCall(c, where + "HTTP " + std::to_string(answer.status) + ": " + answer.message);
+    case EtcdVerdict::kFail:
+      break;
   }
-  if (IsTokenError(r.status, msg)) {
-    if (c.with_token && !options_.user.empty() && c.auth_retries < 3) {
-      ++c.auth_retries;  // the token expired (or etcd restarted and forgot it): log in again
-      InvalidateToken(c.token_used);
-      return Attempt(id);
-    }
-    if (options_.user.empty()) msg += " (etcd requires authentication: configure a user and password)";
-    return FinishCall(id, Status::Error(where + msg));
-  }
-  if (r.status >= 500 || r.status == 429) return RetryCall(c, where + "HTTP " + std::to_string(r.status) + ": " + msg);
-  FinishCall(id, Status::Error(where + msg));
+  FinishCall(id, Status::Error(where + answer.message));
 }
 
 void EtcdClient::RetryCall(Call& c, std::string why) {
@@ -383,7 +275,7 @@ void EtcdClient::RetryCall(Call& c, std::string why) {
   });
 }
 
-void EtcdClient::FinishCall(uint64_t id, StatusOr<Json> result) {
+void EtcdClient::FinishCall(uint64_t id, StatusOr<std::string> result) {
   auto it = calls_.find(id);
   if (it == calls_.end()) return;
   std::unique_ptr<Call> c = std::move(it->second);
@@ -414,14 +306,15 @@ void EtcdClient::Authenticate() {
   authenticating_ = true;
   Json body = {{"name", options_.user}, {"password", options_.password}};
   Request("/v3/auth/authenticate", body, /*with_token=*/false,
-          [this](StatusOr<Json> answer) { OnAuthenticated(std::move(answer)); });
+          [this](StatusOr<std::string> answer) { OnAuthenticated(std::move(answer)); });
 }
 
-void EtcdClient::OnAuthenticated(StatusOr<Json> answer) {
+void EtcdClient::OnAuthenticated(StatusOr<std::string> body) {
   authenticating_ = false;
   Status st;
+  StatusOr<std::string> answer = body.ok() ? DecodeEtcdAuthToken(*body) : body.status();
   if (answer.ok()) {
-    token_ = Str(*answer, "token");
+    token_ = std::move(*answer);
     have_token_ = true;
   } else if (Has(answer.message(), "authentication is not enabled")) {
     token_.clear();  // the server does not check tokens: go without
@@ -452,62 +345,41 @@ void EtcdClient::Range(EtcdRangeRequest req, Callback<EtcdRangeResult> done) {
     body["sort_order"] = SortOrderName(req.sort_order);
     body["sort_target"] = SortTargetName(req.sort_target);
   }
-  Request("/v3/kv/range", body, true, [done = std::move(done)](StatusOr<Json> r) {
+  Request("/v3/kv/range", body, true, [done = std::move(done)](StatusOr<std::string> r) {
     if (!r.ok()) return done(r.status());
-    EtcdRangeResult out;
-    out.revision = Revision(*r);
-    const Json& kvs = Field(*r, "kvs");
-    if (kvs.is_array())
-      for (const Json& kv : kvs) out.kvs.push_back(ParseKv(kv));
-    out.count = Int(*r, "count");
-    out.more = Bool(*r, "more");
-    done(std::move(out));
+    done(DecodeEtcdRange(*r));
   });
 }
 
 void EtcdClient::Put(std::string key, std::string value, int64_t lease, Callback<int64_t> done) {
-  Json body = {{"key", B64(key)}, {"value", B64(value)}};
+  Json body = {{"key", EtcdBase64(key)}, {"value", EtcdBase64(value)}};
   if (lease) body["lease"] = std::to_string(lease);
-  Request("/v3/kv/put", body, true, [done = std::move(done)](StatusOr<Json> r) {
+  Request("/v3/kv/put", body, true, [done = std::move(done)](StatusOr<std::string> r) {
     if (!r.ok()) return done(r.status());
-    done(Revision(*r));
+    done(DecodeEtcdRevision(*r));
   });
 }
 
 void EtcdClient::CreateIfAbsent(std::string key, std::string value, int64_t lease,
                                 Callback<EtcdCreateResult> done) {
-  Json put = {{"key", B64(key)}, {"value", B64(value)}};
+  Json put = {{"key", EtcdBase64(key)}, {"value", EtcdBase64(value)}};
   if (lease) put["lease"] = std::to_string(lease);
   Json body = {
-      {"compare", Json::array({{{"key", B64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+      {"compare", Json::array({{{"key", EtcdBase64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
       {"success", Json::array({{{"request_put", put}}})},
-      {"failure", Json::array({{{"request_range", {{"key", B64(key)}}}}})},
+      {"failure", Json::array({{{"request_range", {{"key", EtcdBase64(key)}}}}})},
   };
   Request("/v3/kv/txn", body,
-          true, [done = std::move(done), key = std::move(key), value = std::move(value), lease](StatusOr<Json> r) {
+          true, [done = std::move(done), key = std::move(key), value = std::move(value), lease](StatusOr<std::string> r) {
             if (!r.ok()) return done(r.status());
-            EtcdCreateResult out;
-            out.revision = Revision(*r);
-            out.created = Bool(*r, "succeeded");
-            if (out.created) {
-              out.kv = EtcdKeyValue{key, value, out.revision, out.revision, 1, lease};
-              return done(std::move(out));
-            }
-            const Json& responses = Field(*r, "responses");
-            const Json& kvs = responses.is_array() && !responses.empty()
-                                  ? Field(Field(responses[0], "response_range"), "kvs")
-                                  : Field(*r, "none");
-            if (!kvs.is_array() || kvs.empty())
-              return done(Status::Error("etcd txn on " + key + ": neither created nor found"));
-            out.kv = ParseKv(kvs[0]);
-            done(std::move(out));
+            done(DecodeEtcdCreate(*r, key, value, lease));
           });
 }
 
 void EtcdClient::DeleteRange(std::string key, bool prefix, Callback<EtcdDeleteResult> done) {
-  Request("/v3/kv/deleterange", KeyRange(key, prefix), true, [done = std::move(done)](StatusOr<Json> r) {
+  Request("/v3/kv/deleterange", KeyRange(key, prefix), true, [done = std::move(done)](StatusOr<std::string> r) {
     if (!r.ok()) return done(r.status());
-    done(EtcdDeleteResult{Revision(*r), Int(*r, "deleted")});
+    done(DecodeEtcdDelete(*r));
   });
 }
 
@@ -515,29 +387,29 @@ void EtcdClient::DeleteRange(std::string key, bool prefix, Callback<EtcdDeleteRe
 
 void EtcdClient::LeaseGrant(int64_t ttl_seconds, Callback<EtcdLease> done) {
   Json body = {{"TTL", std::to_string(ttl_seconds)}};
-  Request("/v3/lease/grant", body, true, [done = std::move(done)](StatusOr<Json> r) {
+  Request("/v3/lease/grant", body, true, [done = std::move(done)](StatusOr<std::string> r) {
     if (!r.ok()) return done(r.status());
-    if (std::string err = Str(*r, "error"); !err.empty()) return done(Status::Error("etcd lease grant: " + err));
-    done(EtcdLease{Int(*r, "ID"), Int(*r, "TTL")});
+    done(DecodeEtcdLeaseGrant(*r));
   });
 }
 
 void EtcdClient::LeaseRevoke(int64_t lease, Callback<int64_t> done) {
   Json body = {{"ID", std::to_string(lease)}};
-  Request("/v3/lease/revoke", body, true, [done = std::move(done)](StatusOr<Json> r) {
+  Request("/v3/lease/revoke", body, true, [done = std::move(done)](StatusOr<std::string> r) {
     if (!r.ok() && Has(r.message(), "requested lease not found")) return done(int64_t{0});
     if (!r.ok()) return done(r.status());
-    done(Revision(*r));
+    done(DecodeEtcdRevision(*r));
   });
 }
 
 void EtcdClient::LeaseKeepAliveOnce(int64_t lease, Callback<int64_t> done) {
   // A bidirectional stream in gRPC; through the gateway one request gets one answer and the end.
   Json body = {{"ID", std::to_string(lease)}};
-  Request("/v3/lease/keepalive", body, true, [done = std::move(done), lease](StatusOr<Json> r) {
+  Request("/v3/lease/keepalive", body, true, [done = std::move(done), lease](StatusOr<std::string> r) {
     if (!r.ok()) return done(r.status());
-    int64_t ttl = Int(Field(*r, "result"), "TTL");
-    if (ttl <= 0) return done(Status::Error("etcd lease " + std::to_string(lease) + " expired or was revoked"));
+    StatusOr<int64_t> ttl = DecodeEtcdKeepAlive(*r);
+    if (!ttl.ok()) return done(ttl.status());
+    if (*ttl <= 0) return done(Status::Error("etcd lease " + std::to_string(lease) + " expired or was revoked"));
     done(ttl);
   });
 }
@@ -567,13 +439,14 @@ void EtcdClient::KeepAliveTick(KeepAliveId id) {
   k.timer = 0;
   const TimePoint sent = loop_->Now();
   Json body = {{"ID", std::to_string(k.lease)}};
-  k.call = Request("/v3/lease/keepalive", body, true, [this, id, sent](StatusOr<Json> r) {
+  k.call = Request("/v3/lease/keepalive", body, true, [this, id, sent](StatusOr<std::string> r) {
     auto it = keepalives_.find(id);
     if (it == keepalives_.end()) return;
     KeepAlive& ka = *it->second;
     ka.call = 0;
-    Status st = r.status();
-    if (st.ok() && Int(Field(*r, "result"), "TTL") <= 0)
+    StatusOr<int64_t> ttl = r.ok() ? DecodeEtcdKeepAlive(*r) : r.status();
+    Status st = ttl.status();
+    if (st.ok() && *ttl <= 0)
       st = Status::Error("etcd lease " + std::to_string(ka.lease) + " expired or was revoked");
     if (!st.ok()) {
       auto on_lost = std::move(ka.on_lost);
@@ -654,52 +527,41 @@ void EtcdClient::OnWatchData(WatchId id, std::string_view chunk) {
 
 bool EtcdClient::OnWatchMessage(WatchId id, const std::string& line) {
   WatchState& w = *watches_.at(id);
-  const Json j = Json::parse(line, nullptr, false);
-  if (!j.is_object()) {
-    RetryWatch(w, "unreadable watch message: " + line.substr(0, 200));
+  StatusOr<EtcdWatchMessage> decoded = DecodeEtcdWatchMessage(line);
+  if (!decoded.ok()) {
+    RetryWatch(w, decoded.message());
     return false;
   }
-  if (const Json& err = Field(j, "error"); !err.is_null()) {
-    std::string msg = err.is_object() ? Str(err, "message") : Dump(err);
-    RetryWatch(w, "etcd watch stream error: " + msg, IsTokenError(Int(err, "http_code"), msg));
-    return false;
-  }
-  const Json& res = Field(j, "result");
-  if (Bool(res, "canceled")) {
-    const std::string reason = Str(res, "cancel_reason");
-    if (int64_t compacted = Int(res, "compact_revision"); compacted > 0) {
-      FailWatch(id, Status::Error("etcd watch on " + w.request.key + ": revision " + std::to_string(w.next_revision) +
-                                  " was compacted (oldest kept: " + std::to_string(compacted) + ")"));
+  EtcdWatchMessage& m = *decoded;
+  using Kind = EtcdWatchMessage::Kind;
+  switch (m.kind) {
+    case Kind::kError:
+      RetryWatch(w, "etcd watch stream error: " + m.text, m.token_error);
       return false;
-    }
-    if (Has(reason, "permission denied")) {
-      FailWatch(id, Status::Error("etcd watch on " + w.request.key + ": " + reason));
+    case Kind::kCanceled:
+      if (m.compact_revision > 0) {
+        FailWatch(id, Status::Error("etcd watch on " + w.request.key + ": revision " + std::to_string(w.next_revision) +
+                                    " was compacted (oldest kept: " + std::to_string(m.compact_revision) + ")"));
+      } else if (Has(m.text, "permission denied")) {
+        FailWatch(id, Status::Error("etcd watch on " + w.request.key + ": " + m.text));
+      } else {
+        RetryWatch(w, "etcd canceled the watch: " + m.text, m.token_error);
+      }
       return false;
-    }
-    RetryWatch(w, "etcd canceled the watch: " + reason, IsTokenError(0, reason));
-    return false;
+    case Kind::kCreated:
+      w.failures = 0;
+      w.auth_retries = 0;
+      if (w.next_revision == 0) w.next_revision = m.revision + 1;  // "from now" is now pinned
+      return true;
+    case Kind::kProgress:
+      // Every event up to its revision has been sent.
+      if (w.next_revision > 0) w.next_revision = std::max(w.next_revision, m.revision + 1);
+      return true;
+    case Kind::kEvents:
+      break;
   }
-  if (Bool(res, "created")) {
-    w.failures = 0;
-    w.auth_retries = 0;
-    if (w.next_revision == 0) w.next_revision = Revision(res) + 1;  // "from now" is now pinned
-    return true;
-  }
-  const Json& events = Field(res, "events");
-  if (!events.is_array() || events.empty()) {
-    // A progress notice: every event up to its revision has been sent.
-    if (w.next_revision > 0) w.next_revision = std::max(w.next_revision, Revision(res) + 1);
-    return true;
-  }
-  std::vector<EtcdWatchEvent> out;
-  for (const Json& ev : events) {
-    EtcdWatchEvent e;
-    e.type = Str(ev, "type") == "DELETE" ? EtcdEventType::kDelete : EtcdEventType::kPut;
-    e.kv = ParseKv(Field(ev, "kv"));
-    w.next_revision = std::max(w.next_revision, e.kv.mod_revision + 1);
-    out.push_back(std::move(e));
-  }
-  DeliverEvents(id, std::move(out));
+  for (const EtcdWatchEvent& e : m.events) w.next_revision = std::max(w.next_revision, e.kv.mod_revision + 1);
+  DeliverEvents(id, std::move(m.events));
   return true;  // OnWatchData looks the watch up again
 }
 
@@ -718,8 +580,8 @@ void EtcdClient::OnWatchEnd(WatchId id, HttpResult res) {
     return RetryWatch(w, res.error.message());
   }
   if (res.status == 200) return RetryWatch(w, "etcd closed the watch stream");
-  const std::string msg = "HTTP " + std::to_string(res.status) + ": " + ErrorMessage(res.body);
-  const bool auth = IsTokenError(res.status, msg);
+  const std::string msg = "HTTP " + std::to_string(res.status) + ": " + EtcdErrorMessage(res.body);
+  const bool auth = IsEtcdTokenError(res.status, msg);
   if (auth || res.status >= 500 || res.status == 429) return RetryWatch(w, msg, auth);
   FailWatch(id, Status::Error("etcd watch on " + w.request.key + " at " + endpoints_[w.endpoint] + ": " + msg));
 }

@@ -40,6 +40,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "rendezvous/curl_loop.h"
+#include "rendezvous/etcd_response.h"
 #include "sys/event_loop.h"
 
 namespace ctrun::rdzv {
@@ -55,15 +56,6 @@ struct EtcdOptions {
   Duration retry_deadline = Seconds(30);  // failing over and retrying stops after this
 };
 
-struct EtcdKeyValue {
-  std::string key;
-  std::string value;
-  int64_t create_revision = 0;
-  int64_t mod_revision = 0;
-  int64_t version = 0;
-  int64_t lease = 0;
-};
-
 enum class EtcdSortOrder { kNone, kAscend, kDescend };
 enum class EtcdSortTarget { kKey, kVersion, kCreate, kMod, kValue };
 
@@ -73,37 +65,6 @@ struct EtcdRangeRequest {
   int64_t limit = 0;    // 0: all
   EtcdSortOrder sort_order = EtcdSortOrder::kNone;
   EtcdSortTarget sort_target = EtcdSortTarget::kKey;
-};
-
-struct EtcdRangeResult {
-  int64_t revision = 0;  // the store's revision when the range was read
-  std::vector<EtcdKeyValue> kvs;
-  int64_t count = 0;  // keys in the range (before limit)
-  bool more = false;  // the limit cut the answer short
-};
-
-// CreateIfAbsent's answer: one transaction (compare create_revision(key) == 0: put, else: range).
-struct EtcdCreateResult {
-  int64_t revision = 0;
-  bool created = false;  // this request wrote the key
-  EtcdKeyValue kv;       // the key as it now is (ours when created; revisions only then = revision)
-};
-
-struct EtcdDeleteResult {
-  int64_t revision = 0;
-  int64_t deleted = 0;
-};
-
-struct EtcdLease {
-  int64_t id = 0;
-  int64_t ttl = 0;  // seconds granted (etcd raises small TTLs to its minimum)
-};
-
-enum class EtcdEventType { kPut, kDelete };
-
-struct EtcdWatchEvent {
-  EtcdEventType type = EtcdEventType::kPut;
-  EtcdKeyValue kv;  // for kDelete: key and mod_revision only
 };
 
 struct EtcdWatchRequest {
@@ -163,20 +124,20 @@ class EtcdClient {
   EtcdClient(EventLoop* loop, EtcdOptions options, std::vector<std::string> endpoints);
 
   // One logical request: attempts on endpoints until success, a final error, or its deadline.
-  // `done` gets the parsed response object.
+  // `done` gets the body of a successful answer (decode it with etcd_response.h).
   uint64_t Request(std::string path, const Json& body, bool with_token,
-                   std::function<void(StatusOr<Json>)> done);
+                   std::function<void(StatusOr<std::string>)> done);
   void Attempt(uint64_t id);
   void OnAttemptDone(uint64_t id, HttpResult result);
   void RetryCall(Call& c, std::string why);
-  void FinishCall(uint64_t id, StatusOr<Json> result);
+  void FinishCall(uint64_t id, StatusOr<std::string> result);
   void CancelCall(uint64_t id);
 
   // Authentication: runs `waiter` once a token is there (Ok) or authentication failed (error).
   bool NeedsToken() const;
   void WaitForToken(TokenWaiter waiter);
   void Authenticate();
-  void OnAuthenticated(StatusOr<Json> answer);
+  void OnAuthenticated(StatusOr<std::string> answer);
   void InvalidateToken(const std::string& used);
 
   void AttemptWatch(uint64_t id);

@@ -43,6 +43,19 @@ TEST(StdSpec, BadSpecsNameTheFlag) {
   }
 }
 
+TEST(StdSpec, CoveredByComparesEveryRank) {
+  auto covered = [](const char* a, const char* b) { return StdSpec::Parse(a)->CoveredBy(*StdSpec::Parse(b)); };
+  EXPECT_TRUE(covered("0", "0"));
+  EXPECT_TRUE(covered("3", "3"));
+  EXPECT_TRUE(covered("1", "3"));
+  EXPECT_FALSE(covered("3", "1"));
+  EXPECT_FALSE(covered("1", "0:3"));  // rank 1 and up are not covered
+  EXPECT_TRUE(covered("0:1,1:2", "3"));
+  EXPECT_TRUE(covered("0:1,1:2", "0:1,1:2,2:3"));
+  EXPECT_FALSE(covered("0:1,1:2", "0:1,1:1"));
+  EXPECT_FALSE(covered("0:1", "0:2"));
+}
+
 TEST(StdSpec, TeeIsOredIntoRedirects) {
   auto r = *StdSpec::Parse("0:1,2:2");
   auto t = *StdSpec::Parse("0:2,1:1");

@@ -141,6 +141,24 @@ TEST(OutputPlan, DevNullLogDir) {
   EXPECT_FALSE(p[1].err.console);
 }
 
+TEST(OutputPlan, RedirectsThatADevNullLogDirWouldDiscardAreRefused) {
+  LaunchConfig c;
+  c.log_dir = "/dev/null";
+  EXPECT_TRUE(ParseOutputFlags(c, nullptr).ok());  // files off, nothing redirected: fine
+  c.redirects = "3";
+  auto r = ParseOutputFlags(c, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.message(),
+            "--redirects 3 with --log_dir /dev/null: the redirected worker output would be discarded (/dev/null "
+            "turns log files off); give a log directory, or --tee to keep it on the console");
+  c.tee = "3";  // tee'd: the console still shows everything
+  EXPECT_TRUE(ParseOutputFlags(c, nullptr).ok());
+  c.tee = "0:3";
+  EXPECT_FALSE(ParseOutputFlags(c, nullptr).ok());
+  c.log_dir = "/tmp/logs";
+  EXPECT_TRUE(ParseOutputFlags(c, nullptr).ok());
+}
+
 TEST(OutputPlan, BadFlagsAreErrors) {
   LaunchConfig c;
   c.tee = "0:5";

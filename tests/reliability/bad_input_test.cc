@@ -101,6 +101,11 @@ const std::vector<Row>& Table() {
       {"cli", {"/tmp"}, {}, 2, "cannot execute /tmp: is a directory"},
       {"cli", {"--log_dir=/proc/forbidden", "@W"}, {}, 1, "cannot create the log directory: mkdir -p /proc/forbidden"},
       {"cli", {"--log_dir=/etc/passwd", "@W"}, {}, 1, "cannot create the log directory: mkdir -p /etc/passwd"},
+      {"cli", {"--redirects=3", "--log_dir=/dev/null", "@W"}, {}, 2,
+       "--redirects 3 with --log_dir /dev/null: the redirected worker output would be discarded"},
+      {"cli", {"--redirects=0:1", "--tee=0:2", "--log_dir=/dev/null", "@W"}, {}, 2,
+       "--redirects 0:1 with --log_dir /dev/null"},
+      {"env", {"@W"}, {"PET_REDIRECTS=2", "PET_LOG_DIR=/dev/null"}, 2, "--redirects 2 with --log_dir /dev/null"},
       // --- environment values ------------------------------------------------------------------
       {"env", {"@W"}, {"PET_NPROC_PER_NODE=zero"}, 2, "invalid value 'zero' for PET_NPROC_PER_NODE"},
       {"env", {"@W"}, {"PET_NNODES=2:1"}, 2, "invalid value '2:1' for PET_NNODES"},

@@ -7,7 +7,9 @@
 // snapshots; SIGKILL of a rank while it writes a snapshot (inotify on the rank's snapshot dir sees
 // the temp file being created); a full disk under the snapshot directory (a small tmpfs); an agent
 // of a two-node job SIGKILLed and started again; SIGSTOP of a rank with hang detection (needs
-// --heartbeat-timeout; skipped with the reason when this ctrun lacks it); train.py with crashes at
+// --heartbeat-timeout; skipped with the reason when this ctrun lacks it); the network link of one
+// node of a two-node job (network namespaces, gloo across them) cut for a few seconds and restored
+// (skipped with the reason without root or `ip netns`); train.py with crashes at
 // snapshot boundaries (train.py is not bit-identical after a crash between snapshots yet, so it
 // gets no randomly timed kill).
 // Every test prints "[reliability] chaos <name>: faults injected N, survived M".
@@ -32,6 +34,7 @@
 #include "helpers/free_port.h"
 #include "helpers/test_util.h"
 #include "reliability/hygiene.h"
+#include "rendezvous/e2e/netns_util.h"
 
 namespace ctrun::reliability {
 namespace {
@@ -324,6 +327,81 @@ TEST_F(Chaos, AgentOfATwoNodeJobSigkilledAndStartedAgain) {
   const bool same = ReadFileOr(dir_ / "final") == Reference();
   EXPECT_TRUE(same) << "parameters differ from the failure-free run";
   if (same) t.survived = t.injected;
+}
+
+// Two nodes in network namespaces joined by a bridge (rendezvous and gloo cross it); node 1's
+// cable is pulled at the bridge for longer than the heartbeat deadline and the store read
+// timeout, then plugged in again. Node 0 drops node 1 (missed heartbeats), stops its rank and
+// waits for a second node; node 1's agent, cut off from the store, ends by itself and stops its
+// rank. Once the link is back a fresh agent on node 1 (what a node's supervisor does) joins, and
+// the job resumes from the snapshots.
+TEST_F(Chaos, LinkOfOneNodeCutAndRestored) {
+  Tally t{"multinode-link-cut"};
+  ctrun::testing::NetnsCluster net(16, 2);
+  if (!net.ok()) GTEST_SKIP() << "no network namespaces here (needs root and `ip netns`): " << net.error();
+  const std::string endpoint = net.Addr(0) + ":29400";  // each node has its own network: no clash
+  auto agent = [&] {
+    return Concat({CTRUN_BINARY, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                   "--rdzv_endpoint=" + endpoint, "--rdzv_id=chaoscut",
+                   "--rdzv_conf=join_timeout=60,last_call_timeout=1,keep_alive_interval=0.2,"
+                   "keep_alive_max_attempt=5,read_timeout=2",
+                   "--max_restarts=5", "--shutdown-timeout=5"},
+                  Train(dir_ / "snap", "final"));
+  };
+  // Gloo would take the address the host name resolves to; the node's interface is named instead.
+  const std::vector<std::string> env = Concat(Env(), {"GLOO_SOCKET_IFNAME=eth0"});
+  auto& a0 = net.Start("n0", 0, agent(), env, dir_ / "n0.out", dir_ / "n0.err");
+  auto& a1 = net.Start("n1", 1, agent(), env, dir_ / "n1.out", dir_ / "n1.err");
+  auto logs = [&] {
+    std::string all;
+    for (const char* f : {"n0.err", "n1.err", "n1b.err"}) all += std::string("--- ") + f + "\n" + ReadFileOr(dir_ / f);
+    return all;
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return HasSnapshot(dir_ / "snap/rank0") && HasSnapshot(dir_ / "snap/rank1") &&
+               DescendantsRunning(a0.pid(), TRAIN_BINARY).size() == 1 &&
+               DescendantsRunning(a1.pid(), TRAIN_BINARY).size() == 1;
+      },
+      120s))
+      << logs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng_)));
+  ASSERT_EQ(net.CutLink(1, /*at_bridge=*/true), "");
+  ++t.injected;
+  const auto cut_at = std::chrono::steady_clock::now();
+  ASSERT_FALSE(fs::exists(dir_ / "final")) << "the job finished before the link was cut";
+  // Down for 5 s: past node 0's 1 s heartbeat deadline and node 1's 2 s store read timeout.
+  const bool cut_off_agent_ended = WaitFor([&] { return a1.Wait(0ms) >= 0; }, 5s);
+  const double a1_end_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count();
+  std::this_thread::sleep_for(std::max(std::chrono::steady_clock::duration::zero(),
+                                       cut_at + 5s - std::chrono::steady_clock::now()));
+  ASSERT_EQ(net.RestoreLink(1, true), "");
+  const double down_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count();
+  // The cut-off agent ends by itself (rendezvous exit code) with no worker left on its node.
+  const int a1_code = a1.Wait(60s);
+  EXPECT_EQ(a1_code, 3) << "the cut-off agent (ended while the link was down: " << cut_off_agent_ended << ")\n"
+                        << logs();
+  EXPECT_TRUE(WaitFor([&] { return DescendantsRunning(a1.pid(), TRAIN_BINARY).empty(); }, 10s));
+  auto& again = net.Start("n1b", 1, agent(), env, dir_ / "n1b.out", dir_ / "n1b.err");
+  const int a0_code = a0.Wait(240s);
+  const int again_code = again.Wait(60s);
+  EXPECT_EQ(a0_code, 0) << logs();
+  EXPECT_EQ(again_code, 0) << logs();
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count();
+  std::printf("[reliability] chaos multinode-link-cut: link down %.1f s, cut-off agent ended %s%.1f s after the cut, "
+              "job done %.1f s after the cut\n",
+              down_s, cut_off_agent_ended ? "" : "(after the restore) > ", a1_end_s, total_s);
+  EXPECT_NE(ReadFileOr(dir_ / "n0.err").find("no heartbeat"), std::string::npos) << logs();
+  // Rank 0 (node 0) reports the resume: the second attempt continued from the snapshots.
+  EXPECT_NE(ReadFileOr(dir_ / "n0.out").find("resumed from snapshot"), std::string::npos) << ReadFileOr(dir_ / "n0.out");
+  // Hygiene while the namespaces still exist (their teardown would kill leftovers): nothing of
+  // the job runs, no snapshot write was left half done.
+  const auto left = WaitJobGone(marker_);
+  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left);
+  EXPECT_EQ(TempFilesUnder(dir_ / "snap"), std::vector<std::string>{}) << "a torn temp file was left";
+  const bool same = ReadFileOr(dir_ / "final") == Reference();
+  EXPECT_TRUE(same) << "parameters differ from the failure-free run";
+  if (same && a0_code == 0 && again_code == 0 && left.empty()) t.survived = t.injected;
 }
 
 TEST_F(Chaos, RankStoppedWithHangDetection) {

@@ -4,32 +4,12 @@
 
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
-#include "fakes/fake_spawner.h"
-#include "fakes/fake_timer_queue.h"
+#include "fakes/agent_fixture.h"
 
 namespace ctrun {
 namespace {
 
 using nlohmann::json;
-using testing::FakeSpawner;
-using testing::FakeTimerQueue;
-
-class DeadlineHooks : public AgentHooks {
- public:
-  Status PrepareAttempt(int, AttemptInfo* info) override {
-    info->master_addr = "127.0.0.1";
-    info->master_port = 29500;
-    return fail_prepare ? Status::Error("cannot host the workers' store") : Status::Ok();
-  }
-  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
-  bool Logged(const std::string& part) const {
-    for (const auto& l : logs)
-      if (l.find(part) != std::string::npos) return true;
-    return false;
-  }
-  std::vector<std::string> logs;
-  bool fail_prepare = false;
-};
 
 class RecordingEvents : public EventSink {
  public:
@@ -47,33 +27,19 @@ class RecordingEvents : public EventSink {
   std::vector<std::pair<std::string, json>> events;
 };
 
-class AgentDeadlineTest : public ::testing::Test {
+class AgentDeadlineTest : public testing::AgentFixture {
  protected:
   AgentDeadlineTest() {
-    config.nproc_per_node = 4;
-    config.entrypoint = "./train";
-    config.shutdown_timeout = 30;
     config.max_run_time = 10;
+    hooks.prepare_error = "cannot host the workers' store";
   }
+  void Attach(Agent& a) override { a.SetEventSink(&events); }
   Agent& Start() {
-    agent = std::make_unique<Agent>(config, Environment::FromEntries({"PATH=/bin"}), "/work/train", spawner, timers,
-                                    hooks);
-    agent->SetEventSink(&events);
-    agent->Start();
+    MakeAgent().Start();
     return *agent;
   }
-  void Exit(pid_t pid, ExitStatus st) {
-    spawner.alive_groups.erase(pid);
-    agent->OnChildExit(pid, st);
-  }
-  pid_t Pid(size_t i) const { return 1000 + static_cast<pid_t>(i); }
 
-  LaunchConfig config;
-  FakeSpawner spawner;
-  FakeTimerQueue timers;
-  DeadlineHooks hooks;
   RecordingEvents events;
-  std::unique_ptr<Agent> agent;
 };
 
 TEST_F(AgentDeadlineTest, StopsTheRunningRanksAtTheDeadlineAndEndsWith124) {

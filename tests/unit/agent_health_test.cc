@@ -5,70 +5,29 @@
 
 #include "agent/agent.h"
 #include "fakes/fake_health_monitor.h"
-#include "fakes/fake_spawner.h"
-#include "fakes/fake_timer_queue.h"
+#include "fakes/agent_fixture.h"
 #include "report/run_summary.h"
 
 namespace ctrun {
 namespace {
 
 using testing::FakeHealthMonitor;
-using testing::FakeSpawner;
-using testing::FakeTimerQueue;
 
-class Hooks : public AgentHooks {
- public:
-  Status PrepareAttempt(int attempt, AttemptInfo* info) override {
-    attempts.push_back(attempt);
-    info->master_addr = "127.0.0.1";
-    info->master_port = 29500;
-    return Status::Ok();
-  }
-  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
-  std::vector<int> attempts;
-  std::vector<std::string> logs;
-};
-
-class AgentHealthTest : public ::testing::Test {
+class AgentHealthTest : public testing::AgentFixture {
  protected:
   AgentHealthTest() {
     config.nproc_per_node = 2;
-    config.entrypoint = "./train";
-    config.shutdown_timeout = 30;
     config.heartbeat_timeout = 5;
     config.heartbeat_first_timeout = 60;
   }
-  Agent& MakeAgent() {
-    agent = std::make_unique<Agent>(config, Environment::FromEntries({"PATH=/bin"}), "/work/train", spawner, timers,
-                                    hooks);
-    agent->AttachHealth(&monitor);
-    return *agent;
-  }
-  // Every worker of the current attempt exits with `st` (the last `n` spawned).
-  void ExitAll(ExitStatus st) {
-    for (pid_t pid : agent->live_worker_pids()) {
-      spawner.alive_groups.erase(pid);
-      agent->OnChildExit(pid, st);
-    }
-  }
-  pid_t LastPid(int local_rank) const {
-    return static_cast<pid_t>(1000 + spawner.specs.size() - static_cast<size_t>(config.nproc_per_node) +
-                              static_cast<size_t>(local_rank));
-  }
+  void Attach(Agent& a) override { a.AttachHealth(&monitor); }
   // One failed attempt: rank 0 exits 1, the others die of our SIGTERM.
   void FailAttempt() {
-    pid_t p0 = LastPid(0);
-    spawner.alive_groups.erase(p0);
-    agent->OnChildExit(p0, ExitStatus::Exited(1));
+    Exit(LastPid(0), ExitStatus::Exited(1));
     ExitAll(ExitStatus::Signaled(SIGTERM));
   }
 
-  LaunchConfig config;
-  FakeSpawner spawner;
-  FakeTimerQueue timers;
-  Hooks hooks;
   FakeHealthMonitor monitor;
-  std::unique_ptr<Agent> agent;
 };
 
 TEST_F(AgentHealthTest, EveryWorkerGetsItsChannelAndTheDeadlinesStartAfterSpawn) {

@@ -3,73 +3,12 @@
 
 #include <gtest/gtest.h>
 
-#include "fakes/fake_spawner.h"
-#include "fakes/fake_timer_queue.h"
+#include "fakes/agent_fixture.h"
 
 namespace ctrun {
 namespace {
 
-using testing::FakeSpawner;
-using testing::FakeTimerQueue;
-
-class RecordingHooks : public AgentHooks {
- public:
-  Status PrepareAttempt(int attempt, AttemptInfo* info) override {
-    attempts.push_back(attempt);
-    info->master_addr = "127.0.0.1";
-    info->master_port = 29500 + attempt;
-    info->use_agent_store = true;
-    if (fail_prepare) return Status::Error("prepare failed");
-    return Status::Ok();
-  }
-  void OnWorkerExited(int local_rank, pid_t) override { exited.push_back(local_rank); }
-  void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
-  void ConfigureWorker(int local_rank, const RankInfo&, int, SpawnSpec* spec) override {
-    spec->cpu_affinity = {local_rank};
-  }
-  void BeforeRestart(const std::vector<pid_t>& pids, std::function<void(Status)> ready) override {
-    restart_pids = pids;
-    if (defer_restart) pending_restart = std::move(ready);
-    else ready(Status::Ok());
-  }
-  bool defer_restart = false;
-  std::function<void(Status)> pending_restart;
-  std::vector<pid_t> restart_pids;
-  void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& failures) override {
-    failed_attempts.push_back({restart_count, failures.size()});
-  }
-  std::vector<int> attempts;
-  std::vector<std::pair<int, size_t>> failed_attempts;  // restart count, failures recorded
-  std::vector<int> exited;
-  std::vector<std::string> logs;
-  bool fail_prepare = false;
-};
-
-class AgentTest : public ::testing::Test {
- protected:
-  AgentTest() {
-    config.nproc_per_node = 4;
-    config.entrypoint = "./train";
-    config.shutdown_timeout = 30;
-  }
-  Agent& MakeAgent() {
-    agent = std::make_unique<Agent>(config, Environment::FromEntries({"PATH=/bin", "HOME=/root"}), "/work/train",
-                                    spawner, timers, hooks);
-    return *agent;
-  }
-  // The worker with `pid` exits; its group empties.
-  void Exit(pid_t pid, ExitStatus st) {
-    spawner.alive_groups.erase(pid);
-    agent->OnChildExit(pid, st);
-  }
-  pid_t Pid(size_t spawn_index) const { return 1000 + static_cast<pid_t>(spawn_index); }
-
-  LaunchConfig config;
-  FakeSpawner spawner;
-  FakeTimerQueue timers;
-  RecordingHooks hooks;
-  std::unique_ptr<Agent> agent;
-};
+class AgentTest : public testing::AgentFixture {};
 
 TEST_F(AgentTest, StartsOneWorkerPerLocalRankWithTorchrunEnv) {
   MakeAgent().Start();

@@ -93,6 +93,19 @@ class NetnsCluster {
     return r.exit_code == 0 ? "" : Describe("link down", r);
   }
 
+  // Undoes CutLink(node, at_bridge) and waits (bounded) until the node's eth0 reports UP again.
+  // "" on success, else the error.
+  std::string RestoreLink(int node, bool at_bridge) {
+    RunResult r = at_bridge ? Ip({"-n", Bridge(), "link", "set", Port(node), "up"})
+                            : Ip({"-n", Ns(node), "link", "set", "eth0", "up"});
+    if (r.exit_code != 0) return Describe("link up", r);
+    if (!WaitFor([&] { return Ip({"-n", Ns(node), "-o", "link", "show", "eth0"}).out.find("state UP") !=
+                              std::string::npos; },
+                 std::chrono::seconds(10)))
+      return "eth0 in " + Ns(node) + " did not come up again";
+    return "";
+  }
+
   // Pids of the processes living in node `node`'s namespace (`ip netns pids`).
   std::vector<pid_t> PidsIn(const std::string& ns) {
     std::vector<pid_t> out;
