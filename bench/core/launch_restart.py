@@ -10,12 +10,18 @@ plain C that ../shared/bench/restart_limit.c does (posix_spawn, kill, reap), on 
   2. failure -> all-restarted latency with 4 and 64 workers (bench/core/restart_worker.c): rank 0
      exits 1 once all ranks are up; latency = the last restarted worker's first instruction - the
      failing worker's exit stamp (CLOCK_MONOTONIC, system-wide).
+With --breakdown, ctrun runs once more per rep with --events-file and the restart latency is cut
+into phases by the events' CLOCK_MONOTONIC stamps: detect (failing worker's stamp -> its exit
+seen), teardown (-> the last worker of attempt 0 reaped), prepare (-> attempt 1 starts: the
+sweep of leftovers, log directories, output plans, cgroups), spawn (-> the last restarted
+worker's first instruction).
 Every row alternates its launchers rep by rep (ctrun, bare, ctrun, bare, ...), so a change of load
 on a shared machine hits both alike. Medians with [min-max]; ratios are of the medians.
 
-Usage: bench/core/launch_restart.py BUILD_DIR [--reps N] [--no-torchrun] [--launch-nproc N]
+Usage: bench/core/launch_restart.py BUILD_DIR [--reps N] [--no-torchrun] [--launch-nproc N] [--breakdown]
 """
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -84,6 +90,31 @@ def restart_latency_ms(argv_of, nproc, env):
         shutil.rmtree(d)
 
 
+def restart_phases_ms(ctrun, worker, nproc, env):
+    """One ctrun restart run with --events-file; its latency cut into phases (ms)."""
+    d = tempfile.mkdtemp(prefix="ctrun_bench_")
+    try:
+        ev = os.path.join(d, "events.jsonl")
+        wall_ms(ctrun + ["--max_restarts=1", f"--nproc_per_node={nproc}", "--no_python", "--events-file", ev,
+                         worker, d], env)
+        events = [json.loads(l) for l in open(ev)]
+        fail = int(open(os.path.join(d, "fail_ns")).read())
+        last_start = max(int(open(os.path.join(d, f"start.{i}")).read()) for i in range(nproc))
+    finally:
+        shutil.rmtree(d)
+    exits = [e["mono_ns"] for e in events if e["event"] == "worker_exit" and e["attempt"] == 0]
+    seen = min(exits)
+    attempt1 = next(e["mono_ns"] for e in events if e["event"] == "attempt_start" and e["attempt"] == 1)
+    return {"detect": (seen - fail) / 1e6, "teardown": (max(exits) - seen) / 1e6,
+            "prepare": (attempt1 - max(exits)) / 1e6, "spawn": (last_start - attempt1) / 1e6}
+
+
+def breakdown(L, nproc, reps):
+    runs = [restart_phases_ms(L.ctrun, L.worker, nproc, L.env) for _ in range(reps)]
+    print(f"ctrun phases, {nproc} workers (--events-file stamps, {reps} runs): " +
+          ", ".join(f"{k} {statistics.median([r[k] for r in runs]):.2f} ms" for k in runs[0]))
+
+
 def interleaved(variants, reps, measure):
     """{label: [values]}, measuring the variants in turn, rep by rep."""
     out = {label: [] for label, _ in variants}
@@ -111,6 +142,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--launch-nproc", type=int, default=8)
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--breakdown", action="store_true")
     args = ap.parse_args()
     torchrun = None if args.no_torchrun else os.path.abspath(TORCHRUN)
     if torchrun and not os.path.exists(torchrun):
@@ -131,6 +163,8 @@ def main():
         res = interleaved(L.restart(n), args.reps, lambda argv_of: restart_latency_ms(argv_of, n, L.env))
         report(f"failure -> all {n} workers restarted", res, args.reps)
         rows.append((f"failure → all restarted, {n} workers", res))
+        if args.breakdown:
+            breakdown(L, n, args.reps)
 
     print("\n== summary (medians; [min-max]) ==")
     extra = [k for k in rows[-1][1] if k not in ("ctrun", "bare")]
