@@ -120,10 +120,12 @@ int WorkerCgroups::procs_fd(int local_rank) const {
 }
 
 int WorkerCgroups::dir_fd(int local_rank) const {
+  if (killed_) return -1;
   return local_rank >= 0 && static_cast<size_t>(local_rank) < dirs_.size() ? dirs_[local_rank].get() : -1;
 }
 
 void WorkerCgroups::KillAll() {
+  killed_ = true;  // even when the write fails: it may have reached part of the sub-tree
   if (WriteText(dir_ + "/cgroup.kill", "1")) return;
   // Linux < 5.14 has no cgroup.kill: SIGKILL every process listed, rank by rank.
   for (int r = 0;; ++r) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <memory>
 #include <sstream>
@@ -148,6 +149,41 @@ TEST(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
   ASSERT_EQ(::waitid(P_PIDFD, static_cast<id_t>(proc.pidfd.get()), &info, WEXITED), 0);
   EXPECT_EQ(info.si_pid, proc.pid);
   EXPECT_EQ(info.si_status, 0);
+}
+
+TEST(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  SpawnedProcess leftover;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &leftover, &err)) << err.message;
+  const WorkerCgroups::AttemptEnd end = cg->EndAttempt(std::chrono::seconds(5));  // cgroup.kill
+  EXPECT_EQ(end.leftover, 1);
+  EXPECT_TRUE(end.emptied);
+  int st;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(leftover.pid, &st, 0); }), leftover.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  // Some kernels kill every child cloned into a cgroup that was ever killed: no clone3 from now on.
+  EXPECT_EQ(cg->dir_fd(0), -1);
+  SpawnSpec next;
+  next.argv = {"/bin/sh", "-c", "cat /proc/self/cgroup; exit 7"};
+  next.cgroup_dir_fd = cg->dir_fd(0);
+  next.cgroup_procs_fd = cg->procs_fd(0);
+  next.stdout_target = StdioTarget::Pipe();
+  SpawnedProcess proc;
+  ASSERT_TRUE(sp.Spawn(next, &proc, &err)) << err.message;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << "status " << st;  // lived to its own exit
+  SetNonBlocking(proc.stdout_pipe.get(), false);
+  char buf[4096];
+  const ssize_t n = ::read(proc.stdout_pipe.get(), buf, sizeof buf);
+  const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
 }
 
 }  // namespace
