@@ -56,10 +56,10 @@ class WorkerCgroups {
   // An open (O_WRONLY, CLOEXEC) cgroup.procs of the rank's cgroup; -1 when there is none.
   int procs_fd(int local_rank) const;
   // The rank's cgroup directory (O_PATH|O_DIRECTORY, CLOEXEC) for clone3's CLONE_INTO_CGROUP;
-  // -1 when there is none, and -1 for good once the sub-tree has been through cgroup.kill: Linux
-  // 6.15-6.18 (seen on 6.18.44) SIGKILLs at birth every child cloned into a cgroup that was ever
-  // killed (the fork reads the kill sequence of the parent's cgroup, not of the target), so the
-  // workers of later attempts join through cgroup.procs instead.
+  // -1 when there is none, and -1 for good once the sub-tree has been through cgroup.kill: some
+  // kernels (seen on 6.18.44) SIGKILL at birth every child cloned into a cgroup that was ever
+  // killed (the fork compares the target's kill sequence with that of the parent's cgroup), so
+  // the workers of later attempts join through cgroup.procs instead.
   int dir_fd(int local_rank) const;
 
   struct AttemptEnd {
