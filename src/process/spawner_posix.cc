@@ -206,7 +206,7 @@ bool KernelLacksCloneIntoCgroup(int err) { return err == ENOSYS || err == E2BIG 
 
 }  // namespace
 
-bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* error) {
+bool PosixSpawner::Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
     error->err = err;
     error->shell_code = 1;
@@ -256,7 +256,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, PendingChild* out, SpawnError* er
   pid_t pid = -1;
   int pidfd = -1;
   bool placed = false;
-  if (spec.cgroup_dir_fd >= 0 && clone_into_cgroup_usable.load(std::memory_order_relaxed)) {
+  if (clone_into_cgroup && spec.cgroup_dir_fd >= 0 && clone_into_cgroup_usable.load(std::memory_order_relaxed)) {
     pid = CloneIntoCgroup(spec.cgroup_dir_fd, &pidfd);
     if (pid == 0) ExecChild(plan);
     placed = pid > 0;
@@ -322,7 +322,7 @@ bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProce
 
 bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
   PendingChild child;
-  return Fork(spec, &child, error) && Collect(child, ExecDeadline(), out, error);
+  return Fork(spec, /*clone_into_cgroup=*/true, &child, error) && Collect(child, ExecDeadline(), out, error);
 }
 
 void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
@@ -333,7 +333,7 @@ void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Sp
   results->resize(specs.size());
   std::vector<PendingChild> pending(specs.size());
   for (size_t i = 0; i < specs.size(); ++i)
-    (*results)[i].ok = Fork(specs[i], &pending[i], &(*results)[i].error);
+    (*results)[i].ok = Fork(specs[i], specs.size() <= kCloneIntoCgroupMaxBatch, &pending[i], &(*results)[i].error);
   const TimePoint deadline = ExecDeadline();
   for (size_t i = 0; i < specs.size(); ++i)
     if ((*results)[i].ok)

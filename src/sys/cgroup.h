@@ -4,7 +4,7 @@
 //   <cgroup2 mount><ctrun's own cgroup>/ctrun-<pid>/rank-<local_rank>/
 //
 // Each worker is created in its rank's cgroup (SpawnSpec::cgroup_dir_fd, clone3 CLONE_INTO_CGROUP)
-// or, where the kernel cannot, joins it between fork and exec (SpawnSpec::cgroup_procs_fd), so
+// or, for big batches and where the kernel cannot, joins it between fork and exec (SpawnSpec::cgroup_procs_fd), so
 // everything it ever starts (setsid children, daemons) stays inside, whatever process group or
 // session it moves to. At the end of an attempt EndAttempt checks ctrun-<pid>/cgroup.events; when
 // something is still inside, it writes cgroup.kill (every process below dies at once, no list to

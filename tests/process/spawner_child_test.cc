@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "process/spawner.h"
 #include "sys/cgroup.h"
@@ -184,6 +185,32 @@ TEST(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
   const ssize_t n = ::read(proc.stdout_pipe.get(), buf, sizeof buf);
   const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
   EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+}
+
+TEST(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp;
+  std::vector<SpawnSpec> specs(PosixSpawner::kCloneIntoCgroupMaxBatch + 1);
+  for (auto& spec : specs) {
+    spec.argv = {"/bin/cat", "/proc/self/cgroup"};
+    spec.stdout_target = StdioTarget::Pipe();
+    spec.cgroup_dir_fd = cg->dir_fd(0);
+    spec.cgroup_procs_fd = cg->procs_fd(0);
+  }
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok) << r.error.message;
+    SetNonBlocking(r.process.stdout_pipe.get(), false);
+    char buf[4096];
+    const ssize_t n = RetryOnEintr([&] { return ::read(r.process.stdout_pipe.get(), buf, sizeof buf); });
+    const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+    int st;
+    RetryOnEintr([&] { return ::waitpid(r.process.pid, &st, 0); });
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
 }
 
 }  // namespace
