@@ -1,17 +1,27 @@
 #!/usr/bin/python3
-"""ctrun vs torchrun, side by side in one run (issue 2 benchmark; not a test).
+"""ctrun's cold path vs this machine's bare limit (and torchrun), side by side in one run; not a test.
 
-  1. launch: 8 workers of /bin/true -- wall time and the launcher's peak RSS. The RSS comes from
-     GNU time (%M: ru_maxrss of the launcher and the largest of its reaped children, /bin/true and
-     ctrun's watchdog being smaller than the agent). It is not taken from Python's own wait4: a
-     child forked from this Python script carries the interpreter's RSS until it execs, and
-     ru_maxrss is not reset by exec.
-  2. failure -> all-restarted latency with 4 and 64 workers: rank 0 exits 1 once all ranks are up;
-     latency = last restarted worker's first instruction - the failing worker's exit (CLOCK_MONOTONIC).
+The bare limit is bench/core/bare_limit.c (built as ctrun_bare_limit): the same process work in
+plain C that ../shared/bench/restart_limit.c does (posix_spawn, kill, reap), on the same worker.
 
-Usage: bench/core/launch_restart.py BUILD_DIR [--reps N] [--skip-torchrun-64]
+  1. launch: N workers of /bin/true (8 by default) -- wall time of the whole command, from a
+     posix_spawn here to its reaping. The launcher's peak RSS is taken in one more run under GNU
+     time (%M: ru_maxrss of the launcher and the largest of its reaped children).
+  2. failure -> all-restarted latency with 4 and 64 workers (bench/core/restart_worker.c): rank 0
+     exits 1 once all ranks are up; latency = the last restarted worker's first instruction - the
+     failing worker's exit stamp (CLOCK_MONOTONIC, system-wide).
+With --breakdown, ctrun runs once more per rep with --events-file and the restart latency is cut
+into phases by the events' CLOCK_MONOTONIC stamps: detect (failing worker's stamp -> its exit
+seen), teardown (-> the last worker of attempt 0 reaped), prepare (-> attempt 1 starts: the
+sweep of leftovers, log directories, output plans, cgroups), spawn (-> the last restarted
+worker's first instruction).
+Every row alternates its launchers rep by rep (ctrun, bare, ctrun, bare, ...), so a change of load
+on a shared machine hits both alike. Medians with [min-max]; ratios are of the medians.
+
+Usage: bench/core/launch_restart.py BUILD_DIR [--reps N] [--no-torchrun] [--launch-nproc N] [--breakdown]
 """
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -24,110 +34,149 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TORCHRUN = os.path.join(HERE, "..", "..", "..", "shared", "bench", "torchrun-baseline")
 
 
-def run(argv, env=None, timeout=600):
-    """Runs argv under GNU time; returns (wall seconds, peak RSS KiB, exit code)."""
+def wall_ms(argv, env):
+    t0 = time.monotonic()
+    p = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    wall = (time.monotonic() - t0) * 1000
+    if p.returncode != 0:
+        sys.exit(f"{argv[0]} failed with {p.returncode}: {' '.join(argv)}")
+    return wall
+
+
+def peak_rss_mib(argv, env):
     with tempfile.NamedTemporaryFile(mode="r", suffix=".rss") as rss:
-        t0 = time.monotonic()
-        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + argv, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
-        wall = time.monotonic() - t0
+        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + argv, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
         lines = [l for l in rss.read().splitlines() if l.strip().isdigit()]
-    return wall, int(lines[-1]) if lines else 0, p.returncode
+    return int(lines[-1]) / 1024 if lines else 0.0
 
 
-def launchers(build, torchrun):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = [("ctrun", [os.path.join(build, "ctrun"), "--standalone"], env)]
-    if torchrun:
-        out.append(("torchrun", [torchrun, "--standalone"], env))
+class Launchers:
+    """Command lines of every launcher under test, for launch and for restart."""
+
+    def __init__(self, build, torchrun):
+        self.env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.ctrun = [os.path.join(build, "ctrun"), "--standalone"]
+        self.bare = os.path.join(build, "bench", "core", "ctrun_bare_limit")
+        self.worker = os.path.join(build, "bench", "core", "ctrun_restart_worker")
+        self.torchrun = [torchrun, "--standalone"] if torchrun else None
+
+    def launch(self, nproc):
+        out = [("ctrun", self.ctrun + [f"--nproc_per_node={nproc}", "--no_python", "/bin/true"]),
+               ("bare", [self.bare, "launch", str(nproc), "/bin/true"])]
+        if self.torchrun:
+            out.append(("torchrun", self.torchrun + [f"--nproc_per_node={nproc}", "--no_python", "/bin/true"]))
+        return out
+
+    def restart(self, nproc):
+        """(label, function of the stamp directory -> argv)."""
+        flags = ["--max_restarts=1", f"--nproc_per_node={nproc}", "--no_python"]
+        out = [("ctrun", lambda d: self.ctrun + flags + [self.worker, d]),
+               ("bare", lambda d: [self.bare, "restart", str(nproc), self.worker, d])]
+        if self.torchrun:
+            out.append(("torchrun 0.1 s", lambda d: self.torchrun + ["--monitor_interval=0.1"] + flags + [self.worker, d]))
+            out.append(("torchrun 5 s", lambda d: self.torchrun + flags + [self.worker, d]))
+        return out
+
+
+def restart_latency_ms(argv_of, nproc, env):
+    d = tempfile.mkdtemp(prefix="ctrun_bench_")
+    try:
+        wall_ms(argv_of(d), env)
+        fail = int(open(os.path.join(d, "fail_ns")).read())
+        starts = [int(open(os.path.join(d, f"start.{i}")).read()) for i in range(nproc)]
+        return (max(starts) - fail) / 1e6
+    finally:
+        shutil.rmtree(d)
+
+
+def restart_phases_ms(ctrun, worker, nproc, env):
+    """One ctrun restart run with --events-file; its latency cut into phases (ms)."""
+    d = tempfile.mkdtemp(prefix="ctrun_bench_")
+    try:
+        ev = os.path.join(d, "events.jsonl")
+        wall_ms(ctrun + ["--max_restarts=1", f"--nproc_per_node={nproc}", "--no_python", "--events-file", ev,
+                         worker, d], env)
+        events = [json.loads(l) for l in open(ev)]
+        fail = int(open(os.path.join(d, "fail_ns")).read())
+        last_start = max(int(open(os.path.join(d, f"start.{i}")).read()) for i in range(nproc))
+    finally:
+        shutil.rmtree(d)
+    exits = [e["mono_ns"] for e in events if e["event"] == "worker_exit" and e["attempt"] == 0]
+    seen = min(exits)
+    attempt1 = next(e["mono_ns"] for e in events if e["event"] == "attempt_start" and e["attempt"] == 1)
+    return {"detect": (seen - fail) / 1e6, "teardown": (max(exits) - seen) / 1e6,
+            "prepare": (attempt1 - max(exits)) / 1e6, "spawn": (last_start - attempt1) / 1e6}
+
+
+def breakdown(L, nproc, reps):
+    runs = [restart_phases_ms(L.ctrun, L.worker, nproc, L.env) for _ in range(reps)]
+    print(f"ctrun phases, {nproc} workers (--events-file stamps, {reps} runs): " +
+          ", ".join(f"{k} {statistics.median([r[k] for r in runs]):.2f} ms" for k in runs[0]))
+
+
+def interleaved(variants, reps, measure):
+    """{label: [values]}, measuring the variants in turn, rep by rep."""
+    out = {label: [] for label, _ in variants}
+    for _ in range(reps):
+        for label, what in variants:
+            out[label].append(measure(what))
     return out
 
 
-def bench_launch(build, torchrun, reps):
-    print("\n== launch: 8 workers of /bin/true ==")
-    rows = {}
-    for name, cmd, env in launchers(build, torchrun):
-        walls, rss = [], []
-        for _ in range(reps):
-            w, r, code = run(cmd + ["--nproc_per_node=8", "--no_python", "/bin/true"], env)
-            if code != 0:
-                sys.exit(f"{name} failed with {code}")
-            walls.append(w)
-            rss.append(r)
-        rows[name] = (statistics.median(walls), max(rss))
-        print(f"{name:9s} wall median {rows[name][0] * 1000:9.1f} ms   peak RSS {rows[name][1] / 1024:8.1f} MiB  ({reps} runs)")
-    if "torchrun" in rows:
-        print(f"ratio     torchrun/ctrun wall {rows['torchrun'][0] / rows['ctrun'][0]:.0f}x, "
-              f"RSS {rows['torchrun'][1] / rows['ctrun'][1]:.0f}x")
-    return rows
+def fmt(values):
+    return f"{statistics.median(values):8.2f} ms [{min(values):.2f}-{max(values):.2f}]"
 
 
-def restart_latency(cmd, env, worker, nprocs, reps, extra_flags=()):
-    """Median/min/max ms from a worker's failure to the last restarted worker's first instruction."""
-    lat = []
-    for _ in range(reps):
-        d = tempfile.mkdtemp(prefix="ctrun_bench_")
-        flags = ["--max_restarts=1", f"--nproc_per_node={nprocs}", "--no_python", *extra_flags]
-        _, _, code = run(cmd + flags + [worker, d], env)
-        if code != 0:
-            sys.exit(f"{cmd[0]} restart run failed with {code}")
-        fail = int(open(os.path.join(d, "fail_ns")).read())
-        starts = [int(open(os.path.join(d, f"start.{i}")).read()) for i in range(nprocs)]
-        lat.append((max(starts) - fail) / 1e6)
-        shutil.rmtree(d)
-    return statistics.median(lat), min(lat), max(lat)
-
-
-def bench_restart(build, torchrun, nprocs, reps):
-    """ctrun, torchrun with its default monitor interval (5 s in 1.13), and torchrun with 0.1 s."""
-    worker = os.path.join(build, "bench", "core", "ctrun_restart_worker")
-    variants = []
-    for name, cmd, env in launchers(build, torchrun):
-        if name == "ctrun":
-            variants.append(("ctrun", cmd, env, ()))
-        else:
-            variants.append(("torchrun (monitor_interval 5 s, 1.13 default)", cmd, env, ()))
-            variants.append(("torchrun (monitor_interval 0.1 s)", cmd, env, ("--monitor_interval=0.1",)))
-    results = {}
-    for label, cmd, env, extra in variants:
-        med, lo, hi = restart_latency(cmd, env, worker, nprocs, reps, extra)
-        results[label] = med
-        print(f"{label:48s} {nprocs:3d} workers: median {med:9.2f} ms (min {lo:.2f}, max {hi:.2f}, {reps} runs)")
-    return results
+def report(title, results, reps):
+    print(f"\n== {title} ({reps} runs each, interleaved) ==")
+    for label, v in results.items():
+        print(f"{label:15s} median {fmt(v)}")
+    c, b = statistics.median(results["ctrun"]), statistics.median(results["bare"])
+    print(f"ctrun / bare    {c / b:.2f}x")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--launch-nproc", type=int, default=8)
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--breakdown", action="store_true")
     args = ap.parse_args()
     torchrun = None if args.no_torchrun else os.path.abspath(TORCHRUN)
     if torchrun and not os.path.exists(torchrun):
-        print(f"note: {torchrun} not found; ctrun only")
+        print(f"note: {torchrun} not found; ctrun and the bare limit only")
         torchrun = None
-    print(f"machine: {os.cpu_count()} CPUs; launcher under test: {args.build}/ctrun")
-    launch = bench_launch(args.build, torchrun, args.reps)
-    print("\n== failure -> all workers restarted ==")
-    table = [(n, bench_restart(args.build, torchrun, n, args.reps if n == 4 else max(3, args.reps // 2)))
-             for n in (4, 64)]
-    print("\n== summary ==")
-    print("| metric | ctrun | torchrun | torchrun / ctrun |")
-    print("|---|---|---|---|")
-    if "torchrun" in launch:
-        c, t = launch["ctrun"], launch["torchrun"]
-        print(f"| launch 8 x /bin/true, wall | {c[0]*1000:.1f} ms | {t[0]*1000:.0f} ms | {t[0]/c[0]:.0f}x |")
-        print(f"| launch 8 x /bin/true, launcher peak RSS | {c[1]/1024:.1f} MiB | {t[1]/1024:.1f} MiB | {t[1]/c[1]:.0f}x |")
-    else:
-        c = launch["ctrun"]
-        print(f"| launch 8 x /bin/true, wall | {c[0]*1000:.1f} ms | - | - |")
-        print(f"| launch 8 x /bin/true, launcher peak RSS | {c[1]/1024:.1f} MiB | - | - |")
-    for n, r in table:
-        others = [(k, v) for k, v in r.items() if k != "ctrun"]
-        if not others:
-            print(f"| failure -> all restarted, {n} workers | {r['ctrun']:.2f} ms | - | - |")
-        for k, v in others:
-            print(f"| failure -> all restarted, {n} workers, vs {k} | {r['ctrun']:.2f} ms | {v:.0f} ms | {v/r['ctrun']:.0f}x |")
+    L = Launchers(args.build, torchrun)
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    print(f"machine: {os.cpu_count()} CPUs, load average {load}; launcher under test: {args.build}/ctrun")
+
+    rows = []
+    launch = interleaved(L.launch(args.launch_nproc), args.reps, lambda argv: wall_ms(argv, L.env))
+    report(f"launch: {args.launch_nproc} x /bin/true, wall", launch, args.reps)
+    rows.append((f"launch {args.launch_nproc} × `/bin/true`, wall", launch))
+    rss = {label: peak_rss_mib(argv, L.env) for label, argv in L.launch(args.launch_nproc)}
+    print("peak RSS (MiB): " + ", ".join(f"{k} {v:.1f}" for k, v in rss.items()))
+    for n in (4, 64):
+        res = interleaved(L.restart(n), args.reps, lambda argv_of: restart_latency_ms(argv_of, n, L.env))
+        report(f"failure -> all {n} workers restarted", res, args.reps)
+        rows.append((f"failure → all restarted, {n} workers", res))
+        if args.breakdown:
+            breakdown(L, n, args.reps)
+
+    print("\n== summary (medians; [min-max]) ==")
+    extra = [k for k in rows[-1][1] if k not in ("ctrun", "bare")]
+    print("| metric | ctrun | bare limit | ctrun / bare |" + "".join(f" {k} |" for k in extra))
+    print("|---|---|---|---|" + "---|" * len(extra))
+    for name, r in rows:
+        c, b = statistics.median(r["ctrun"]), statistics.median(r["bare"])
+        cells = "".join(f" {statistics.median(r[k]):.0f} ms |" if k in r else " - |" for k in extra)
+        print(f"| {name} | {c:.2f} ms [{min(r['ctrun']):.2f}-{max(r['ctrun']):.2f}] | "
+              f"{b:.2f} ms [{min(r['bare']):.2f}-{max(r['bare']):.2f}] | {c / b:.2f}× |{cells}")
+    print(f"| launcher peak RSS | {rss['ctrun']:.1f} MiB | {rss['bare']:.1f} MiB | - |"
+          + "".join(f" {rss[k]:.1f} MiB |" if k in rss else " - |" for k in extra))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,10 @@ class RealHooks final : public AgentHooks {
     spec->stdin_target = plan.in;
     spec->stdout_target = plan.out.target;
     spec->stderr_target = plan.err.target;
-    if (cgroups_) spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
+    if (cgroups_) {
+      spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
+      spec->cgroup_dir_fd = cgroups_->dir_fd(local_rank);
+    }
   }
 
   // What the attempt left behind outside the workers' process groups dies here: with a cgroup

@@ -11,6 +11,7 @@
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
+#include "sys/remove_tree.h"
 #include "sys/safe_path.h"
 
 namespace ctrun::logs {
@@ -65,10 +66,7 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
 
 Status LogDir::RemoveTemporaryBase() const {
   if (temp_base_.empty()) return Status::Ok();
-  std::error_code ec;
-  fs::remove_all(temp_base_, ec);
-  if (ec) return Status::Error("rm -rf " + temp_base_ + ": " + ec.message());
-  return Status::Ok();
+  return RemoveTree(temp_base_);  // overlapping removals: see sys/remove_tree.h
 }
 
 StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {

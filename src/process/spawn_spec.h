@@ -53,6 +53,11 @@ struct SpawnSpec {
   // An open cgroup.procs file (cgroup v2, sys/cgroup.h): the child writes "0" to it before exec and
   // so runs, with everything it starts, in that cgroup. -1: ctrun's own cgroup. Not owned here.
   int cgroup_procs_fd = -1;
+  // The same cgroup's directory (O_PATH|O_DIRECTORY): when given, the child of a small batch is
+  // created in it (clone3 CLONE_INTO_CGROUP, Linux >= 5.7, see PosixSpawner::
+  // kCloneIntoCgroupMaxBatch), which spares the migration the write to cgroup.procs costs;
+  // cgroup_procs_fd remains the way for big batches and where the kernel refuses. Not owned.
+  int cgroup_dir_fd = -1;
   // One more fd the worker inherits (its heartbeat channel): the caller's extra_fd (any flags;
   // still owned by the caller) becomes the child's extra_fd_target, without CLOEXEC. -1: none.
   int extra_fd = -1;

@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create() {
 
 WorkerCgroups::~WorkerCgroups() {
   procs_.clear();
+  dirs_.clear();
   if (Populated(dir_)) {
     KillAll();
     (void)WaitEmpty(std::chrono::seconds(2));  // bounded; a D-state survivor keeps its directory
@@ -98,7 +99,10 @@ Status WorkerCgroups::PrepareAttempt(int nproc) {
     if (::mkdir(rd.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno("mkdir " + rd, errno);
     UniqueFd fd(RetryOnEintr([&] { return ::open((rd + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC); }));
     if (!fd) return Status::Errno("open " + rd + "/cgroup.procs", errno);
+    UniqueFd dir(RetryOnEintr([&] { return ::open(rd.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+    if (!dir) return Status::Errno("open " + rd, errno);
     procs_.push_back(std::move(fd));
+    dirs_.push_back(std::move(dir));
   }
   events_before_.clear();
   for (int r = 0; r < nproc; ++r) events_before_.push_back(MemoryEvents(r));
@@ -115,7 +119,13 @@ int WorkerCgroups::procs_fd(int local_rank) const {
   return local_rank >= 0 && static_cast<size_t>(local_rank) < procs_.size() ? procs_[local_rank].get() : -1;
 }
 
+int WorkerCgroups::dir_fd(int local_rank) const {
+  if (killed_) return -1;
+  return local_rank >= 0 && static_cast<size_t>(local_rank) < dirs_.size() ? dirs_[local_rank].get() : -1;
+}
+
 void WorkerCgroups::KillAll() {
+  killed_ = true;  // even when the write fails: it may have reached part of the sub-tree
   if (WriteText(dir_ + "/cgroup.kill", "1")) return;
   // Linux < 5.14 has no cgroup.kill: SIGKILL every process listed, rank by rank.
   for (int r = 0;; ++r) {

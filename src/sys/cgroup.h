@@ -3,7 +3,8 @@
 //
 //   <cgroup2 mount><ctrun's own cgroup>/ctrun-<pid>/rank-<local_rank>/
 //
-// Each worker joins its rank's cgroup between fork and exec (SpawnSpec::cgroup_procs_fd), so
+// Each worker is created in its rank's cgroup (SpawnSpec::cgroup_dir_fd, clone3 CLONE_INTO_CGROUP)
+// or, for big batches and where the kernel cannot, joins it between fork and exec (SpawnSpec::cgroup_procs_fd), so
 // everything it ever starts (setsid children, daemons) stays inside, whatever process group or
 // session it moves to. At the end of an attempt EndAttempt checks ctrun-<pid>/cgroup.events; when
 // something is still inside, it writes cgroup.kill (every process below dies at once, no list to
@@ -54,6 +55,12 @@ class WorkerCgroups {
   Status PrepareAttempt(int nproc);
   // An open (O_WRONLY, CLOEXEC) cgroup.procs of the rank's cgroup; -1 when there is none.
   int procs_fd(int local_rank) const;
+  // The rank's cgroup directory (O_PATH|O_DIRECTORY, CLOEXEC) for clone3's CLONE_INTO_CGROUP;
+  // -1 when there is none, and -1 for good once the sub-tree has been through cgroup.kill: some
+  // kernels (seen on 6.18.44) SIGKILL at birth every child cloned into a cgroup that was ever
+  // killed (the fork compares the target's kill sequence with that of the parent's cgroup), so
+  // the workers of later attempts join through cgroup.procs instead.
+  int dir_fd(int local_rank) const;
 
   struct AttemptEnd {
     // Per local rank of the attempt, memory.events at its start and now (report/oom.h parses the
@@ -77,7 +84,9 @@ class WorkerCgroups {
 
   std::string dir_;
   bool memory_ = false;
+  bool killed_ = false;  // cgroup.kill was written: no more CLONE_INTO_CGROUP (see dir_fd)
   std::vector<UniqueFd> procs_;                             // by local rank
+  std::vector<UniqueFd> dirs_;                              // by local rank (O_PATH)
   std::vector<std::optional<std::string>> events_before_;  // by local rank, this attempt's baseline
 };
 

@@ -1,0 +1,217 @@
+// PosixSpawner's child set-up against the real kernel: the signal state a worker starts with, and
+// the two ways into the rank's cgroup (clone3 CLONE_INTO_CGROUP, and fork + cgroup.procs where
+// clone3 cannot place the child), including an exec failure on each path.
+#include <fcntl.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "process/spawner.h"
+#include "sys/cgroup.h"
+#include "sys/posix_util.h"
+#include "sys/signals.h"
+
+namespace ctrun {
+namespace {
+
+// Runs spec (stdout to a pipe) to its end; returns what it printed.
+std::string RunToEnd(PosixSpawner& sp, SpawnSpec spec) {
+  spec.stdout_target = StdioTarget::Pipe();
+  SpawnedProcess proc;
+  SpawnError err;
+  if (!sp.Spawn(spec, &proc, &err)) return "spawn failed: " + err.message;
+  SetNonBlocking(proc.stdout_pipe.get(), false);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = RetryOnEintr([&] { return ::read(proc.stdout_pipe.get(), buf, sizeof buf); })) > 0) out.append(buf, n);
+  int st;
+  RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); });
+  return out;
+}
+
+// The hex mask of a "Sig...:" line of /proc/<pid>/status text.
+unsigned long long StatusMask(const std::string& status, const std::string& key) {
+  std::istringstream in(status);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1), nullptr, 16);
+  return ~0ULL;
+}
+
+bool KernelAtLeast(int major, int minor) {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  std::sscanf(u.release, "%d.%d", &ma, &mi);
+  return ma > major || (ma == major && mi >= minor);
+}
+
+// ctrun's own cgroup sub-tree with one rank, or a skip where it cannot be made (not root, no
+// writable cgroup2 mount).
+std::unique_ptr<WorkerCgroups> RankCgroup() {
+  auto cg = WorkerCgroups::Create();
+  if (!cg.ok()) return nullptr;
+  if (!cg.value()->PrepareAttempt(1).ok()) return nullptr;
+  return std::move(cg.value());
+}
+
+TEST(PosixSpawnerChild, GetsTheOriginalSignalMaskAndNoIgnoredSignals) {
+  // As in ctrun: signals blocked for the signalfd, SIGPIPE ignored; the worker gets neither.
+  ASSERT_TRUE(BlockAgentSignals({SIGTERM, SIGUSR1, SIGHUP}).ok());
+  ::signal(SIGUSR2, SIG_IGN);
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/cat", "/proc/self/status"};
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();  // the clone3 path where it exists
+  if (cg) spec.cgroup_dir_fd = cg->dir_fd(0);
+  const std::string status = RunToEnd(sp, spec);
+  EXPECT_EQ(StatusMask(status, "SigBlk"), 0ULL) << status;
+  EXPECT_EQ(StatusMask(status, "SigIgn"), 0ULL) << status;
+  ::signal(SIGUSR2, SIG_DFL);
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t all;
+  sigemptyset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+}
+
+TEST(PosixSpawnerChild, CloneIntoCgroupPlacesTheChildWithoutCgroupProcs) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  if (!KernelAtLeast(5, 7)) GTEST_SKIP() << "no CLONE_INTO_CGROUP before Linux 5.7";
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/cat", "/proc/self/cgroup"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);  // no cgroup.procs fd: only clone3 can have placed it
+  const std::string out = RunToEnd(sp, spec);
+  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+}
+
+TEST(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  // A directory that is no cgroup: clone3 refuses it (EBADF); the child joins through cgroup.procs.
+  UniqueFd not_a_cgroup(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(not_a_cgroup);
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/cat", "/proc/self/cgroup"};
+  spec.cgroup_dir_fd = not_a_cgroup.get();
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  const std::string out = RunToEnd(sp, spec);
+  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+}
+
+TEST(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/nonexistent/prog"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  std::vector<SpawnSpec> specs{spec, spec};
+  specs[1].argv = {"/etc/hostname"};  // not executable: 126
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_EQ(results[0].error.shell_code, 127);
+  EXPECT_EQ(results[0].error.err, ENOENT);
+  EXPECT_EQ(results[0].error.message, "cannot execute /nonexistent/prog: No such file or directory");
+  EXPECT_FALSE(results[1].ok);
+  EXPECT_EQ(results[1].error.shell_code, 126);
+  // Both children were reaped by the spawner: nothing is left to wait for.
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/true"};
+  if (cg) spec.cgroup_dir_fd = cg->dir_fd(0);
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  ASSERT_TRUE(proc.pidfd.valid());
+  EXPECT_EQ(::fcntl(proc.pidfd.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PIDFD, static_cast<id_t>(proc.pidfd.get()), &info, WEXITED), 0);
+  EXPECT_EQ(info.si_pid, proc.pid);
+  EXPECT_EQ(info.si_status, 0);
+}
+
+TEST(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp;
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  SpawnedProcess leftover;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &leftover, &err)) << err.message;
+  const WorkerCgroups::AttemptEnd end = cg->EndAttempt(std::chrono::seconds(5));  // cgroup.kill
+  EXPECT_EQ(end.leftover, 1);
+  EXPECT_TRUE(end.emptied);
+  int st;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(leftover.pid, &st, 0); }), leftover.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  // Some kernels kill every child cloned into a cgroup that was ever killed: no clone3 from now on.
+  EXPECT_EQ(cg->dir_fd(0), -1);
+  SpawnSpec next;
+  next.argv = {"/bin/sh", "-c", "cat /proc/self/cgroup; exit 7"};
+  next.cgroup_dir_fd = cg->dir_fd(0);
+  next.cgroup_procs_fd = cg->procs_fd(0);
+  next.stdout_target = StdioTarget::Pipe();
+  SpawnedProcess proc;
+  ASSERT_TRUE(sp.Spawn(next, &proc, &err)) << err.message;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << "status " << st;  // lived to its own exit
+  SetNonBlocking(proc.stdout_pipe.get(), false);
+  char buf[4096];
+  const ssize_t n = ::read(proc.stdout_pipe.get(), buf, sizeof buf);
+  const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+}
+
+TEST(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp;
+  std::vector<SpawnSpec> specs(PosixSpawner::kCloneIntoCgroupMaxBatch + 1);
+  for (auto& spec : specs) {
+    spec.argv = {"/bin/cat", "/proc/self/cgroup"};
+    spec.stdout_target = StdioTarget::Pipe();
+    spec.cgroup_dir_fd = cg->dir_fd(0);
+    spec.cgroup_procs_fd = cg->procs_fd(0);
+  }
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok) << r.error.message;
+    SetNonBlocking(r.process.stdout_pipe.get(), false);
+    char buf[4096];
+    const ssize_t n = RetryOnEintr([&] { return ::read(r.process.stdout_pipe.get(), buf, sizeof buf); });
+    const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+    int st;
+    RetryOnEintr([&] { return ::waitpid(r.process.pid, &st, 0); });
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+}
+
+}  // namespace
+}  // namespace ctrun

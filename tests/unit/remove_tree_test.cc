@@ -1,0 +1,66 @@
+#include "sys/remove_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "helpers/test_util.h"
+
+namespace ctrun {
+namespace {
+namespace fs = std::filesystem;
+using ctrun::testing::TempDir;
+
+TEST(RemoveTree, RemovesALogBaseLikeTreeOfManyRanks) {
+  TempDir tmp;
+  const fs::path base = tmp / "torchelastic_x";
+  for (int a = 0; a < 2; ++a)
+    for (int r = 0; r < 40; ++r) {
+      const fs::path rank = base / "run_1" / ("attempt_" + std::to_string(a)) / std::to_string(r);
+      fs::create_directories(rank);
+      if (r % 3 == 0) std::ofstream(rank / "error.json") << "{}";
+      if (r % 5 == 0) std::ofstream(rank / "stdout.log") << std::string(10000, 'x');
+    }
+  std::ofstream(base / "run_1" / "attempt_0" / "filtered_stdout.log") << "line\n";
+  ASSERT_TRUE(RemoveTree(base.string(), 4).ok());
+  EXPECT_FALSE(fs::exists(base));
+  EXPECT_TRUE(fs::is_directory(tmp.path()));  // only what was named
+}
+
+TEST(RemoveTree, UnlinksSymlinksWithoutFollowingThem) {
+  TempDir tmp;
+  const fs::path outside = tmp / "outside";
+  fs::create_directories(outside / "keep");
+  std::ofstream(outside / "keep" / "file") << "precious";
+  const fs::path tree = tmp / "tree";
+  fs::create_directories(tree / "a");
+  fs::create_directory_symlink(outside, tree / "a" / "link");
+  fs::create_symlink(outside / "keep" / "file", tree / "file_link");
+  ASSERT_TRUE(RemoveTree(tree.string()).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tree)));
+  EXPECT_TRUE(fs::exists(outside / "keep" / "file"));
+  // A symlink given as the top is unlinked, its target kept.
+  fs::create_directory_symlink(outside, tmp / "top_link");
+  ASSERT_TRUE(RemoveTree(tmp / "top_link").ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tmp / "top_link")));
+  EXPECT_TRUE(fs::is_directory(outside / "keep"));
+}
+
+TEST(RemoveTree, MissingPathIsSuccessAndAPlainFileIsUnlinked) {
+  TempDir tmp;
+  EXPECT_TRUE(RemoveTree(tmp / "absent").ok());
+  std::ofstream(tmp / "plain") << "x";
+  EXPECT_TRUE(RemoveTree(tmp / "plain", 1).ok());
+  EXPECT_FALSE(fs::exists(tmp / "plain"));
+}
+
+TEST(RemoveTree, AFailureNamesTheTreeAndTheEntry) {
+  // Entries of /proc/self/fd cannot be unlinked: the error names the step and the entry.
+  const Status s = RemoveTree("/proc/self/fd", 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rm -rf /proc/self/fd: unlink /proc/self/fd/"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace ctrun
