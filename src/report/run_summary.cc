@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <csignal>
 #include <ctime>
 
 #include "report/python_hint.h"
@@ -193,6 +194,7 @@ std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
 }
 
 bool LostAPeer(const WorkerFailure& f) {
+  if (f.status.signaled() && f.status.signal() == SIGPIPE) return true;  // wrote to a closed peer
   if (!f.error_data) return false;
   const std::string& m = f.error_data->message;
   for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",

@@ -86,8 +86,8 @@ void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
 
 // True when the failure's error message says its collective lost a peer (gloo's "Connection
-// closed by peer", a reset or broken pipe, NCCL's remote exit or abort): a consequence of another
-// rank's failure.
+// closed by peer", a reset or broken pipe, NCCL's remote exit or abort), or the rank died of
+// SIGPIPE (it wrote to a connection its peer had closed): a consequence of another rank's failure.
 bool LostAPeer(const WorkerFailure& f);
 
 // The root cause among failures not stopped by ctrun: one that did not just lose a peer

@@ -404,6 +404,18 @@ TEST(ReportRootCause, ARankThatLostItsPeerIsNotTheRootCause) {
   EXPECT_EQ(ChooseRootCause(fs), 1u);
 }
 
+// A C++ rank that does not ignore SIGPIPE dies of it when it writes to the crashed rank's closed
+// socket, often before the crashed rank's own exit is seen.
+TEST(ReportRootCause, ARankKilledBySigpipeLostItsPeer) {
+  std::vector<WorkerFailure> fs = {
+      Failure(0, ExitStatus::Signaled(SIGPIPE), At(300)),
+      Failure(2, ExitStatus::Signaled(SIGABRT), At(300, 5)),
+  };
+  EXPECT_TRUE(LostAPeer(fs[0]));
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+  EXPECT_EQ(JobExitCode(fs), 128 + SIGABRT);
+}
+
 // Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
 // its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
 // file predates the signal: it failed on its own, and is the root cause.
