@@ -15,10 +15,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
+#include "warm/native_opt_in.h"
 
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
@@ -65,7 +67,8 @@ bool SendWithFds(int sock, const std::string& data, const std::vector<int>& fds)
 
 // The server's process: its own group, PDEATHSIG, defaults for signals, the control socket as fd 3
 // and nothing else beyond 0-2. Async-signal-safe calls only after fork.
-StatusOr<pid_t> ForkServer(const std::vector<std::string>& args, const std::vector<std::string>& env, int sock) {
+StatusOr<pid_t> ForkServer(const std::string& path, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env, int sock) {
   std::vector<char*> argv, envp;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -85,7 +88,7 @@ StatusOr<pid_t> ForkServer(const std::vector<std::string>& args, const std::vect
     else if (::dup2(sock, kServerFd) < 0) ::_exit(127);
     ResetChildSignals(mask);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &nofile);
-    ::execve(argv[0], argv.data(), envp.data());
+    ::execve(path.c_str(), argv.data(), envp.data());
     ::_exit(127);
   }
   ::setpgid(pid, pid);
@@ -191,8 +194,9 @@ void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Spa
 }
 
 std::string WarmSpawner::Prepare(const std::vector<SpawnSpec>& specs) {
-  auto launch = ParsePythonLaunch(specs[0]);
-  if (!launch) return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter";
+  std::optional<WarmLaunch> launch = ParsePythonLaunch(specs[0]);
+  if (!launch && OptsIntoWarm(ExecutableOf(specs[0]))) launch = NativeLaunch(specs[0]);
+  if (!launch) return kNotWarmEntrypoint;
   const TimePoint deadline = std::chrono::steady_clock::now() + options_.fork_wait;
   if (server_) {
     // One round trip: preloaded files unchanged on disk, still one thread, no CUDA.
@@ -238,18 +242,27 @@ std::string WarmSpawner::Prepare(const std::vector<SpawnSpec>& specs) {
   return "";
 }
 
-Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const PythonLaunch& launch) {
+Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmLaunch& launch) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return Status::Error(std::string("cannot start the warm server: socketpair: ") + std::strerror(errno));
   UniqueFd ours(sv[0]), theirs(sv[1]);
-  std::vector<std::string> args{launch.interpreter};
-  args.insert(args.end(), launch.flags.begin(), launch.flags.end());
-  args.insert(args.end(), {"-c", kBootstrap, kWarmServerSource, std::to_string(kServerFd),
-                           json(options_.preload).dump(), launch.module ? "-m:" + launch.target : launch.target});
+  std::vector<std::string> args;
   const std::vector<std::string> env = CommonEnv(specs);
+  std::vector<std::string> server_env = env;
+  if (launch.native) {
+    // The binary as the first worker, told to serve (include/ctrun/warm_main.h).
+    args = specs[0].argv;
+    server_env.insert(server_env.begin(), std::string(worker::kWarmServerVariable) + "=" +
+                                              std::to_string(kServerFd) + ":" + std::to_string(::getpid()));
+  } else {
+    args = {launch.program};
+    args.insert(args.end(), launch.flags.begin(), launch.flags.end());
+    args.insert(args.end(), {"-c", kBootstrap, kWarmServerSource, std::to_string(kServerFd),
+                             json(options_.preload).dump(), launch.module ? "-m:" + launch.target : launch.target});
+  }
   const auto started = std::chrono::steady_clock::now();
-  auto pid = ForkServer(args, env, theirs.get());
+  auto pid = ForkServer(launch.program, args, server_env, theirs.get());
   if (!pid.ok()) return Status::Error("cannot start the warm server: " + pid.message());
   theirs.reset();
   Server s;
@@ -269,8 +282,10 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const Pytho
     StopServer();
     return Status::Error(problem);
   }
-  options_.log(0, "--warm: worker server pid " + std::to_string(server_->pid) + " preloaded " +
-                      json(options_.preload).dump() + " in " +
+  options_.log(0, "--warm: worker server pid " + std::to_string(server_->pid) +
+                      (launch.native ? " (" + launch.program + ", CTRUN_MAIN) loaded"
+                                     : " preloaded " + json(options_.preload).dump()) +
+                      " in " +
                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::steady_clock::now() - started)
                                          .count()) +
