@@ -55,6 +55,11 @@ using nlohmann::json;
 constexpr size_t kMaxSpec = 1 << 22;  // argv + environment of one worker
 constexpr int kFirstHighFd = 10;      // received fds are parked here before dup2 onto 0-3
 
+// A worker's argv and initial environment, for the rest of its life (as the loader's are); held
+// here so they stay reachable (leak checkers) even after setenv replaces environ.
+char** g_worker_argv = nullptr;
+char** g_worker_environ = nullptr;
+
 // --- signals: as found at main(), restored in every worker -----------------------------------------
 struct SignalState {
   struct sigaction action[NSIG];
@@ -251,12 +256,11 @@ Spec BecomeWorker(UniqueFd sock, const SignalState& signals, void (*after_fork)(
   const std::string cwd = spec.value("cwd", "");
   if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) FailedStart("chdir " + cwd + ": " + std::strerror(errno));
   // The environment exactly as execve would give it (first entry of a name wins, as getenv).
-  // Leaked on purpose: environ must outlive everything, as a process's initial environment does.
   const auto& env = spec["env"];
-  char** envp = new char*[env.size() + 1];
-  for (size_t i = 0; i < env.size(); ++i) envp[i] = ::strdup(env[i].get<std::string>().c_str());
-  envp[env.size()] = nullptr;
-  environ = envp;
+  g_worker_environ = new char*[env.size() + 1];
+  for (size_t i = 0; i < env.size(); ++i) g_worker_environ[i] = ::strdup(env[i].get<std::string>().c_str());
+  g_worker_environ[env.size()] = nullptr;
+  environ = g_worker_environ;
   Spec out;
   out.argv = spec["argv"].get<std::vector<std::string>>();
   if (out.argv.empty()) FailedStart("empty argv");
@@ -369,11 +373,11 @@ int warm_main(int argc, char** argv, MainFunction fn, void (*after_fork)()) {
   static SignalState signals;  // as the loader left them: what a cold start gets at main
   Capture(&signals);
   Spec spec = Serve(ctl, signals, after_fork);
-  // A forked worker. argv lives as long as the process, as the loader's does.
-  char** args = new char*[spec.argv.size() + 1];
-  for (size_t i = 0; i < spec.argv.size(); ++i) args[i] = ::strdup(spec.argv[i].c_str());
-  args[spec.argv.size()] = nullptr;
-  return fn(static_cast<int>(spec.argv.size()), args);
+  // A forked worker.
+  g_worker_argv = new char*[spec.argv.size() + 1];
+  for (size_t i = 0; i < spec.argv.size(); ++i) g_worker_argv[i] = ::strdup(spec.argv[i].c_str());
+  g_worker_argv[spec.argv.size()] = nullptr;
+  return fn(static_cast<int>(spec.argv.size()), g_worker_argv);
 }
 
 }  // namespace ctrun::worker
