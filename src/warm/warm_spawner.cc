@@ -17,6 +17,7 @@
 
 #include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
+#include "sys/fd_passing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
@@ -44,25 +45,6 @@ int MillisLeft(TimePoint deadline) {
 bool Exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return RetryOnEintr([&] { return ::poll(&p, 1, 0); }) != 0;
-}
-
-// sendmsg of one datagram with fds attached; MSG_NOSIGNAL (a dead peer is EPIPE, not SIGPIPE).
-bool SendWithFds(int sock, const std::string& data, const std::vector<int>& fds) {
-  iovec iov{const_cast<char*>(data.data()), data.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  return RetryOnEintr([&] { return ::sendmsg(sock, &msg, MSG_NOSIGNAL); }) == static_cast<ssize_t>(data.size());
 }
 
 // The server's process: its own group, PDEATHSIG, defaults for signals, the control socket as fd 3
@@ -304,27 +286,9 @@ StatusOr<WarmSpawner::Message> WarmSpawner::ReadOne(TimePoint deadline) {
   pollfd p{server_->ctl.get(), POLLIN, 0};
   const int r = RetryOnEintr([&] { return ::poll(&p, 1, MillisLeft(deadline)); });
   if (r == 0) return Status::Error("no answer from the warm server in time");
-  std::vector<char> buf(kMaxMessage);
-  iovec iov{buf.data(), buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t n = RetryOnEintr([&] { return ::recvmsg(server_->ctl.get(), &msg, MSG_CMSG_CLOEXEC); });
   Message m;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      m.fds.emplace_back(fd);
-    }
-  }
+  const ssize_t n = ReceiveWithFds(server_->ctl.get(), kMaxMessage, &m.text, &m.fds);
   if (n <= 0) return Status::Error("the warm server exited");
-  m.text.assign(buf.data(), static_cast<size_t>(n));
   json j = json::parse(m.text, nullptr, false);
   m.op = j.is_object() ? j.value("op", "") : "";
   return m;

@@ -40,6 +40,7 @@
 
 #include "base/unique_fd.h"
 #include "ctrun/warm_main.h"
+#include "sys/fd_passing.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -75,54 +76,6 @@ void Restore(const SignalState& s) {
   for (int sig = 1; sig < NSIG; ++sig)
     if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &s.action[sig], nullptr);
   ::sigprocmask(SIG_SETMASK, &s.mask, nullptr);
-}
-
-// --- messages ------------------------------------------------------------------------------------
-bool Send(int sock, const std::string& data, const std::vector<int>& fds = {}) {
-  iovec iov{const_cast<char*>(data.data()), data.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(data.size());
-}
-
-// One datagram; "" on EOF or error. Received fds are CLOEXEC.
-std::string Receive(int sock, size_t max, std::vector<UniqueFd>* fds) {
-  std::string buf(max, '\0');
-  iovec iov{buf.data(), buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n >= 0 && c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (fds) fds->emplace_back(fd);
-      else ::close(fd);
-    }
-  }
-  buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return buf;
 }
 
 // --- safety rules --------------------------------------------------------------------------------
@@ -244,8 +197,8 @@ void PlaceFds(std::vector<UniqueFd>& fds, int extra_target) {
 Spec BecomeWorker(UniqueFd sock, const SignalState& signals, void (*after_fork)()) {
   ::setpgid(0, 0);
   std::vector<UniqueFd> fds;
-  const std::string msg = Receive(sock.get(), kMaxSpec, &fds);
-  if (msg.empty()) ::_exit(0);
+  std::string msg;
+  if (ReceiveWithFds(sock.get(), kMaxSpec, &msg, &fds) <= 0) ::_exit(0);
   const json spec = json::parse(msg, nullptr, false);
   if (!spec.is_object() || !spec.contains("argv") || !spec["argv"].is_array() || !spec.contains("env") ||
       !spec["env"].is_array() || !spec.contains("parent") || !spec["parent"].is_number_integer())
@@ -301,14 +254,15 @@ std::optional<Spec> ForkOne(int ctl, const SignalState& signals, void (*after_fo
     }
     if (worker > 0) {
       const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker, 0));
-      if (pidfd >= 0) Send(back_w.get(), std::to_string(worker), {pidfd});
+      if (pidfd >= 0) SendWithFds(back_w.get(), std::to_string(worker), {pidfd});
     }
     ::_exit(0);
   }
   theirs.reset();
   back_w.reset();
   std::vector<UniqueFd> fds;
-  const std::string pid = Receive(back_r.get(), 64, &fds);
+  std::string pid;
+  ReceiveWithFds(back_r.get(), 64, &pid, &fds);
   int st;
   while (::waitpid(mid, &st, 0) < 0 && errno == EINTR) {
   }
@@ -317,7 +271,7 @@ std::optional<Spec> ForkOne(int ctl, const SignalState& signals, void (*after_fo
     *problem = "cannot fork a worker";
     return std::nullopt;
   }
-  Send(ctl, json{{"op", "child"}, {"pid", std::stoi(pid)}}.dump(), {fds[0].get(), ours.get()});
+  SendWithFds(ctl, json{{"op", "child"}, {"pid", std::stoi(pid)}}.dump(), {fds[0].get(), ours.get()});
   return std::nullopt;
 }
 
@@ -325,21 +279,21 @@ std::optional<Spec> ForkOne(int ctl, const SignalState& signals, void (*after_fo
 Spec Serve(int ctl, const SignalState& signals, void (*after_fork)()) {
   Staleness stale;
   const std::string problem = UnsafeReason();
-  Send(ctl, json{{"op", "ready"}, {"pid", ::getpid()}, {"problem", problem}, {"files", stale.size()}}.dump());
+  SendWithFds(ctl, json{{"op", "ready"}, {"pid", ::getpid()}, {"problem", problem}, {"files", stale.size()}}.dump());
   while (true) {
-    const std::string data = Receive(ctl, 4096, nullptr);
-    if (data.empty()) ::_exit(0);  // ctrun closed its end: done with us, or gone
+    std::string data;
+    if (ReceiveWithFds(ctl, 4096, &data, nullptr) <= 0) ::_exit(0);  // ctrun closed its end: done with us, or gone
     const json req = json::parse(data, nullptr, false);
     const std::string op = req.is_object() ? req.value("op", "") : "";
     if (op == "check") {
-      Send(ctl, json{{"op", "check"}, {"stale", stale.Check()}, {"problem", UnsafeReason()}}.dump());
+      SendWithFds(ctl, json{{"op", "check"}, {"stale", stale.Check()}, {"problem", UnsafeReason()}}.dump());
     } else if (op == "fork") {
       for (int i = 0; i < req.value("n", 0); ++i) {
         std::string why = UnsafeReason();
         if (why.empty())
           if (auto spec = ForkOne(ctl, signals, after_fork, &why)) return std::move(*spec);
         if (!why.empty()) {
-          Send(ctl, json{{"op", "unsafe"}, {"problem", why}}.dump());
+          SendWithFds(ctl, json{{"op", "unsafe"}, {"problem", why}}.dump());
           break;
         }
       }

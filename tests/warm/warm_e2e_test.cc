@@ -13,6 +13,7 @@
 #include <set>
 
 #include "helpers/test_util.h"
+#include "warm/warm_test_util.h"
 
 namespace ctrun::warm {
 namespace {
@@ -33,11 +34,7 @@ const std::vector<std::string> kPythonEnv{"PYTHON_EXEC=/usr/bin/python3"};
 
 std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
                                const std::vector<std::string>& cmd) {
-  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                "--max_restarts=" + std::to_string(max_restarts)};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
+  return ctrun::testing::StandaloneCtrun(nproc, max_restarts, flags, cmd);
 }
 
 std::vector<std::string> Probe(const std::string& dir, std::vector<std::string> args = {}) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers/test_util.h"
+#include "warm/warm_test_util.h"
 
 namespace ctrun::warm {
 namespace {
@@ -30,11 +31,7 @@ using ctrun::testing::WaitFor;
 
 std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
                                const std::vector<std::string>& cmd) {
-  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                "--max_restarts=" + std::to_string(max_restarts)};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
+  return ctrun::testing::StandaloneCtrun(nproc, max_restarts, flags, cmd);
 }
 
 std::vector<std::string> Fake(const std::string& dir, std::vector<std::string> args = {},
@@ -50,7 +47,7 @@ json ReadObservation(const std::string& dir, int attempt, int rank) {
   return text.empty() ? json() : json::parse(text, nullptr, false);
 }
 
-bool StartedWarm(const RunResult& r) { return r.err.find("CTRUN_MAIN) loaded in") != std::string::npos; }
+bool StartedWarm(const RunResult& r) { return ctrun::testing::StartedNativeWarm(r.err); }
 
 // What differs between any two runs by design: the run's own ids, ports and paths.
 json Comparable(json j, const std::string& dir, const std::string& reference_dir) {

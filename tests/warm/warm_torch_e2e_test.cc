@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "helpers/test_util.h"
+#include "warm/warm_test_util.h"
 
 namespace ctrun::warm {
 namespace {
@@ -21,14 +22,10 @@ using ctrun::testing::TempDir;
 
 std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
                                const std::vector<std::string>& cmd) {
-  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                "--max_restarts=" + std::to_string(max_restarts)};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
+  return ctrun::testing::StandaloneCtrun(nproc, max_restarts, flags, cmd);
 }
 
-bool StartedWarm(const RunResult& r) { return r.err.find("CTRUN_MAIN) loaded in") != std::string::npos; }
+bool StartedWarm(const RunResult& r) { return ctrun::testing::StartedNativeWarm(r.err); }
 
 TEST(WarmTorch, DefaultGeneratorDiffersAcrossRanksAndAttempts) {
   for (const bool warm : {false, true}) {
@@ -81,8 +78,9 @@ TEST(WarmTorch, TrainColdAndWarmEndBitIdenticalAfterACrashBetweenSnapshots) {
     EXPECT_EQ(r.err.find("start cold"), std::string::npos) << r.err;
     EXPECT_EQ(CountOf(r.out, "resumed from snapshot at step 10"), 1) << r.out;
     EXPECT_EQ(ReadFileOr(dir / (tag + ".txt")), expected) << tag << ": parameters differ after the crash";
-    EXPECT_NE(r.err.find("root cause: worker rank 1 "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("injected failure at step 14 on rank 1"), std::string::npos) << r.err;
+    // Not asserted: which rank the summary names. C++ gloo peers of the crashing rank may die of
+    // SIGPIPE before its error file is written (cold and warm alike), and then come first.
+    EXPECT_EQ(CountOf(r.err, "[train] rank 1 injecting failure at step 14 (attempt 0)"), 1) << r.err;
   }
 }
 
