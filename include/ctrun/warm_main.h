@@ -15,8 +15,11 @@
 // variable CTRUN_WARM_SERVER names an inherited SOCK_SEQPACKET socket and ctrun's pid (ctrun sets
 // it for the server alone; the variable is removed before anything else runs).
 //
-// A forked worker ends like a cold process: train_main's return value goes to exit() (atexit
-// handlers, static destructors, stdio flushed), an uncaught exception reaches std::terminate.
+// A forked worker ends like a cold process: train_main's return value (or exit(n) called anywhere)
+// is the exit code, handlers it registered run (atexit, destructors of statics it constructed),
+// stdio is flushed, an uncaught exception reaches std::terminate. Not run: the destructors of
+// objects constructed before main (in the server), which would copy the pages the worker shares
+// with the server (a copy-on-write storm at every exit).
 // With ctrun::worker_torch (CTRUN_WITH_TORCH), LibTorch's default CPU generator is reseeded from
 // fresh entropy in every worker, as a fresh process seeds it at its first use.
 // Plain C++: no LibTorch needed (target ctrun::worker).

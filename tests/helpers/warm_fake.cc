@@ -3,10 +3,11 @@
 // DIR/attempt<TORCHELASTIC_RESTART_COUNT>-rank<RANK>.json, then ends as asked.
 //
 //   ctrun_warm_fake DIR [--barrier N] [--touch-self] [--sleep-ms MS] [--unflushed TEXT]
-//                       [--error MSG | --throw MSG | --exit N] [--exit-attempt A]
+//                       [--atexit TEXT] [--error MSG | --throw MSG | --exit N] [--exit-attempt A]
 //   --barrier N     after writing, wait (up to 30 s) until N ranks of this attempt wrote theirs
 //   --touch-self    in attempt 0, set the binary's mtime to now (a rebuilt binary)
 //   --unflushed T   printf T to stdout without a newline or fflush (exit must flush it)
+//   --atexit T      register an atexit handler that printf's T (no fflush) when the worker exits
 //   --error MSG     record MSG in the error file (worker library), exit 1
 //   --throw MSG     throw std::runtime_error(MSG) out of main (the terminate handler records it)
 //   --exit N        exit code N; with --exit-attempt A only in attempt A (others exit 0)
@@ -172,6 +173,11 @@ int FakeMain(int argc, char** argv) {
   if (const long ms = std::atol(opt("--sleep-ms", "0").c_str()); ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   if (has("--unflushed")) std::printf("%s", opt("--unflushed").c_str());
+  static std::string at_exit_text;
+  if (has("--atexit")) {
+    at_exit_text = opt("--atexit");
+    std::atexit([] { std::printf("%s", at_exit_text.c_str()); });
+  }
   const std::string only = opt("--exit-attempt", "");
   if (!only.empty() && only != attempt) return 0;
   if (has("--error")) {

@@ -94,9 +94,11 @@ TEST_F(WarmNative, ExitCodesErrorFilesAndAbortsAsCold) {
   for (const bool warm : {false, true}) {
     std::vector<std::string> flags;
     if (warm) flags = {"--warm"};
-    RunResult code = RunCommand(Ctrun(1, 0, flags, Fake(dir_.path(), {"--exit", "7"})), {}, 60s);
+    // The worker's own atexit handler runs and its output is flushed, and the code is kept.
+    RunResult code = RunCommand(Ctrun(1, 0, flags, Fake(dir_.path(), {"--exit", "7", "--atexit", "handler ran"})), {}, 60s);
     EXPECT_EQ(code.exit_code, 7) << code.err;
     EXPECT_EQ(StartedWarm(code), warm) << code.err;
+    EXPECT_EQ(CountOf(code.out, "handler ran"), 1) << code.out;
     RunResult error = RunCommand(Ctrun(1, 0, flags, Fake(dir_.path(), {"--error", "recorded on purpose"})), {}, 60s);
     EXPECT_EQ(error.exit_code, 1) << error.err;
     EXPECT_NE(error.err.find("exited with code 1: RuntimeError: recorded on purpose"), std::string::npos) << error.err;
