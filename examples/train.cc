@@ -11,6 +11,12 @@
 // Failure injection (--fail-at-step S[,S2...] --fail-rank R[,R2...] [--fail-attempt A[,A2...]]):
 // failure i happens on rank R_i when it is about to run global step S_i in attempt A_i (default:
 // attempt i, so each restart gets past the previous failure).
+//
+// Warm starts: the entry point is train_main behind CTRUN_MAIN (ctrun/warm_main.h). Run directly,
+// or under ctrun without --warm, it is an ordinary main; under ctrun --warm the binary is started
+// once per job and every worker of every attempt is forked from it, skipping the dynamic loading
+// of LibTorch. --timing prints unix_ns stamps of the start-up phases (train_main entered, process
+// group ready, snapshot loaded, first step done; and the injected crash).
 #include <CLI/CLI.hpp>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -26,6 +32,7 @@
 
 #include "ctrun/torch_dist.h"
 #include "ctrun/torch_snapshot.h"
+#include "ctrun/warm_main.h"
 #include "ctrun/worker.h"
 
 namespace {
@@ -53,6 +60,7 @@ struct Args {
   std::string out;
   int step_ms = 0;  // extra sleep per step, to pace demos and kill tests
   bool quiet = false;
+  bool timing = false;
 };
 
 struct MlpImpl : torch::nn::Module {
@@ -76,6 +84,16 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// --timing: one line per start-up phase, in train.py's format (bench/warm reads both).
+void Stamp(const Args& a, const cw::LaunchEnv& env, const char* what, int64_t unix_ns = 0) {
+  if (!a.timing) return;
+  if (unix_ns == 0)
+    unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  std::fprintf(stderr, "[train] timing rank %d attempt %d %s unix_ns=%" PRId64 "\n", env.rank, env.restart_count,
+               what, unix_ns);
 }
 
 // Progress bar on rank 0 only: '\r' redraws on a terminal, ~20 plain lines otherwise.
@@ -109,6 +127,7 @@ void MaybeFail(const Args& a, const cw::LaunchEnv& env, int64_t step) {
     if (a.fail_at_step[i] != step || rank != env.rank || attempt != env.restart_count) continue;
     std::fprintf(stderr, "[train] rank %d injecting failure at step %" PRId64 " (attempt %d) unix_ms=%" PRId64 "\n",
                  env.rank, step, env.restart_count, NowMs());
+    Stamp(a, env, "crash");
     std::fflush(stderr);
     const std::string what = "injected failure at step " + std::to_string(step) + " on rank " +
                              std::to_string(env.rank);
@@ -138,12 +157,14 @@ void WriteParams(const std::string& path, torch::nn::Module& m) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
-int Train(const Args& a) {
+int Train(const Args& a, int64_t started_ns) {
   const cw::LaunchEnv env = cw::LaunchEnv::from_env();
+  Stamp(a, env, "start", started_ns);
   torch::set_num_threads(1);
   const bool cuda = torch::cuda::is_available();
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   cw::DistContext dist = cw::init_distributed(env);
+  Stamp(a, env, "pg_ready");
   const bool leader = env.rank == 0;
 
   // The dataset: the same on every rank, from a fixed generator.
@@ -186,6 +207,7 @@ int Train(const Args& a) {
   } else {
     cw::broadcast_parameters(*model, *dist.pg);  // as DDP does at construction
   }
+  Stamp(a, env, "resumed");
   if (leader) {
     if (resumed) {
       std::printf("[train] attempt %d: resumed from snapshot at step %" PRId64 " (epoch %" PRId64 ")\n",
@@ -234,10 +256,11 @@ int Train(const Args& a) {
     progress.step = step + 1;
     progress.epoch = progress.step / steps_per_epoch;
     ctrun::heartbeat();
+    if (first_step) Stamp(a, env, "first_step");
     if (first_step && leader) {
       std::fprintf(stderr, "[train] attempt %d first step done unix_ms=%" PRId64 "\n", env.restart_count, NowMs());
-      first_step = false;
     }
+    first_step = false;
     bar.update(progress.step, epoch, loss.item<double>());
     if (store && a.snapshot_every > 0 && progress.step % a.snapshot_every == 0 && progress.step < total_steps) {
       cw::save_training_snapshot(*store, state, progress, /*async=*/!a.sync_snapshot);
@@ -269,7 +292,9 @@ int Train(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int train_main(int argc, char** argv) {
+  const int64_t started_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   cw::install_terminate_handler();
   Args a;
   CLI::App app{"ctrun example: deterministic data-parallel MLP training with snapshot/resume"};
@@ -292,6 +317,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", a.out, "rank 0 writes the final parameters (hex) here");
   app.add_option("--step-ms", a.step_ms, "sleep per step (pacing for demos)");
   app.add_flag("--quiet", a.quiet, "no progress bar");
+  app.add_flag("--timing", a.timing, "print unix_ns stamps of the start-up phases");
   CLI11_PARSE(app, argc, argv);
-  return cw::run_recorded([&] { return Train(a); });
+  return cw::run_recorded([&] { return Train(a, started_ns); });
 }
+
+CTRUN_MAIN(train_main)

@@ -2,16 +2,20 @@
 """Crash -> first training step of the next attempt for examples/train.py (gloo DDP), side by side:
 ctrun cold, ctrun --warm, ctrun --warm with the script's own imports preloaded, and torchrun 1.13
 (../shared/bench/torchrun-baseline) with --monitor_interval=0.1 and with its default (5 s).
+With --example cc the same for the C++ LibTorch example BUILD_DIR/examples/train (CTRUN_MAIN):
+ctrun cold, ctrun --warm (the binary started once as the server), torchrun --no_python.
 
 Rank 1 crashes at step 12 of attempt 0 (mid-epoch, not a snapshot step); attempt 1 resumes from the
 step-10 snapshot. train.py --timing stamps (unix ns, CLOCK_REALTIME): the crash, and in attempt 1 on
 rank 0: script start (before `import torch`), imports done, process group ready, snapshot loaded,
-first step done. ctrun's own log gives the moment it decided to restart (detection + teardown).
+first step done. The C++ train stamps train_main's entry instead of the script start (the dynamic
+loading of LibTorch comes before it: in "spawn"), and has no import phase. ctrun's own log gives the moment it decided to restart (detection + teardown).
 PSS: the sum of /proc/<pid>/smaps_rollup Pss over every process below the launcher (workers, and
 for --warm the server and the waiting children), sampled once attempt 1 has done its first step;
 the launcher's own PSS beside it.
 
 Usage: /usr/bin/python3 bench/warm/warm_restart_bench.py BUILD_DIR [--reps N] [--nproc N] [--only LABEL]
+                                                          [--example py|cc]
 """
 import argparse
 import datetime
@@ -63,11 +67,11 @@ def pss_kib(pid):
     return 0
 
 
-def run_once(label, argv, env, work):
+def run_once(label, argv, env, work, program):
     snap = os.path.join(work, "snap")
     shutil.rmtree(snap, ignore_errors=True)
     out_path = os.path.join(work, "out.txt")
-    args = argv + [TRAIN, "--epochs", "6", "--snapshot-dir", snap, "--snapshot-every", "5", "--fail-at-step", "12",
+    args = argv + [program, "--epochs", "6", "--snapshot-dir", snap, "--snapshot-every", "5", "--fail-at-step", "12",
                    "--fail-rank", "1", "--timing", "--quiet", "--step-ms", "20"]
     with open(out_path, "w") as out:
         p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -93,10 +97,12 @@ def run_once(label, argv, env, work):
         st[(int(m.group(1)), int(m.group(2)), m.group(3))] = int(m.group(4)) / 1e6  # ms
     crash = st[(1, 0, "crash")]
     a1 = {k[2]: v for k, v in st.items() if k[0] == 0 and k[1] == 1}
-    r = {"total": a1["first_step"] - crash, "import": a1["imported"] - a1["start"],
-         "pg": a1["pg_ready"] - a1["imported"], "load": a1["resumed"] - a1["pg_ready"],
+    imported = a1.get("imported", a1["start"])  # the C++ example has no import phase
+    r = {"total": a1["first_step"] - crash, "pg": a1["pg_ready"] - imported, "load": a1["resumed"] - a1["pg_ready"],
          "step": a1["first_step"] - a1["resumed"], "to_start": a1["start"] - crash,
          "pss_mib": (pss_workers or 0) / 1024.0, "launcher_mib": (pss_launcher or 0) / 1024.0}
+    if "imported" in a1:
+        r["import"] = a1["imported"] - a1["start"]
     m = RESTART.search(text)
     if m:
         day = datetime.datetime.fromtimestamp(crash / 1000.0)
@@ -113,10 +119,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--only", default="")
+    ap.add_argument("--example", choices=["py", "cc"], default="py")
     a = ap.parse_args()
     ctrun = os.path.join(a.build, "ctrun")
     n = "--nproc_per_node=%d" % a.nproc
     env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
+    program = TRAIN if a.example == "py" else os.path.abspath(os.path.join(a.build, "examples", "train"))
     configs = [
         ("ctrun cold", [ctrun, "--standalone", n, "--max_restarts=1"]),
         ("ctrun --warm", [ctrun, "--standalone", n, "--max_restarts=1", "--warm"]),
@@ -126,13 +134,16 @@ def main():
                                           "--monitor_interval=0.1"]),
         ("torchrun 1.13, default 5 s", ["/usr/bin/python3", TORCHRUN, "--standalone", n, "--max_restarts=1"]),
     ]
+    if a.example == "cc":  # no @script row; torchrun runs a binary with --no_python
+        configs = [(label, argv + ["--no_python"] if "torchrun" in label else argv)
+                   for label, argv in configs if "@script" not in label]
     work = tempfile.mkdtemp()
     rows = []
     try:
         for label, argv in configs:
             if a.only and a.only not in label:
                 continue
-            runs = [run_once(label, argv, env, work) for _ in range(a.reps)]
+            runs = [run_once(label, argv, env, work, program) for _ in range(a.reps)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             print("%s: %s" % (label, ", ".join("%s=%.0f" % (k, r["total"]) for k, r in
                                                zip(["run%d" % i for i in range(len(runs))], runs))), flush=True)
@@ -144,8 +155,9 @@ def main():
         return "%.0f ms" % med[k] if k in med else "-"
 
     print()
-    print("| %d ranks, median of %d | crash → first step | detection + teardown | spawn | import | "
-          "process group | snapshot load | first step | PSS of workers (+ server) | launcher PSS |" % (a.nproc, a.reps))
+    print("| %s, %d ranks, median of %d | crash → first step | detection + teardown | spawn%s | import | "
+          "process group | snapshot load | first step | PSS of workers (+ server) | launcher PSS |" % (
+              os.path.basename(program), a.nproc, a.reps, " (+ loading LibTorch)" if a.example == "cc" else ""))
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, med in rows:
         spawn = f(med, "spawn") if "spawn" in med else "%s (crash → script start)" % f(med, "to_start")

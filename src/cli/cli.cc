@@ -225,9 +225,10 @@ constexpr std::array kOptions = {
               "(SIGSTOP) just before exec until a debugger attaches (gdb -p PID) and continues it."},
     OptionDef{"warm", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Start Python workers (.py, -m) by fork from a server that imported the --warm-preload "
-              "modules once, instead of a fresh interpreter each: restarts skip import torch. Workers "
-              "look as if started cold; ctrun starts them cold, with a warning, when a rule is broken "
-              "(see README, Warm starts)."},
+              "modules once, instead of a fresh interpreter each: restarts skip import torch. C++ "
+              "workers built with CTRUN_MAIN (ctrun/warm_main.h) are forked from their binary started "
+              "once (LibTorch loaded once). Workers look as if started cold; ctrun starts them cold, "
+              "with a warning, when a rule is broken (see README, Warm starts)."},
     OptionDef{"warm_preload", 0, Kind::kValue, "", "MODULES", "torch,torch.distributed", Group::kCtrun,
               "Comma-separated modules the --warm server imports; @script adds the script's own "
               "top-level imports."},

@@ -10,11 +10,11 @@ bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.s
 
 std::string_view NameOf(std::string_view entry) { return entry.substr(0, entry.find('=')); }
 
-std::map<std::string, std::string> PinnedOf(const std::vector<std::string>& env) {
+std::map<std::string, std::string> PinnedOf(const std::vector<std::string>& env, bool native) {
   std::map<std::string, std::string> out;
   for (const auto& e : env) {
     std::string_view name = NameOf(e);
-    if (!IsPinnedVariable(name)) continue;
+    if (!IsPinnedVariable(name, native)) continue;
     // First entry of a name wins, as getenv.
     out.emplace(std::string(name), e.size() > name.size() ? e.substr(name.size() + 1) : "");
   }
@@ -31,11 +31,27 @@ bool HandedOver(const StdioTarget& t) {
 
 }  // namespace
 
-std::optional<PythonLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
+const char kNotWarmEntrypoint[] =
+    "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter, nor a binary built "
+    "with CTRUN_MAIN";
+
+const std::string& ExecutableOf(const SpawnSpec& spec) {
+  static const std::string kNone;
+  return !spec.executable.empty() ? spec.executable : spec.argv.empty() ? kNone : spec.argv[0];
+}
+
+WarmLaunch NativeLaunch(const SpawnSpec& spec) {
+  WarmLaunch n;
+  n.program = ExecutableOf(spec);
+  n.native = true;
+  return n;
+}
+
+std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
   const auto& a = spec.argv;
   if (a.size() < 2) return std::nullopt;
-  PythonLaunch p;
-  p.interpreter = spec.executable.empty() ? a[0] : spec.executable;
+  WarmLaunch p;
+  p.program = ExecutableOf(spec);
   size_t i = 1;
   while (i < a.size() && StartsWith(a[i], "-") && a[i] != "-m") {
     // A flag that takes a value or runs code (-c, -X opt, -W arg) is not what ctrun builds: cold.
@@ -55,9 +71,10 @@ std::optional<PythonLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
   return p;
 }
 
-bool IsPinnedVariable(std::string_view name) {
-  if (name == "OMP_NUM_THREADS") return false;  // re-read in the child (torch.set_num_threads)
-  for (std::string_view prefix : {"PYTHON", "LD_", "OMP_", "KMP_", "MKL_", "LC_"})
+bool IsPinnedVariable(std::string_view name, bool native) {
+  if (name == "OMP_NUM_THREADS") return native;  // a Python child re-reads it (torch.set_num_threads)
+  if (StartsWith(name, "PYTHON")) return !native;
+  for (std::string_view prefix : {"LD_", "OMP_", "KMP_", "MKL_", "LC_"})
     if (StartsWith(name, prefix)) return true;
   return name == "LANG" || name == "TORCH_CPP_LOG_LEVEL" || name == "TORCH_SHOW_CPP_STACKTRACES";
 }
@@ -73,22 +90,27 @@ std::vector<std::string> CommonEnv(const std::vector<SpawnSpec>& specs) {
   return out;
 }
 
-ServerIdentity IdentityOf(const PythonLaunch& launch, const std::vector<std::string>& env) {
-  return ServerIdentity{launch, PinnedOf(env)};
+ServerIdentity IdentityOf(const WarmLaunch& launch, const std::vector<std::string>& env) {
+  return ServerIdentity{launch, PinnedOf(env, launch.native)};
 }
 
 std::string WarmMismatch(const ServerIdentity& server, const SpawnSpec& spec) {
-  auto launch = ParsePythonLaunch(spec);
-  if (!launch) return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter";
-  if (launch->interpreter != server.launch.interpreter)
-    return "the interpreter differs from the warm server's (" + launch->interpreter + ")";
-  if (launch->flags != server.launch.flags) return "the interpreter flags differ from the warm server's";
+  if (server.launch.native) {
+    if (ExecutableOf(spec) != server.launch.program)
+      return "the executable differs from the warm server's (" + ExecutableOf(spec) + ")";
+  } else {
+    auto launch = ParsePythonLaunch(spec);
+    if (!launch) return kNotWarmEntrypoint;
+    if (launch->program != server.launch.program)
+      return "the interpreter differs from the warm server's (" + launch->program + ")";
+    if (launch->flags != server.launch.flags) return "the interpreter flags differ from the warm server's";
+  }
   if (!HandedOver(spec.stdin_target) || !HandedOver(spec.stdout_target) || !HandedOver(spec.stderr_target))
     return "the worker's stdio is of a kind the warm path does not hand over";
   // Set before exec in a cold start; a forked child would inherit the server's instead.
   if (!spec.cpu_affinity.empty()) return "per-worker CPU binding is requested (--cpu-binding / --numa-binding)";
   if (spec.stop_before_exec) return "a rank waits for a debugger before exec (--debug-rank)";
-  const auto pinned = PinnedOf(spec.env);
+  const auto pinned = PinnedOf(spec.env, server.launch.native);
   std::set<std::string> names;
   for (const auto& [k, v] : pinned) names.insert(k);
   for (const auto& [k, v] : server.pinned) names.insert(k);

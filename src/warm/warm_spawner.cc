@@ -15,10 +15,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
+#include "sys/fd_passing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
+#include "warm/native_opt_in.h"
 
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
@@ -44,28 +47,10 @@ bool Exited(int pidfd) {
   return RetryOnEintr([&] { return ::poll(&p, 1, 0); }) != 0;
 }
 
-// sendmsg of one datagram with fds attached; MSG_NOSIGNAL (a dead peer is EPIPE, not SIGPIPE).
-bool SendWithFds(int sock, const std::string& data, const std::vector<int>& fds) {
-  iovec iov{const_cast<char*>(data.data()), data.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  return RetryOnEintr([&] { return ::sendmsg(sock, &msg, MSG_NOSIGNAL); }) == static_cast<ssize_t>(data.size());
-}
-
 // The server's process: its own group, PDEATHSIG, defaults for signals, the control socket as fd 3
 // and nothing else beyond 0-2. Async-signal-safe calls only after fork.
-StatusOr<pid_t> ForkServer(const std::vector<std::string>& args, const std::vector<std::string>& env, int sock) {
+StatusOr<pid_t> ForkServer(const std::string& path, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env, int sock) {
   std::vector<char*> argv, envp;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -85,7 +70,7 @@ StatusOr<pid_t> ForkServer(const std::vector<std::string>& args, const std::vect
     else if (::dup2(sock, kServerFd) < 0) ::_exit(127);
     ResetChildSignals(mask);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &nofile);
-    ::execve(argv[0], argv.data(), envp.data());
+    ::execve(path.c_str(), argv.data(), envp.data());
     ::_exit(127);
   }
   ::setpgid(pid, pid);
@@ -191,8 +176,9 @@ void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Spa
 }
 
 std::string WarmSpawner::Prepare(const std::vector<SpawnSpec>& specs) {
-  auto launch = ParsePythonLaunch(specs[0]);
-  if (!launch) return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter";
+  std::optional<WarmLaunch> launch = ParsePythonLaunch(specs[0]);
+  if (!launch && OptsIntoWarm(ExecutableOf(specs[0]))) launch = NativeLaunch(specs[0]);
+  if (!launch) return kNotWarmEntrypoint;
   const TimePoint deadline = std::chrono::steady_clock::now() + options_.fork_wait;
   if (server_) {
     // One round trip: preloaded files unchanged on disk, still one thread, no CUDA.
@@ -238,18 +224,27 @@ std::string WarmSpawner::Prepare(const std::vector<SpawnSpec>& specs) {
   return "";
 }
 
-Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const PythonLaunch& launch) {
+Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmLaunch& launch) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return Status::Error(std::string("cannot start the warm server: socketpair: ") + std::strerror(errno));
   UniqueFd ours(sv[0]), theirs(sv[1]);
-  std::vector<std::string> args{launch.interpreter};
-  args.insert(args.end(), launch.flags.begin(), launch.flags.end());
-  args.insert(args.end(), {"-c", kBootstrap, kWarmServerSource, std::to_string(kServerFd),
-                           json(options_.preload).dump(), launch.module ? "-m:" + launch.target : launch.target});
+  std::vector<std::string> args;
   const std::vector<std::string> env = CommonEnv(specs);
+  std::vector<std::string> server_env = env;
+  if (launch.native) {
+    // The binary as the first worker, told to serve (include/ctrun/warm_main.h).
+    args = specs[0].argv;
+    server_env.insert(server_env.begin(), std::string(worker::kWarmServerVariable) + "=" +
+                                              std::to_string(kServerFd) + ":" + std::to_string(::getpid()));
+  } else {
+    args = {launch.program};
+    args.insert(args.end(), launch.flags.begin(), launch.flags.end());
+    args.insert(args.end(), {"-c", kBootstrap, kWarmServerSource, std::to_string(kServerFd),
+                             json(options_.preload).dump(), launch.module ? "-m:" + launch.target : launch.target});
+  }
   const auto started = std::chrono::steady_clock::now();
-  auto pid = ForkServer(args, env, theirs.get());
+  auto pid = ForkServer(launch.program, args, server_env, theirs.get());
   if (!pid.ok()) return Status::Error("cannot start the warm server: " + pid.message());
   theirs.reset();
   Server s;
@@ -269,8 +264,10 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const Pytho
     StopServer();
     return Status::Error(problem);
   }
-  options_.log(0, "--warm: worker server pid " + std::to_string(server_->pid) + " preloaded " +
-                      json(options_.preload).dump() + " in " +
+  options_.log(0, "--warm: worker server pid " + std::to_string(server_->pid) +
+                      (launch.native ? " (" + launch.program + ", CTRUN_MAIN) loaded"
+                                     : " preloaded " + json(options_.preload).dump()) +
+                      " in " +
                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::steady_clock::now() - started)
                                          .count()) +
@@ -289,27 +286,9 @@ StatusOr<WarmSpawner::Message> WarmSpawner::ReadOne(TimePoint deadline) {
   pollfd p{server_->ctl.get(), POLLIN, 0};
   const int r = RetryOnEintr([&] { return ::poll(&p, 1, MillisLeft(deadline)); });
   if (r == 0) return Status::Error("no answer from the warm server in time");
-  std::vector<char> buf(kMaxMessage);
-  iovec iov{buf.data(), buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t n = RetryOnEintr([&] { return ::recvmsg(server_->ctl.get(), &msg, MSG_CMSG_CLOEXEC); });
   Message m;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      m.fds.emplace_back(fd);
-    }
-  }
+  const ssize_t n = ReceiveWithFds(server_->ctl.get(), kMaxMessage, &m.text, &m.fds);
   if (n <= 0) return Status::Error("the warm server exited");
-  m.text.assign(buf.data(), static_cast<size_t>(n));
   json j = json::parse(m.text, nullptr, false);
   m.op = j.is_object() ? j.value("op", "") : "";
   return m;

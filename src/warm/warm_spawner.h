@@ -1,12 +1,16 @@
 // WarmSpawner (ctrun --warm): starts Python workers by fork from a warm server that has imported
-// torch once, instead of fork/exec of a fresh interpreter that imports it again. Everything else
+// torch once, instead of fork/exec of a fresh interpreter that imports it again; and C++ workers
+// that opt in (CTRUN_MAIN) by fork from their own binary started once as the server (the loader
+// has mapped LibTorch once), instead of exec. Both servers speak one protocol (warm_server.py). Everything else
 // about a worker is as a cold start: the agent sees the same Spawner interface and gets the same
 // SpawnedProcess (pid, pidfd, output pipes), the worker leads its own process group, has
 // PR_SET_PDEATHSIG(SIGKILL), is ctrun's child (reaped by the agent's drain), and gets the spec's
 // environment, argv, working directory and fds 0-2.
 //
-// The server (src/warm/warm_server.py, embedded) is ctrun's child: own process group, PDEATHSIG,
-// started at the first attempt under the workers' interpreter, flags and common environment.
+// The server (src/warm/warm_server.py, embedded; or the binary with CTRUN_WARM_SERVER set,
+// src/worker/warm_main.cc) is ctrun's child: own process group, PDEATHSIG, started at the first
+// attempt under the workers' interpreter, flags and common environment (a binary: the first
+// worker's argv and the common environment).
 // Its children are ctrun's children too: see the race analysis at the top of warm_server.py.
 // After handing out an attempt's workers ctrun asks for the next attempt's children at once, so a
 // restart forks nothing on its critical path: it checks the server (one round trip: preloaded
@@ -85,7 +89,7 @@ class WarmSpawner final : public Spawner {
 
   // "" when every spec may be forked from a (possibly new) server; else why they start cold.
   std::string Prepare(const std::vector<SpawnSpec>& specs);
-  Status StartServer(const std::vector<SpawnSpec>& specs, const PythonLaunch& launch);
+  Status StartServer(const std::vector<SpawnSpec>& specs, const WarmLaunch& launch);
   void StopServer();
   Status Send(const std::string& json);
   // Reads messages until one with `op` arrives (children arriving meanwhile join the pool).

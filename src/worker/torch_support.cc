@@ -19,6 +19,7 @@
 
 #include "ctrun/torch_dist.h"
 #include "ctrun/torch_snapshot.h"
+#include "ctrun/warm_main.h"
 
 namespace ctrun::worker {
 
@@ -312,6 +313,18 @@ std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, cons
     if (agreed == 0) return std::nullopt;
     bound = static_cast<uint64_t>(agreed - 1);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warm starts (ctrun/warm_main.h)
+
+// A fresh process seeds the default generator from fresh entropy when it first uses it; a worker
+// forked from the warm server would otherwise share the server's generator (created there if a
+// static initialiser drew a random number) with every rank and attempt.
+void torch_warm_child() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(c10::detail::getNonDeterministicRandom());
 }
 
 }  // namespace ctrun::worker

@@ -167,6 +167,21 @@ pid_t ParentOf(pid_t pid) {
   return ppid;
 }
 
+std::vector<pid_t> LiveDescendants(pid_t ancestor) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string base = e.path().filename().string();
+    if (base.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(base));
+    for (pid_t p = ParentOf(pid); p > 1; p = ParentOf(p))
+      if (p == ancestor) {
+        if (ProcessAlive(pid)) out.push_back(pid);
+        break;
+      }
+  }
+  return out;
+}
+
 std::string ReadFileOr(const std::string& path, const std::string& fallback) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return fallback;

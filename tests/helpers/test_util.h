@@ -64,6 +64,8 @@ class BackgroundProcess {
 
 bool ProcessAlive(pid_t pid);  // exists and is not a zombie
 pid_t ParentOf(pid_t pid);     // its parent's pid; 0 when it is gone or a zombie
+// The live processes below `ancestor` (children, grandchildren, ...), read from /proc now.
+std::vector<pid_t> LiveDescendants(pid_t ancestor);
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
 // How many times `needle` occurs in `hay` (overlapping occurrences count).

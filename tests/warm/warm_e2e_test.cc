@@ -13,6 +13,7 @@
 #include <set>
 
 #include "helpers/test_util.h"
+#include "warm/warm_test_util.h"
 
 namespace ctrun::warm {
 namespace {
@@ -21,8 +22,8 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using ctrun::testing::BackgroundProcess;
 using ctrun::testing::CountOf;
+using ctrun::testing::LiveDescendants;
 using ctrun::testing::ProcessAlive;
-using ctrun::testing::ParentOf;
 using ctrun::testing::ReadFileOr;
 using ctrun::testing::RunCommand;
 using ctrun::testing::RunResult;
@@ -33,11 +34,7 @@ const std::vector<std::string> kPythonEnv{"PYTHON_EXEC=/usr/bin/python3"};
 
 std::vector<std::string> Ctrun(int nproc, int max_restarts, const std::vector<std::string>& flags,
                                const std::vector<std::string>& cmd) {
-  std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                "--max_restarts=" + std::to_string(max_restarts)};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
+  return ctrun::testing::StandaloneCtrun(nproc, max_restarts, flags, cmd);
 }
 
 std::vector<std::string> Probe(const std::string& dir, std::vector<std::string> args = {}) {
@@ -195,21 +192,6 @@ TEST_F(Warm, ChangedPreloadedFileRestartsTheServer) {
   EXPECT_EQ(ReadProbe(dir_.path(), 1, 0)["modules_module"], 2) << "attempt 1 must see the file as changed";
 }
 
-std::vector<pid_t> Descendants(pid_t ancestor) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string base = e.path().filename().string();
-    if (base.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(base));
-    for (pid_t p = ParentOf(pid); p > 1; p = ParentOf(p))
-      if (p == ancestor) {
-        if (ProcessAlive(pid)) out.push_back(pid);
-        break;
-      }
-  }
-  return out;
-}
-
 TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
   BackgroundProcess ctrun(Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--sleep", "60"})),
                           kPythonEnv, dir_ / "out.txt", dir_ / "err.txt");
@@ -217,7 +199,7 @@ TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
                       30s));
   // The watchdog, the server, two workers and the next attempt's two waiting children.
   std::vector<pid_t> procs;
-  ASSERT_TRUE(WaitFor([&] { return (procs = Descendants(ctrun.pid())).size() >= 6; }, 30s))
+  ASSERT_TRUE(WaitFor([&] { return (procs = LiveDescendants(ctrun.pid())).size() >= 6; }, 30s))
       << procs.size() << " processes; " << ReadFileOr(dir_ / "err.txt");
   ctrun.Signal(SIGKILL);
   EXPECT_EQ(ctrun.Wait(10s), 128 + SIGKILL);

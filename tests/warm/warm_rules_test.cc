@@ -3,6 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "ctrun/warm_main.h"
+#include "helpers/test_util.h"
+#include "warm/native_opt_in.h"
+
+// This test binary carries the note CTRUN_MAIN places (CTRUN_MAIN itself would define main).
+__attribute__((section(".note.ctrun.warm"), used, aligned(4))) static const ::ctrun::worker::WarmNote kNote = {
+    6, 4, ::ctrun::worker::kWarmNoteType, "ctrun", ::ctrun::worker::kWarmProtocolVersion};
+
 namespace ctrun::warm {
 namespace {
 
@@ -17,7 +30,7 @@ SpawnSpec Spec(std::vector<std::string> argv, std::vector<std::string> env = {})
 TEST(WarmRules, ParsesScriptAndModuleLaunches) {
   auto p = ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "train.py", "--lr", "1"}));
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->interpreter, "/usr/bin/python3");
+  EXPECT_EQ(p->program, "/usr/bin/python3");
   EXPECT_EQ(p->flags, std::vector<std::string>{"-u"});
   EXPECT_FALSE(p->module);
   EXPECT_EQ(p->target, "train.py");
@@ -79,6 +92,49 @@ TEST_F(WarmMismatchTest, InterpreterFlagsAndEntrypointKindSendTheWorkerCold) {
   EXPECT_NE(WarmMismatch(server_, Spec({"/usr/bin/python3", "-u", "-O", "train.py"}, env_)).find("flags differ"),
             std::string::npos);
   EXPECT_NE(WarmMismatch(server_, Spec({"./train"}, env_)).find("not a Python script"), std::string::npos);
+}
+
+TEST(WarmRules, NativeLaunchesPinLoadTimeVariablesButNotPythons) {
+  for (const char* name : {"OMP_NUM_THREADS", "LD_PRELOAD", "OMP_PROC_BIND", "MKL_NUM_THREADS", "LC_ALL",
+                           "TORCH_CPP_LOG_LEVEL"})
+    EXPECT_TRUE(IsPinnedVariable(name, /*native=*/true)) << name;
+  for (const char* name : {"PYTHONHASHSEED", "PYTHONPATH", "RANK", "PATH"})
+    EXPECT_FALSE(IsPinnedVariable(name, /*native=*/true)) << name;
+  const std::vector<std::string> env{"PATH=/bin", "LD_PRELOAD=", "PYTHONPATH=/a"};
+  const SpawnSpec base = Spec({"/opt/train", "--lr", "1"}, env);
+  const ServerIdentity server = IdentityOf(NativeLaunch(base), env);
+  EXPECT_TRUE(server.launch.native);
+  EXPECT_EQ(WarmMismatch(server, base), "");
+  SpawnSpec other_args = Spec({"/opt/train", "--lr", "2"}, env);
+  EXPECT_EQ(WarmMismatch(server, other_args), "") << "argv is the worker's own";
+  SpawnSpec python = base;
+  python.env.insert(python.env.begin(), "PYTHONPATH=/b");
+  EXPECT_EQ(WarmMismatch(server, python), "");
+  SpawnSpec preload = base;
+  preload.env.insert(preload.env.begin(), "LD_PRELOAD=/x.so");
+  EXPECT_NE(WarmMismatch(server, preload).find("LD_PRELOAD differs"), std::string::npos);
+  EXPECT_NE(WarmMismatch(server, Spec({"/opt/other"}, env)).find("executable differs"), std::string::npos);
+  SpawnSpec bound = base;
+  bound.cpu_affinity = {0};
+  EXPECT_NE(WarmMismatch(server, bound).find("CPU binding"), std::string::npos);
+}
+
+TEST(NativeOptIn, ReadsTheNoteFromTheFile) {
+  EXPECT_TRUE(OptsIntoWarm("/proc/self/exe"));
+  EXPECT_FALSE(OptsIntoWarm("/bin/sh"));
+  EXPECT_FALSE(OptsIntoWarm("/no/such/file"));
+  ctrun::testing::TempDir dir;
+  std::ofstream(dir / "script.py") << "print(1)\n";
+  EXPECT_FALSE(OptsIntoWarm(dir / "script.py"));
+  // The same binary with another protocol version in its note does not opt in.
+  std::ifstream in("/proc/self/exe", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string needle(reinterpret_cast<const char*>(&kNote), sizeof kNote);
+  const size_t at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + offsetof(::ctrun::worker::WarmNote, version)] = 9;
+  std::ofstream(dir / "patched", std::ios::binary) << bytes;
+  EXPECT_FALSE(OptsIntoWarm(dir / "patched"));
 }
 
 }  // namespace

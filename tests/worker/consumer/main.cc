@@ -1,9 +1,11 @@
-// Uses the installed ctrun::worker: env parsing, error-file JSON, a snapshot round trip.
+// Uses the installed ctrun::worker: env parsing, error-file JSON, a snapshot round trip, and
+// CTRUN_MAIN as its entry point (a plain main without ctrun --warm).
+#include <ctrun/warm_main.h>
 #include <ctrun/worker.h>
 
 #include <cstdio>
 
-int main(int argc, char** argv) {
+int consumer_main(int argc, char** argv) {
   namespace cw = ctrun::worker;
   if (argc < 2) return 2;
   std::string err;
@@ -18,3 +20,5 @@ int main(int argc, char** argv) {
   std::printf("consumer ok: %s", cw::error_file_json("m", "c", 1).c_str());
   return 0;
 }
+
+CTRUN_MAIN(consumer_main)
