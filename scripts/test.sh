@@ -25,8 +25,8 @@ build="${CTRUN_BUILD_DIR:-$root/build}"
 #    ASan would cost more than the rest of the build; ctrun, the code under test, links no LibTorch.
 #  - tests/compat: the PyTorch compatibility tests run Python torch workers for minutes; the
 #    instrumented ctrun is exercised by the e2e, process, rendezvous and reliability tests instead.
-#  - tests/install: it packages the build; an instrumented static library cannot be linked by the
-#    uninstrumented consumer project it builds.
+#  - tests/install: it builds and inspects the Debian packages, which are made from the first
+#    pass's build, not from an instrumented one.
 #  - the libFuzzer targets: ASan+UBSan builds already, run in the first pass.
 asan="${CTRUN_ASAN_BUILD_DIR:-$root/build-asan}"
 CTRUN_BUILD_DIR="$asan" "$root/scripts/build.sh" -DCTRUN_SANITIZE=ON -DCTRUN_WERROR=ON -DCTRUN_BUILD_TESTS=ON \
