@@ -91,9 +91,9 @@ std::string OomNote(const SummaryOptions& o) {
 std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& all,
                       std::optional<size_t> root, const SummaryOptions& o) {
   if (!f.hang.empty()) return f.hang;
-  if (f.failed_before_stop)
+  if (FailedBeforeStop(f))
     return "failed on its own (its error file predates ctrun's stop signal, which ended it while it exited)";
-  if (!f.stopped_by_ctrun) return "failed on its own";
+  if (!StoppedByCtrun(f)) return "failed on its own";
   if (root) return "stopped by ctrun after rank " + std::to_string(all[*root].global_rank) + " failed";
   if (!o.stop_reason.empty()) return "stopped by ctrun (" + o.stop_reason + ")";
   return "stopped by ctrun";
@@ -117,7 +117,7 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
   }
   b += "  cause     : " + CauseText(f, all, root, o) + "\n";
   if (f.oom_killed) b += "  note      : " + OomNote(o) + "\n";
-  if (!f.stopped_by_ctrun) {
+  if (!StoppedByCtrun(f)) {
     const std::string python_note =
         MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter);
     if (!python_note.empty()) b += "  note      : " + python_note + "\n";
@@ -129,7 +129,7 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
     return b;
   }
   std::string head = f.status.signaled() ? SignalMessage(f) : "<N/A> (no error file)";
-  size_t n = is_root ? o.root_stderr_lines : (f.stopped_by_ctrun ? 0 : o.other_stderr_lines);
+  size_t n = is_root ? o.root_stderr_lines : (StoppedByCtrun(f) ? 0 : o.other_stderr_lines);
   std::vector<std::string> tail = LastLines(f.stderr_tail, n);
   if (!tail.empty()) {
     head += tail.size() == 1 ? "; last line of stderr:"
@@ -152,10 +152,6 @@ size_t WidestLine(const std::string& text) {
 }  // namespace
 
 void LoadErrorFile(WorkerFailure* f) {
-  if (f->failed_before_stop) {  // decided by an earlier read: decide again from this one
-    f->failed_before_stop = false;
-    f->stopped_by_ctrun = true;
-  }
   f->error_data.reset();
   f->error_file_problem.clear();
   auto r = ReadErrorFile(f->error_file);
@@ -168,10 +164,6 @@ void LoadErrorFile(WorkerFailure* f) {
   f->error_file_mtime_ns.reset();
   if (f->error_data && ::stat(f->error_file.c_str(), &st) == 0)
     f->error_file_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (f->stopped_by_ctrun && f->stop_sent && f->error_data && !LostAPeer(*f) && FailureTime(*f) < *f->stop_sent) {
-    f->stopped_by_ctrun = false;
-    f->failed_before_stop = true;
-  }
 }
 
 void LoadErrorFiles(std::vector<WorkerFailure>* failures) {
@@ -203,11 +195,17 @@ bool LostAPeer(const WorkerFailure& f) {
   return false;
 }
 
+bool FailedBeforeStop(const WorkerFailure& f) {
+  return f.stopped_by_ctrun && f.stop_sent && f.error_data && !LostAPeer(f) && FailureTime(f) < *f.stop_sent;
+}
+
+bool StoppedByCtrun(const WorkerFailure& f) { return f.stopped_by_ctrun && !FailedBeforeStop(f); }
+
 std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures) {
   std::optional<size_t> best;
   for (size_t i = 0; i < failures.size(); ++i) {
     const WorkerFailure& f = failures[i];
-    if (f.stopped_by_ctrun) continue;
+    if (StoppedByCtrun(f)) continue;
     if (!best) {
       best = i;
       continue;
@@ -237,9 +235,9 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
   // ctrun stopped come after them, in a section of their own.
   std::vector<size_t> order;
   for (size_t i = 0; i < failures.size(); ++i)
-    if (!failures[i].stopped_by_ctrun) order.push_back(i);
+    if (!StoppedByCtrun(failures[i])) order.push_back(i);
   for (size_t i = 0; i < failures.size(); ++i)
-    if (failures[i].stopped_by_ctrun) order.push_back(i);
+    if (StoppedByCtrun(failures[i])) order.push_back(i);
 
   size_t width = title.size();
   std::string root_text;
@@ -252,7 +250,7 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
     width = std::max(width, WidestLine(block));
     if (is_root) {
       root_text = std::move(block);
-    } else if (failures[i].stopped_by_ctrun) {
+    } else if (StoppedByCtrun(failures[i])) {
       stopped.push_back(std::move(block));
     } else {
       others.push_back(std::move(block));
@@ -296,7 +294,7 @@ int JobExitCode(const std::vector<WorkerFailure>& failures) {
   if (!root) return 1;
   if (!failures[*root].hang.empty()) return kExitHung;
   // Its own exit never came (ctrun's signal ended it): an error file means an uncaught exception.
-  if (failures[*root].failed_before_stop) return 1;
+  if (FailedBeforeStop(failures[*root])) return 1;
   return failures[*root].status.ShellCode();
 }
 

@@ -54,14 +54,9 @@ struct WorkerFailure {
   ExitStatus status = ExitStatus::Exited(1);
   std::chrono::system_clock::time_point time;  // when ctrun saw the exit
   std::string error_file;                      // path given to the worker ("" if none)
-  bool stopped_by_ctrun = false;               // killed by ctrun during teardown, not a root cause
-  // With stopped_by_ctrun: when ctrun sent its stop signal. A rank whose own error file (not a lost
-  // peer) is older than that failed first and was only finished off by the signal, e.g. a Python
-  // rank that recorded its exception and was still running interpreter shutdown: LoadErrorFile
-  // makes it a failure of its own again.
+  bool stopped_by_ctrun = false;  // killed by ctrun during teardown (but see FailedBeforeStop)
+  // With stopped_by_ctrun: when ctrun sent its stop signal.
   std::optional<std::chrono::system_clock::time_point> stop_sent;
-  // Set by LoadErrorFile when it did so: the status is ctrun's signal, not the rank's own exit.
-  bool failed_before_stop = false;
   bool oom_killed = false;                     // likely OOM-killer victim (see oom.h)
   std::string stderr_tail;                     // last lines of stderr (may be empty)
   std::string hang;                            // "hung: ..." when ctrun found the rank hung
@@ -75,8 +70,7 @@ struct WorkerFailure {
   std::optional<int64_t> error_file_mtime_ns;
 };
 
-// Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h), and
-// clears stopped_by_ctrun when the file shows the rank failed on its own first (see stop_sent).
+// Reads f->error_file into error_data / error_file_problem (never fails: see error_file.h).
 void LoadErrorFile(WorkerFailure* f);
 void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 
@@ -85,12 +79,20 @@ void LoadErrorFiles(std::vector<WorkerFailure>* failures);
 // the file's modification time when that falls within the same second), else the detection time.
 std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f);
 
+// A rank ctrun's stop signal ended whose own error file (not a lost peer) is older than that
+// signal: it failed first and was only finished off by it, e.g. a Python rank that recorded its
+// exception and was still in interpreter shutdown. Its status is ctrun's signal, not its own exit.
+bool FailedBeforeStop(const WorkerFailure& f);
+// Whether ctrun stopped the rank (not a failure of its own, never a root cause): stopped_by_ctrun
+// unless FailedBeforeStop. What every part of the summary goes by.
+bool StoppedByCtrun(const WorkerFailure& f);
+
 // True when the failure's error message says its collective lost a peer (gloo's "Connection
 // closed by peer", a reset or broken pipe, NCCL's remote exit or abort), or the rank died of
 // SIGPIPE (it wrote to a connection its peer had closed): a consequence of another rank's failure.
 bool LostAPeer(const WorkerFailure& f);
 
-// The root cause among failures not stopped by ctrun: one that did not just lose a peer
+// The root cause among failures not StoppedByCtrun: one that did not just lose a peer
 // (LostAPeer) before one that did, then the earliest FailureTime(); ties go to the lowest global
 // rank. nullopt when there is none (empty, or every worker was stopped by ctrun).
 std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures);
@@ -123,7 +125,7 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
 
 // ctrun's exit code for a failed run: the root cause's ShellCode() (exit code, or 128+signal), or
 // kExitHung when the root cause hung; 1 when the root cause failed before ctrun's signal ended it
-// (failed_before_stop) or there are failures but no root cause; 0 when there are no failures.
+// (FailedBeforeStop) or there are failures but no root cause; 0 when there are no failures.
 int JobExitCode(const std::vector<WorkerFailure>& failures);
 
 // The agent's own $TORCHELASTIC_ERROR_FILE, like torchrun's @record: the root cause's error file

@@ -437,8 +437,8 @@ TEST(ReportRootCause, ARankWhoseErrorFilePredatesTheStopSignalFailedOnItsOwn) {
   fs[1].error_file = write("r1.json", "RuntimeError: injected failure", 299'800'000'000LL);
   fs[1].stop_sent = At(300, 100);
   LoadErrorFiles(&fs);
-  EXPECT_FALSE(fs[1].stopped_by_ctrun);
-  EXPECT_TRUE(fs[1].failed_before_stop);
+  EXPECT_FALSE(StoppedByCtrun(fs[1]));
+  EXPECT_TRUE(FailedBeforeStop(fs[1]));
   EXPECT_EQ(ChooseRootCause(fs), 1u);
   EXPECT_EQ(JobExitCode(fs), 1);  // its exception's exit, not ctrun's 128+SIGTERM
   EXPECT_NE(FormatFailureSummary("w", fs, "h", {}).find("predates ctrun's stop signal"), std::string::npos);
@@ -446,15 +446,15 @@ TEST(ReportRootCause, ARankWhoseErrorFilePredatesTheStopSignalFailedOnItsOwn) {
   // A file written after the signal (a handler reacting to it) stays ctrun's doing.
   fs[1].error_file = write("r1.json", "SystemExit: terminated", 300'200'000'000LL);
   LoadErrorFiles(&fs);
-  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  EXPECT_TRUE(StoppedByCtrun(fs[1]));
   EXPECT_EQ(ChooseRootCause(fs), 0u);
   // So does one that only lost a peer, and one without a file.
   fs[1].error_file = write("r1.json", "Connection reset by peer", 299'800'000'000LL);
   LoadErrorFiles(&fs);
-  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  EXPECT_TRUE(StoppedByCtrun(fs[1]));
   fs[1].error_file = std::string(tmpl) + "/missing.json";
   LoadErrorFiles(&fs);
-  EXPECT_TRUE(fs[1].stopped_by_ctrun);
+  EXPECT_TRUE(StoppedByCtrun(fs[1]));
   std::filesystem::remove_all(tmpl);
 }
 
