@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "helpers/test_util.h"
 #include "report/error_file.h"
 #include "report/oom.h"
 #include "report/run_summary.h"
@@ -25,26 +26,7 @@ namespace fs = std::filesystem;
 using std::chrono::seconds;
 using std::chrono::system_clock;
 
-class ReportTempDir {
- public:
-  ReportTempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ctrun_report_test.XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) std::abort();
-    path_ = buf.data();
-  }
-  ~ReportTempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ctrun::testing::TempDir;
 
 void WriteText(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
@@ -67,7 +49,7 @@ system_clock::time_point At(int64_t epoch_seconds, int millis = 0) {
 // ReadErrorFile
 
 TEST(ReportErrorFileRead, MissingFileIsNoErrorFile) {
-  ReportTempDir dir;
+  TempDir dir;
   auto r = ReadErrorFile(dir / "nope.json");
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_FALSE(r->has_value());
@@ -80,14 +62,14 @@ TEST(ReportErrorFileRead, MissingFileIsNoErrorFile) {
 }
 
 TEST(ReportErrorFileRead, DirectoryIsNoErrorFile) {
-  ReportTempDir dir;
+  TempDir dir;
   auto r = ReadErrorFile(dir.path());
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_FALSE(r->has_value());
 }
 
 TEST(ReportErrorFileRead, DictMessageAsTorchWritesIt) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json",
             R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
             R"("Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n)"
@@ -106,7 +88,7 @@ TEST(ReportErrorFileRead, DictMessageAsTorchWritesIt) {
 }
 
 TEST(ReportErrorFileRead, DictMessageWithErrorCodeAndNoCallstack) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json",
             R"({"message": {"message": "RuntimeError: x", "errorCode": -9,)"
             R"( "extraInfo": {"timestamp": 1700000001}}})");
@@ -119,7 +101,7 @@ TEST(ReportErrorFileRead, DictMessageWithErrorCodeAndNoCallstack) {
 }
 
 TEST(ReportErrorFileRead, DictMessageWithNothingShowsNA) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json", R"({"message": {}})");
   auto r = ReadErrorFile(dir / "e.json");
   ASSERT_TRUE(r.ok()) << r.message();
@@ -128,7 +110,7 @@ TEST(ReportErrorFileRead, DictMessageWithNothingShowsNA) {
 }
 
 TEST(ReportErrorFileRead, StringMessageWithTopLevelTimestamp) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json", R"({"message": "plain failure text", "timestamp": "1700000002"})");
   auto r = ReadErrorFile(dir / "e.json");
   ASSERT_TRUE(r.ok()) << r.message();
@@ -140,7 +122,7 @@ TEST(ReportErrorFileRead, StringMessageWithTopLevelTimestamp) {
 }
 
 TEST(ReportErrorFileRead, StringMessageWithoutTimestamp) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json", R"({"message": "no time here"})");
   auto r = ReadErrorFile(dir / "e.json");
   ASSERT_TRUE(r.ok()) << r.message();
@@ -149,7 +131,7 @@ TEST(ReportErrorFileRead, StringMessageWithoutTimestamp) {
 
 TEST(ReportErrorFileRead, MissingOrBadTimestampIsToleratedNotFatal) {
   // torch raises KeyError here; ctrun keeps the traceback and uses the detection time.
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "a.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "tb"}}})");
   auto a = ReadErrorFile(dir / "a.json");
   ASSERT_TRUE(a.ok()) << a.message();
@@ -168,7 +150,7 @@ TEST(ReportErrorFileRead, MissingOrBadTimestampIsToleratedNotFatal) {
 }
 
 TEST(ReportErrorFileRead, MalformedFilesAreErrorsWithAReason) {
-  ReportTempDir dir;
+  TempDir dir;
   struct Case {
     const char* text;
     const char* reason_part;
@@ -189,7 +171,7 @@ TEST(ReportErrorFileRead, MalformedFilesAreErrorsWithAReason) {
 }
 
 TEST(ReportErrorFileRead, HugeFileIsRejectedWithoutReadingItAll) {
-  ReportTempDir dir;
+  TempDir dir;
   std::string big = R"({"message": ")" + std::string(2 << 20, 'x') + R"("})";
   WriteText(dir / "big.json", big);
   auto r = ReadErrorFile(dir / "big.json");
@@ -204,7 +186,7 @@ TEST(ReportErrorFileRead, HugeFileIsRejectedWithoutReadingItAll) {
 
 TEST(ReportErrorFileRead, UnreadableFileIsAnError) {
   if (::geteuid() == 0) GTEST_SKIP() << "root reads mode-000 files";
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json", R"({"message": "x"})");
   ::chmod((dir / "e.json").c_str(), 0);
   auto r = ReadErrorFile(dir / "e.json");
@@ -216,7 +198,7 @@ TEST(ReportErrorFileRead, UnreadableFileIsAnError) {
 // Writers
 
 TEST(ReportErrorFileWrite, RecordRoundTripsAndHasTorchShape) {
-  ReportTempDir dir;
+  TempDir dir;
   ErrorFileRecord rec;
   rec.message = "Signal 9 (SIGKILL) received by PID 12";
   rec.py_callstack = "line one\nline \"two\"\n";
@@ -250,7 +232,7 @@ TEST(ReportErrorFileWrite, RecordRoundTripsAndHasTorchShape) {
 }
 
 TEST(ReportErrorFileWrite, OverwritesAtomically) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "out.json", "garbage that is not json");
   ErrorFileRecord rec;
   rec.message = "m";
@@ -262,13 +244,13 @@ TEST(ReportErrorFileWrite, OverwritesAtomically) {
 }
 
 TEST(ReportErrorFileWrite, FailsCleanlyInAMissingDirectory) {
-  ReportTempDir dir;
+  TempDir dir;
   Status s = WriteErrorFile(dir / "no/such/dir/out.json", ErrorFileRecord{"m", "", 1, {}});
   EXPECT_FALSE(s.ok());
 }
 
 TEST(ReportErrorFileWrite, CopySetsErrorCodeOnDictMessageOnly) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "worker.json",
             R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "tb", "timestamp": "5"}},)"
             R"( "extra": [1, 2]})");
@@ -315,7 +297,7 @@ std::optional<std::string> RunTorchReader(const std::string& path, std::string* 
 }
 
 TEST(ReportErrorFileWrite, TorchsOwnReaderAcceptsOurFiles) {
-  ReportTempDir dir;
+  TempDir dir;
   ErrorFileRecord rec;
   rec.message = "Signal 9 (SIGKILL) received by PID 1236";
   rec.py_callstack = "last 1 lines of stderr:\nKilled\n";
@@ -420,10 +402,9 @@ TEST(ReportRootCause, ARankKilledBySigpipeLostItsPeer) {
 // its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
 // file predates the signal: it failed on its own, and is the root cause.
 TEST(ReportRootCause, ARankWhoseErrorFilePredatesTheStopSignalFailedOnItsOwn) {
-  char tmpl[] = "/tmp/ctrun_report_stop_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  TempDir tmp;
   auto write = [&](const std::string& name, const std::string& message, int64_t ns) {
-    std::string path = std::string(tmpl) + "/" + name;
+    std::string path = tmp.path() + "/" + name;
     std::ofstream(path) << R"({"message": {"message": ")" << message
                         << R"(", "extraInfo": {"py_callstack": "c", "timestamp": ")" << ns / 1000000000
                         << R"(", "ctrun_timestamp_ns": ")" << ns << R"("}}})";
@@ -452,10 +433,9 @@ TEST(ReportRootCause, ARankWhoseErrorFilePredatesTheStopSignalFailedOnItsOwn) {
   fs[1].error_file = write("r1.json", "Connection reset by peer", 299'800'000'000LL);
   LoadErrorFiles(&fs);
   EXPECT_TRUE(StoppedByCtrun(fs[1]));
-  fs[1].error_file = std::string(tmpl) + "/missing.json";
+  fs[1].error_file = tmp.path() + "/missing.json";
   LoadErrorFiles(&fs);
   EXPECT_TRUE(StoppedByCtrun(fs[1]));
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
@@ -472,9 +452,8 @@ TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
   fs[1].error_data->timestamp_ns = 299'001'000'000LL;
   EXPECT_EQ(ChooseRootCause(fs), 1u);
   // The reader takes it from extraInfo.ctrun_timestamp_ns.
-  char tmpl[] = "/tmp/ctrun_report_ns_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  std::string path = std::string(tmpl) + "/error.json";
+  TempDir tmp;
+  std::string path = tmp.path() + "/error.json";
   {
     std::ofstream f(path);
     f << R"({"message": {"message": "m", "extraInfo": {"py_callstack": "c", "timestamp": "299", )"
@@ -484,7 +463,6 @@ TEST(ReportRootCause, NanosecondErrorFileTimeBreaksSameSecondTies) {
   ASSERT_TRUE(read.ok());
   ASSERT_TRUE(read->has_value());
   EXPECT_EQ((*read)->timestamp_ns, 299'001'000'000LL);
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST(ReportRootCause, ErrorFileMtimeOrdersTorchsWholeSecondTimestamps) {
@@ -507,15 +485,13 @@ TEST(ReportRootCause, ErrorFileMtimeOrdersTorchsWholeSecondTimestamps) {
   fs[1].error_file_mtime_ns = 305'000'000'000LL;
   EXPECT_EQ(ChooseRootCause(fs), 0u);
   // LoadErrorFile reads it with the file.
-  char tmpl[] = "/tmp/ctrun_report_mtime_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  TempDir tmp;
   WorkerFailure f = Failure(0, ExitStatus::Exited(1), At(300));
-  f.error_file = std::string(tmpl) + "/error.json";
+  f.error_file = tmp.path() + "/error.json";
   std::ofstream(f.error_file) << R"({"message": "boom", "timestamp": "299"})";
   LoadErrorFile(&f);
   EXPECT_TRUE(f.error_data.has_value());
   EXPECT_TRUE(f.error_file_mtime_ns.has_value());
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST(ReportRootCause, TiesGoToTheLowestRank) {
@@ -657,7 +633,7 @@ TEST(ReportSummary, NoErrorFileShowsStderrTailAndHintOnce) {
 }
 
 TEST(ReportSummary, UnreadableErrorFileIsShownAndTreatedAsNone) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "error.json", "{not json");
   std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000000))};
   fs[0].error_file = dir / "error.json";
@@ -673,7 +649,7 @@ TEST(ReportSummary, UnreadableErrorFileIsShownAndTreatedAsNone) {
 }
 
 TEST(ReportSummary, LoadErrorFileReadsValidFilesAndMissingOnes) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "e.json", R"({"message": {"message": "E", "extraInfo": {"py_callstack": "TB",)"
                             R"( "timestamp": "1700000000"}}})");
   std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000009)),
@@ -843,7 +819,7 @@ TEST(ReportSummary, MissingTorchNamesTheInterpreter) {
 }
 
 TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
-  ReportTempDir dir;
+  TempDir dir;
   WriteText(dir / "w1.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "TB",)"
                              R"( "timestamp": "1700000000"}}})");
   std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Signaled(15), At(1700000001), true),
@@ -858,7 +834,7 @@ TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
 }
 
 TEST(ReportAgentErrorFile, DescribesARootCauseWithoutAnErrorFile) {
-  ReportTempDir dir;
+  TempDir dir;
   std::vector<WorkerFailure> fs = OomJob();
   ASSERT_TRUE(WriteAgentErrorFile(dir / "agent.json", fs, OomOptions()).ok());
   auto r = ReadErrorFile(dir / "agent.json");
@@ -916,7 +892,7 @@ TEST(ReportOom, ParsesProcSelfCgroup) {
 }
 
 TEST(ReportOom, ReadsCgroupV2MemoryEvents) {
-  ReportTempDir root;
+  TempDir root;
   WriteText(root / "proc/self/cgroup", "0::/job.slice/run-7.scope\n");
   WriteText(root / "sys/fs/cgroup/job.slice/run-7.scope/memory.events",
             "low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\noom_group_kill 0\n");
@@ -930,14 +906,14 @@ TEST(ReportOom, ReadsCgroupV2MemoryEvents) {
 
 TEST(ReportOom, WalksUpWhenTheCgroupPathIsNotMountedAsIs) {
   // A container that mounts its own cgroup at /sys/fs/cgroup: the host path is not there.
-  ReportTempDir root;
+  TempDir root;
   WriteText(root / "proc/self/cgroup", "0::/kubepods/pod1/ctr2\n");
   WriteText(root / "sys/fs/cgroup/memory.events", "oom 4\noom_kill 4\n");
   EXPECT_EQ(ReadOomKillCount(root.path()), 4u);
 }
 
 TEST(ReportOom, ReadsCgroupV1OomControl) {
-  ReportTempDir root;
+  TempDir root;
   WriteText(root / "proc/self/cgroup", "4:memory:/process_api/abc\n0::/\n");
   WriteText(root / "sys/fs/cgroup/memory/process_api/abc/memory.oom_control",
             "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
@@ -948,7 +924,7 @@ TEST(ReportOom, ReadsCgroupV1OomControl) {
 }
 
 TEST(ReportOom, FallsBackToVmstatThenNothing) {
-  ReportTempDir root;
+  TempDir root;
   WriteText(root / "proc/self/cgroup", "0::/x\n");
   WriteText(root / "proc/vmstat", "pgfault 5\noom_kill 12\n");
   auto s = ReadOomKillSample(root.path());
@@ -956,7 +932,7 @@ TEST(ReportOom, FallsBackToVmstatThenNothing) {
   EXPECT_EQ(s->count, 12u);
   EXPECT_EQ(s->source, "/proc/vmstat");
 
-  ReportTempDir empty;
+  TempDir empty;
   EXPECT_FALSE(ReadOomKillSample(empty.path()).has_value());
 }
 
