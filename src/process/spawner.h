@@ -1,5 +1,6 @@
 // Spawner: starts worker processes from a SpawnSpec and signals their process groups. The agent
-// sees only this interface; spawner_posix.cc forks for real, tests/fakes/fake_spawner.h records.
+// sees only this interface; spawner_posix.cc makes real children (vfork-style on a spawn thread
+// where it can, fork otherwise), tests/fakes/fake_spawner.h records.
 //
 // Contract:
 //  - Spawn returns once the child has exec'd, is known to have failed, or its exec was not
@@ -72,15 +73,26 @@ class PosixSpawner final : public Spawner {
   // milliseconds; one stuck on a hung file system must not hold the caller longer than this.
   static constexpr std::chrono::seconds kDefaultExecWait{5};
 
-  // Batches up to this size are cloned straight into their cgroups (clone3 CLONE_INTO_CGROUP);
-  // bigger ones fork and join through cgroup.procs. Measured on the 2-core VM: the cgroup.procs
+  // Forked batches up to this size are cloned straight into their cgroups (clone3
+  // CLONE_INTO_CGROUP); bigger ones fork and join through cgroup.procs. (Vfork-style children are
+  // always made in their cgroup: one clone at a time holds the mutex only briefly.) Measured on the 2-core VM: the cgroup.procs
   // way costs one RCU grace period per batch (5-15 ms, the children wait on it together), while
   // each CLONE_INTO_CGROUP holds the global cgroup_mutex through the parent's clone, ~1 ms apiece
   // while other jobs churn cgroups (64 clones: >= 73 ms against >= 10 ms for 64 forks): the
   // break-even lies at 5-15 children; 8 is a node's usual GPU count.
   static constexpr size_t kCloneIntoCgroupMaxBatch = 8;
 
-  explicit PosixSpawner(Duration exec_wait = kDefaultExecWait) : exec_wait_(exec_wait) {}
+  // How children are made.
+  enum class Method {
+    kVfork,  // vfork-style (process/vfork_clone.h) on the SpawnThread wherever the build, the
+             // kernel and the spec allow (not: stop_before_exec, a cgroup joined through
+             // cgroup.procs); fork/clone3 for the rest
+    kFork,   // always fork (or clone3 into the cgroup): the parent's page tables are copied
+    kVforkEvenStopped,  // tests: kVfork, stop_before_exec included, so that a stopped child holds
+                        // the spawn thread the way an exec on a hung file system does
+  };
+  explicit PosixSpawner(Duration exec_wait = kDefaultExecWait, Method method = Method::kVfork)
+      : exec_wait_(exec_wait), method_(method) {}
   bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override;
   void SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) override;
   bool SignalGroup(pid_t pgid, int sig) override;
@@ -95,12 +107,23 @@ class PosixSpawner final : public Spawner {
     bool stopped_before_exec = false;  // SpawnSpec::stop_before_exec: its exec is not waited for
     SpawnedProcess proc;
   };
+  struct ChildImage;  // one child's plan, in memory of its own (spawner_posix.cc)
+  struct VforkBatch;  // the vfork-style children of one SpawnMany (spawner_posix.cc)
+
+  static bool PrepareChild(const SpawnSpec& spec, ChildImage* image, SpawnError* error);
+  static void Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* out);
+  // Whether spec's child may be made vfork-style (see the constructor).
+  bool VforkEligible(const SpawnSpec& spec) const;
+  // Makes the children of specs[eligible...] vfork-style; returns the indexes left to Fork.
+  std::vector<size_t> VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
+                                std::vector<PendingChild>* pending, std::vector<SpawnResult>* results);
   // `clone_into_cgroup`: whether a spec's cgroup_dir_fd may be used (see kCloneIntoCgroupMaxBatch).
   bool Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error);
   bool Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error);
   TimePoint ExecDeadline() const;
 
   Duration exec_wait_;
+  Method method_;
 };
 
 }  // namespace ctrun

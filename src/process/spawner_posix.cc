@@ -19,9 +19,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "process/spawner.h"
 #include "process/exec_pipe.h"
+#include "process/spawn_thread.h"
+#include "process/vfork_clone.h"
 #include "process/stdio_plumbing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
@@ -126,8 +130,8 @@ class CpuMask {
   size_t size_ = 0;
 };
 
-// Everything the child needs between fork and exec, computed in the parent. The child only reads
-// it (plain values and pointers into the parent's memory, which the child has a copy of).
+// Everything the child needs between its creation and exec, computed in the parent. The child only
+// reads it.
 struct ChildPlan {
   const char* exe = nullptr;
   char* const* argv = nullptr;
@@ -144,7 +148,8 @@ struct ChildPlan {
 };
 
 // The child's side: async-signal-safe calls only, then exec (or a record on the error pipe and
-// _exit(127)). Called in a fork()ed child and in a clone3()d one alike.
+// _exit(127)). Called in a fork()ed child, a clone3()d one and a vfork-style one (which shares our
+// memory: it writes nothing but its own stack and errno) alike.
 [[noreturn]] void ExecChild(const ChildPlan& p) {
   int ew = p.error_pipe;
   if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
@@ -177,6 +182,8 @@ struct ChildPlan {
   ReportChildFailure(ew, ChildStage::kExec);
 }
 
+[[noreturn]] void ExecChildTrampoline(void* plan) { ExecChild(*static_cast<const ChildPlan*>(plan)); }
+
 // clone3(CLONE_INTO_CGROUP | CLONE_PIDFD): a fork whose child starts life in the cgroup of
 // `cgroup_dir_fd` (no write to cgroup.procs: that migration takes the kernel's cgroup threadgroup
 // lock for writing, which waits for an RCU grace period, ~5-15 ms per batch of spawns on the
@@ -201,12 +208,42 @@ pid_t CloneIntoCgroup(int cgroup_dir_fd, int* pidfd) {
 
 // Whether clone3 with CLONE_INTO_CGROUP may work here; false after the kernel said it cannot.
 std::atomic<bool> clone_into_cgroup_usable{true};
+// Whether vfork-style clones may work here; false after the kernel said it cannot.
+std::atomic<bool> vfork_usable{true};
 
 bool KernelLacksCloneIntoCgroup(int err) { return err == ENOSYS || err == E2BIG || err == EINVAL; }
 
+// A vfork-style child's stack. ExecChild needs a few hundred bytes; sanitizers' frames and glibc's
+// wrappers get ample room.
+constexpr size_t kChildStackSize = 256 * 1024;
+
 }  // namespace
 
-bool PosixSpawner::Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error) {
+// One child to be: its plan and everything the plan points at, in memory of its own (never the
+// caller's SpawnSpec: a vfork-style child whose exec hangs may read it after SpawnMany returned),
+// and the parent's ends of its plumbing.
+struct PosixSpawner::ChildImage {
+  std::string argv0;
+  std::vector<char> strings;  // the executable's path, then argv's and envp's strings
+  std::vector<char*> argv, envp;
+  std::unique_ptr<CpuMask> affinity;
+  struct rlimit nofile {};
+  ChildPlan plan;
+  StdioPlumbing in, out, err;
+  UniqueFd err_read, err_write;
+  int cgroup_dir_fd = -1;
+  // Written when a vfork-style clone made it (the pid and pidfd by the kernel, before the child
+  // runs); read by the agent's thread under VforkBatch::mu.
+  pid_t pid = 0;
+  int pidfd = -1;
+  bool cloned = false;  // the clone call returned (result in clone_result / clone_errno)
+  pid_t clone_result = -1;
+  int clone_errno = 0;
+};
+
+// Fills *image from spec: copies of the strings, pipes, ptys and files, the error pipe. On failure
+// returns false with *error filled (shell code 1).
+bool PosixSpawner::PrepareChild(const SpawnSpec& spec, ChildImage* image, SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
     error->err = err;
     error->shell_code = 1;
@@ -215,72 +252,149 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingCh
     return false;
   };
   if (spec.argv.empty()) return fail("empty argv", EINVAL);
-
-  // --- everything the child needs, built before fork -------------------------------------------
+  image->argv0 = spec.argv[0];
   const std::string& exe = spec.executable.empty() ? spec.argv[0] : spec.executable;
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  size_t bytes = exe.size() + 1;
+  for (const auto& a : spec.argv) bytes += a.size() + 1;
+  for (const auto& e : spec.env) bytes += e.size() + 1;
+  image->strings.resize(bytes);
+  char* at = image->strings.data();
+  auto copy = [&](const std::string& str) {
+    char* begin = at;
+    std::memcpy(at, str.c_str(), str.size() + 1);
+    at += str.size() + 1;
+    return begin;
+  };
+  image->plan.exe = copy(exe);
+  for (const auto& a : spec.argv) image->argv.push_back(copy(a));
+  image->argv.push_back(nullptr);
+  for (const auto& e : spec.env) image->envp.push_back(copy(e));
+  image->envp.push_back(nullptr);
 
-  StdioPlumbing in_p, out_p, err_p;
   std::string what;
-  if (!PrepareStdio(spec.stdin_target, /*input=*/true, &in_p, &what)) return fail(what, errno);
-  if (!PrepareStdio(spec.stdout_target, /*input=*/false, &out_p, &what)) return fail(what, errno);
-  if (!PrepareStdio(spec.stderr_target, /*input=*/false, &err_p, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stdin_target, /*input=*/true, &image->in, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stdout_target, /*input=*/false, &image->out, &what)) return fail(what, errno);
+  if (!PrepareStdio(spec.stderr_target, /*input=*/false, &image->err, &what)) return fail(what, errno);
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
-  UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
+  image->err_read.reset(errpipe[0]);
+  image->err_write.reset(errpipe[1]);
 
-  struct rlimit orig_nofile;
-  ChildPlan plan;
-  plan.exe = exe.c_str();
-  plan.argv = argv.data();
-  plan.envp = envp.data();
+  ChildPlan& plan = image->plan;
+  plan.argv = image->argv.data();
+  plan.envp = image->envp.data();
   plan.mask = &OriginalSignalMask();
-  plan.nofile = OriginalFdLimit(&orig_nofile) ? &orig_nofile : nullptr;
+  plan.nofile = OriginalFdLimit(&image->nofile) ? &image->nofile : nullptr;
   plan.parent = ::getpid();
-  plan.in_fd = in_p.child_end.get();
-  plan.out_fd = out_p.child_end.get();
-  plan.err_fd = err_p.child_end.get();
-  plan.error_pipe = err_write.get();
+  plan.in_fd = image->in.child_end.get();
+  plan.out_fd = image->out.child_end.get();
+  plan.err_fd = image->err.child_end.get();
+  plan.error_pipe = image->err_write.get();
   plan.extra_fd = spec.extra_fd;
   plan.extra_target = spec.extra_fd_target;
-  CpuMask affinity(spec.cpu_affinity);
-  plan.affinity = &affinity;
+  image->affinity = std::make_unique<CpuMask>(spec.cpu_affinity);
+  plan.affinity = image->affinity.get();
   plan.stop_before_exec = spec.stop_before_exec;
+  plan.cgroup_procs_fd = spec.cgroup_procs_fd;
+  image->cgroup_dir_fd = spec.cgroup_dir_fd;
+  return true;
+}
 
+// The vfork-style children of one SpawnMany, shared between the agent's thread and the job on
+// the SpawnThread, which may outlive the call (a hung exec, see SpawnThread).
+struct PosixSpawner::VforkBatch {
+  std::vector<ChildImage*> children;  // the images to clone, in order; owned by `images`
+  std::vector<std::unique_ptr<ChildImage>> images;
+  ChildStack stack{kChildStackSize};
+  std::mutex mu;
+  size_t next = 0;             // the next child the job clones
+  ChildImage* in_clone = nullptr;  // the child being cloned right now
+  bool cancelled = false;      // the agent gave up waiting: clone nothing more
+  bool adopted = false;        // the agent took in_clone over (its exec hangs)
+
+  // The job: clones the children one after the other until done or cancelled. A child the kernel
+  // made after the agent gave up on it (and so does not know of) is killed here; the agent's
+  // reaper collects it as an unknown pid.
+  void CloneAll() {
+    for (;;) {
+      ChildImage* c;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (cancelled || next == children.size()) return;
+        c = in_clone = children[next++];
+      }
+      VforkCloneArgs args;
+      args.cgroup_dir_fd = c->cgroup_dir_fd;
+      args.pidfd = &c->pidfd;
+      args.pid = &c->pid;
+      const pid_t r = VforkClone(args, stack, ExecChildTrampoline, &c->plan);
+      const int err = errno;
+      std::lock_guard<std::mutex> lock(mu);
+      in_clone = nullptr;
+      if (cancelled && !adopted) {
+        if (r > 0) ::kill(r, SIGKILL);
+        if (c->pidfd >= 0) ::close(c->pidfd);
+        return;
+      }
+      c->cloned = true;
+      c->clone_result = r;
+      c->clone_errno = err;
+    }
+  }
+};
+
+bool PosixSpawner::VforkEligible(const SpawnSpec& spec) const {
+  if (method_ == Method::kFork || !VforkCloneBuilt() || !vfork_usable.load(std::memory_order_relaxed)) return false;
+  // A child stopped before exec would hold the spawn thread until a debugger continues it.
+  if (spec.stop_before_exec && method_ != Method::kVforkEvenStopped) return false;
+  // Joining a cgroup through cgroup.procs waits for an RCU grace period: children forked together
+  // wait for one together, vfork-style ones would wait one each, one after the other.
+  if (spec.cgroup_dir_fd >= 0) return clone_into_cgroup_usable.load(std::memory_order_relaxed);
+  return spec.cgroup_procs_fd < 0;
+}
+
+// The parent's side after the child exists: the process record and the pipe to confirm its exec.
+void PosixSpawner::Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* out) {
+  out->pid = pid;
+  out->argv0 = image.argv0;
+  out->stopped_before_exec = image.plan.stop_before_exec;
+  out->error_pipe = std::move(image.err_read);
+  out->proc.pid = pid;
+  out->proc.pidfd = pidfd >= 0 ? UniqueFd(pidfd) : PidfdOpen(pid);
+  out->proc.stdout_pipe = std::move(image.out.parent_end);
+  out->proc.stderr_pipe = std::move(image.err.parent_end);
+  out->proc.stdin_pipe = std::move(image.in.parent_end);
+}
+
+bool PosixSpawner::Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error) {
+  ChildImage image;
+  if (!PrepareChild(spec, &image, error)) return false;
   // Straight into the rank's cgroup when the kernel can; otherwise fork, and the child joins it.
   pid_t pid = -1;
   int pidfd = -1;
   bool placed = false;
-  if (clone_into_cgroup && spec.cgroup_dir_fd >= 0 && clone_into_cgroup_usable.load(std::memory_order_relaxed)) {
-    pid = CloneIntoCgroup(spec.cgroup_dir_fd, &pidfd);
-    if (pid == 0) ExecChild(plan);
+  if (clone_into_cgroup && image.cgroup_dir_fd >= 0 && clone_into_cgroup_usable.load(std::memory_order_relaxed)) {
+    const int procs_fd = image.plan.cgroup_procs_fd;
+    image.plan.cgroup_procs_fd = -1;
+    pid = CloneIntoCgroup(image.cgroup_dir_fd, &pidfd);
+    if (pid == 0) ExecChild(image.plan);
     placed = pid > 0;
     if (pid < 0 && KernelLacksCloneIntoCgroup(errno)) clone_into_cgroup_usable.store(false, std::memory_order_relaxed);
+    image.plan.cgroup_procs_fd = procs_fd;
   }
   if (!placed) {
-    plan.cgroup_procs_fd = spec.cgroup_procs_fd;
     pid = ::fork();
-    if (pid < 0) return fail("fork", errno);
-    if (pid == 0) ExecChild(plan);
+    if (pid < 0) {
+      error->err = errno;
+      error->shell_code = 1;
+      error->message = "cannot start " + image.argv0 + ": fork: " + std::strerror(error->err);
+      return false;
+    }
+    if (pid == 0) ExecChild(image.plan);
   }
-
-  // ---- parent ----
   ::setpgid(pid, pid);  // also from here: closes the race with killpg
-  out->pid = pid;
-  out->argv0 = spec.argv[0];
-  out->stopped_before_exec = plan.stop_before_exec;
-  out->error_pipe = std::move(err_read);
-  out->proc.pid = pid;
-  out->proc.pidfd = pidfd >= 0 ? UniqueFd(pidfd) : PidfdOpen(pid);
-  out->proc.stdout_pipe = std::move(out_p.parent_end);
-  out->proc.stderr_pipe = std::move(err_p.parent_end);
-  out->proc.stdin_pipe = std::move(in_p.parent_end);
-  return true;  // err_write and the child's stdio ends close here, in the parent
+  Adopt(image, pid, pidfd, out);
+  return true;  // the error pipe's write end and the child's stdio ends close here, in the parent
 }
 
 bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error) {
@@ -321,19 +435,86 @@ bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProce
 }
 
 bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) {
-  PendingChild child;
-  return Fork(spec, /*clone_into_cgroup=*/true, &child, error) && Collect(child, ExecDeadline(), out, error);
+  std::vector<SpawnResult> results;
+  SpawnMany({spec}, &results);
+  if (!results[0].ok) {
+    *error = std::move(results[0].error);
+    return false;
+  }
+  *out = std::move(results[0].process);
+  return true;
+}
+
+// Makes the children of `eligible` (indexes into specs) vfork-style on the SpawnThread. Fills
+// (*pending)[i] / (*results)[i] for each child it started or failed to prepare; returns the
+// indexes it did not get to (the kernel refused vfork-style clones, or the wait ran out), which
+// the caller forks instead.
+std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
+                                            std::vector<PendingChild>* pending, std::vector<SpawnResult>* results) {
+  SpawnThread* thread = SpawnThread::Current();
+  if (thread == nullptr) return eligible;
+  auto batch = std::make_shared<VforkBatch>();
+  if (!batch->stack.ok()) return eligible;
+  std::vector<size_t> index_of;  // batch child -> spec index
+  for (size_t i : eligible) {
+    auto image = std::make_unique<ChildImage>();
+    if (!PrepareChild(specs[i], image.get(), &(*results)[i].error)) continue;  // ok stays false
+    image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
+    batch->children.push_back(image.get());
+    batch->images.push_back(std::move(image));
+    index_of.push_back(i);
+  }
+  const bool finished = thread->Run([batch] { batch->CloneAll(); }, ExecDeadline());
+  std::vector<size_t> rest;
+  std::lock_guard<std::mutex> lock(batch->mu);
+  batch->cancelled = true;
+  for (size_t k = 0; k < batch->children.size(); ++k) {
+    ChildImage& c = *batch->children[k];
+    const size_t i = index_of[k];
+    if (!finished && &c == batch->in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) > 0) {
+      // Its exec hangs: a started worker whose exec is unconfirmed, like a forked one's.
+      batch->adopted = true;
+      Adopt(c, c.pid, c.pidfd, &(*pending)[i]);
+      (*results)[i].ok = true;
+      continue;
+    }
+    // Not reached, or the clone failed: Fork tries again its way, and either places the child
+    // (a cgroup clone3 refuses, a kernel before 5.7) or reports why it cannot (EAGAIN, ENOMEM).
+    if (!c.cloned || c.clone_result < 0) {
+      if (c.cloned && c.clone_errno == ENOSYS) vfork_usable.store(false, std::memory_order_relaxed);  // < 5.3
+      rest.push_back(i);
+      continue;
+    }
+    Adopt(c, c.clone_result, c.pidfd, &(*pending)[i]);
+    (*results)[i].ok = true;
+  }
+  // The children's ends of their pipes and the error pipes' write ends close with the images of
+  // a finished batch; an abandoned batch lives on with its job, so close them here.
+  for (auto& image : batch->images) {
+    image->in.child_end.reset();
+    image->out.child_end.reset();
+    image->err.child_end.reset();
+    image->err_write.reset();
+  }
+  return rest;
 }
 
 void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
-  // Fork everything first, then collect: the children's exec (and the kernel work of loading
-  // them) overlaps the parent's next forks instead of running one after the other. One deadline
-  // for the batch: n stuck execs cost exec_wait once, not n times.
+  // Every child is started first, then all are collected: the children's execs (and the kernel
+  // work of loading them) overlap the making of the next ones. One deadline for the batch: n stuck
+  // execs cost exec_wait once, not n times.
   results->clear();
   results->resize(specs.size());
   std::vector<PendingChild> pending(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i)
-    (*results)[i].ok = Fork(specs[i], specs.size() <= kCloneIntoCgroupMaxBatch, &pending[i], &(*results)[i].error);
+  std::vector<size_t> vfork, fork;
+  for (size_t i = 0; i < specs.size(); ++i) (VforkEligible(specs[i]) ? vfork : fork).push_back(i);
+  if (!vfork.empty()) {
+    std::vector<size_t> rest = VforkSome(specs, vfork, &pending, results);
+    fork.insert(fork.end(), rest.begin(), rest.end());
+    std::sort(fork.begin(), fork.end());
+  }
+  const bool clone_into_cgroup = specs.size() <= kCloneIntoCgroupMaxBatch;
+  for (size_t i : fork) (*results)[i].ok = Fork(specs[i], clone_into_cgroup, &pending[i], &(*results)[i].error);
   const TimePoint deadline = ExecDeadline();
   for (size_t i = 0; i < specs.size(); ++i)
     if ((*results)[i].ok)

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "process/reaper.h"
+#include "process/spawn_methods.h"
 #include "process/spawner.h"
 #include "sys/posix_util.h"
 
@@ -54,8 +55,13 @@ TEST(EventLoop, RunOnceHonoursMaxWait) {
   EXPECT_GE(loop.Now() - t0, 19ms);
 }
 
-TEST(PosixSpawner, ExecFailureIsReportedWith127) {
-  PosixSpawner sp;
+// Each spawner test runs once per way of making children: vfork-style and fork.
+class PosixSpawnerMethods : public ::testing::TestWithParam<PosixSpawner::Method> {};
+
+INSTANTIATE_TEST_SUITE_P(Methods, PosixSpawnerMethods, SpawnMethods(), SpawnMethodName);
+
+TEST_P(PosixSpawnerMethods, ExecFailureIsReportedWith127) {
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/nonexistent/prog"};
   SpawnedProcess proc;
@@ -66,8 +72,8 @@ TEST(PosixSpawner, ExecFailureIsReportedWith127) {
   EXPECT_EQ(err.message, "cannot execute /nonexistent/prog: No such file or directory");
 }
 
-TEST(PosixSpawner, NotExecutableIs126) {
-  PosixSpawner sp;
+TEST_P(PosixSpawnerMethods, NotExecutableIs126) {
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/etc/hostname"};
   SpawnedProcess proc;
@@ -76,8 +82,8 @@ TEST(PosixSpawner, NotExecutableIs126) {
   EXPECT_EQ(err.shell_code, 126);
 }
 
-TEST(PosixSpawner, PipesAndProcessGroupAndEnv) {
-  PosixSpawner sp;
+TEST_P(PosixSpawnerMethods, PipesAndProcessGroupAndEnv) {
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.executable = "/bin/sh";  // the caller searches PATH, never the spawner
   spec.argv = {"sh", "-c", "echo out:$FOO; echo err >&2; ps -o pgid= -p $$"};
@@ -99,11 +105,11 @@ TEST(PosixSpawner, PipesAndProcessGroupAndEnv) {
   EXPECT_EQ(std::stoi(out.substr(8)), proc.pid);  // leads its own process group
 }
 
-TEST(PosixSpawner, FileTargetsAreWrittenDirectly) {
+TEST_P(PosixSpawnerMethods, FileTargetsAreWrittenDirectly) {
   char tmpl[] = "/tmp/ctrun_spawn_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string path = std::string(tmpl) + "/out.log";
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/echo", "hello"};
   spec.stdout_target = StdioTarget::File(path);

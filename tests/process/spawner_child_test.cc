@@ -1,6 +1,7 @@
-// PosixSpawner's child set-up against the real kernel: the signal state a worker starts with, and
-// the two ways into the rank's cgroup (clone3 CLONE_INTO_CGROUP, and fork + cgroup.procs where
-// clone3 cannot place the child), including an exec failure on each path.
+// PosixSpawner's child set-up against the real kernel, for vfork-style and forked children alike:
+// the signal state a worker starts with, and the two ways into the rank's cgroup (clone3
+// CLONE_INTO_CGROUP, and fork + cgroup.procs where clone3 cannot place the child), including an
+// exec failure on each path.
 #include <fcntl.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "process/spawn_methods.h"
 #include "process/spawner.h"
 #include "sys/cgroup.h"
 #include "sys/posix_util.h"
@@ -65,11 +67,16 @@ std::unique_ptr<WorkerCgroups> RankCgroup() {
   return std::move(cg.value());
 }
 
-TEST(PosixSpawnerChild, GetsTheOriginalSignalMaskAndNoIgnoredSignals) {
+// Every test runs once per way of making children: vfork-style and fork.
+class PosixSpawnerChild : public ::testing::TestWithParam<PosixSpawner::Method> {};
+
+INSTANTIATE_TEST_SUITE_P(Methods, PosixSpawnerChild, SpawnMethods(), SpawnMethodName);
+
+TEST_P(PosixSpawnerChild, GetsTheOriginalSignalMaskAndNoIgnoredSignals) {
   // As in ctrun: signals blocked for the signalfd, SIGPIPE ignored; the worker gets neither.
   ASSERT_TRUE(BlockAgentSignals({SIGTERM, SIGUSR1, SIGHUP}).ok());
   ::signal(SIGUSR2, SIG_IGN);
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/cat", "/proc/self/status"};
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();  // the clone3 path where it exists
@@ -84,11 +91,11 @@ TEST(PosixSpawnerChild, GetsTheOriginalSignalMaskAndNoIgnoredSignals) {
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
 }
 
-TEST(PosixSpawnerChild, CloneIntoCgroupPlacesTheChildWithoutCgroupProcs) {
+TEST_P(PosixSpawnerChild, CloneIntoCgroupPlacesTheChildWithoutCgroupProcs) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
   if (!KernelAtLeast(5, 7)) GTEST_SKIP() << "no CLONE_INTO_CGROUP before Linux 5.7";
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/cat", "/proc/self/cgroup"};
   spec.cgroup_dir_fd = cg->dir_fd(0);  // no cgroup.procs fd: only clone3 can have placed it
@@ -96,13 +103,13 @@ TEST(PosixSpawnerChild, CloneIntoCgroupPlacesTheChildWithoutCgroupProcs) {
   EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
 }
 
-TEST(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
+TEST_P(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
   // A directory that is no cgroup: clone3 refuses it (EBADF); the child joins through cgroup.procs.
   UniqueFd not_a_cgroup(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(not_a_cgroup);
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/cat", "/proc/self/cgroup"};
   spec.cgroup_dir_fd = not_a_cgroup.get();
@@ -111,10 +118,10 @@ TEST(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
   EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
 }
 
-TEST(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
+TEST_P(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/nonexistent/prog"};
   spec.cgroup_dir_fd = cg->dir_fd(0);
@@ -135,9 +142,9 @@ TEST(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
   EXPECT_EQ(errno, ECHILD);
 }
 
-TEST(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
+TEST_P(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/true"};
   if (cg) spec.cgroup_dir_fd = cg->dir_fd(0);
@@ -152,10 +159,10 @@ TEST(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
   EXPECT_EQ(info.si_status, 0);
 }
 
-TEST(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
+TEST_P(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   SpawnSpec spec;
   spec.argv = {"/bin/sleep", "30"};
   spec.cgroup_dir_fd = cg->dir_fd(0);
@@ -187,10 +194,10 @@ TEST(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {
   EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
 }
 
-TEST(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
+TEST_P(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
-  PosixSpawner sp;
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
   std::vector<SpawnSpec> specs(PosixSpawner::kCloneIntoCgroupMaxBatch + 1);
   for (auto& spec : specs) {
     spec.argv = {"/bin/cat", "/proc/self/cgroup"};

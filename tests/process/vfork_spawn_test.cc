@@ -1,0 +1,219 @@
+// The vfork-style way of making children (process/vfork_clone.h on process/spawn_thread.h)
+// against the real kernel: the spawn thread's contract, and a child that holds it past the exec
+// wait (a stopped child stands in for an exec on a hung file system).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process/spawn_thread.h"
+#include "process/spawner.h"
+#include "process/vfork_clone.h"
+#include "sys/posix_util.h"
+
+namespace ctrun {
+namespace {
+
+using namespace std::chrono_literals;
+
+TimePoint In(Duration d) { return std::chrono::steady_clock::now() + d; }
+
+// A latch a job waits on; the test opens it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+std::string ProcStatusField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+
+// The state letter of /proc/<pid>/stat ('T' when stopped), or 0 when gone.
+char ProcState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = all.rfind(')');
+  return paren == std::string::npos || paren + 2 >= all.size() ? 0 : all[paren + 2];
+}
+
+bool WaitUntil(const std::function<bool()>& ready, Duration budget) {
+  const TimePoint deadline = In(budget);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+TEST(SpawnThread, RunsJobsOneAfterTheOtherWithEverySignalBlocked) {
+  SpawnThread* t = SpawnThread::Current();
+  ASSERT_NE(t, nullptr);
+  std::vector<int> order;
+  std::string blocked;
+  ASSERT_TRUE(t->Run([&] { order.push_back(1); }, In(5s)));
+  ASSERT_TRUE(t->Run([&] {
+    order.push_back(2);
+    blocked = ProcStatusField("/proc/thread-self/status", "SigBlk");
+  }, In(5s)));
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  // Every signal but SIGKILL and SIGSTOP (which cannot be blocked) is blocked.
+  sigset_t all;
+  sigfillset(&all);
+  unsigned long long want = 0;
+  for (int s = 1; s <= 64; ++s)
+    if (sigismember(&all, s) == 1 && s != SIGKILL && s != SIGSTOP) want |= 1ULL << (s - 1);
+  EXPECT_EQ(std::stoull(blocked, nullptr, 16), want) << blocked;
+  EXPECT_EQ(SpawnThread::Current(), t);  // the same thread serves every job
+}
+
+TEST(SpawnThread, AJobPastItsDeadlineKeepsItsThreadAndTheNextJobGetsAFreshOne) {
+  SpawnThread* t = SpawnThread::Current();
+  ASSERT_NE(t, nullptr);
+  auto gate = std::make_shared<Gate>();
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->Run([gate, finished] {
+    gate->Wait();
+    *finished = true;
+  }, In(100ms)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);  // bounded by the deadline, not the job
+  SpawnThread* fresh = SpawnThread::Current();
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_NE(fresh, t);
+  bool ran = false;
+  EXPECT_TRUE(fresh->Run([&] { ran = true; }, In(5s)));
+  EXPECT_TRUE(ran);
+  gate->Open();  // the late job finishes on its own thread
+  EXPECT_TRUE(WaitUntil([&] { return finished->load(); }, 5s));
+}
+
+TEST(VforkClone, ChildRunsOnItsStackAndTheParentResumesAfterItsExec) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  ChildStack stack(64 * 1024);
+  ASSERT_TRUE(stack.ok());
+  struct Plan {
+    char* const* argv;
+  };
+  static char true_path[] = "/bin/true";
+  static char* argv[] = {true_path, nullptr};
+  static char* envp[] = {nullptr};
+  Plan plan{argv};
+  int pidfd = -1;
+  pid_t pid = 0;
+  VforkCloneArgs args;
+  args.pidfd = &pidfd;
+  args.pid = &pid;
+  const pid_t r = VforkClone(args, stack, [](void* p) {
+    ::execve("/bin/true", static_cast<Plan*>(p)->argv, envp);
+    ::_exit(99);
+  }, &plan);
+  if (r < 0 && errno == ENOSYS) GTEST_SKIP() << "no clone3 (Linux < 5.3)";
+  ASSERT_GT(r, 0) << std::strerror(errno);
+  EXPECT_EQ(pid, r);  // written by the kernel (CLONE_PARENT_SETTID)
+  ASSERT_GE(pidfd, 0);
+  EXPECT_EQ(::fcntl(pidfd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED), 0);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 0);
+  ::close(pidfd);
+}
+
+// A vfork-style child that does not exec holds the spawn thread. SpawnMany still returns at its
+// exec wait: the held child comes back as a started worker (the caller owns it like any other),
+// the children after it are forked, and the next SpawnMany gets a fresh spawn thread.
+TEST(VforkSpawn, AChildHoldingTheSpawnThreadPastTheExecWaitIsOwnedAndTheRestAreForked) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp(300ms, PosixSpawner::Method::kVforkEvenStopped);
+  std::vector<SpawnSpec> specs(3);
+  specs[0].argv = {"/bin/sh", "-c", "exit 5"};
+  specs[0].stop_before_exec = true;  // stops itself before exec: the spawn thread waits on
+  specs[1].argv = {"/bin/sh", "-c", "echo one"};
+  specs[2].argv = {"/bin/sh", "-c", "echo two"};
+  for (size_t i = 1; i < specs.size(); ++i) specs[i].stdout_target = StdioTarget::Pipe();
+  SpawnThread* before = SpawnThread::Current();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) ASSERT_TRUE(r.ok) << r.error.message;
+  const pid_t held = results[0].process.pid;
+  ASSERT_GT(held, 0);
+  ASSERT_TRUE(results[0].process.pidfd.valid());
+  EXPECT_TRUE(WaitUntil([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
+  EXPECT_NE(SpawnThread::Current(), before);  // the held thread was given up
+  for (size_t i = 1; i < 3; ++i) {
+    SetNonBlocking(results[i].process.stdout_pipe.get(), false);
+    char buf[64];
+    const ssize_t n = RetryOnEintr([&] { return ::read(results[i].process.stdout_pipe.get(), buf, sizeof buf); });
+    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), i == 1 ? "one\n" : "two\n");
+    int st;
+    ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(results[i].process.pid, &st, 0); }), results[i].process.pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  // Let it go on: it execs and exits with its own code, and its old thread is free again.
+  ASSERT_EQ(::kill(held, SIGCONT), 0);
+  int st;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(held, &st, 0); }), held);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << "status " << st;
+  // A new batch on the fresh spawn thread.
+  SpawnSpec next;
+  next.argv = {"/bin/sh", "-c", "exit 3"};
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(next, &proc, &err)) << err.message;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // nothing else was started
+  EXPECT_EQ(errno, ECHILD);
+}
+
+// A held child killed while it holds the thread: nothing is left behind.
+TEST(VforkSpawn, AHeldChildKilledByItsOwnerIsReapedAndTheThreadIsFreed) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp(200ms, PosixSpawner::Method::kVforkEvenStopped);
+  SpawnSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.stop_before_exec = true;
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  ASSERT_EQ(::kill(proc.pid, SIGKILL), 0);
+  int st;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+}  // namespace
+}  // namespace ctrun
