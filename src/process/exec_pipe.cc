@@ -1,6 +1,7 @@
 #include "process/exec_pipe.h"
 
 #include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,7 +31,11 @@ bool WaitReadable(int fd, TimePoint deadline) {
 void ReportChildFailure(int pipe_fd, ChildStage stage) {
   ChildError e{stage, errno};
   (void)!::write(pipe_fd, &e, sizeof e);  // nothing left to do if the parent is gone
-  ::_exit(127);
+  ExitChild(127);
+}
+
+void ExitChild(int code) {
+  for (;;) ::syscall(SYS_exit_group, code);
 }
 
 ExecOutcome AwaitExec(int pipe_fd, TimePoint deadline, ChildError* error) {

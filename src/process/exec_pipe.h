@@ -26,8 +26,13 @@ struct ChildError {
   int err;
 };
 
-// Child side: writes {stage, errno} to the pipe and _exits with 127.
+// Child side: writes {stage, errno} to the pipe and exits with 127 (ExitChild).
 [[noreturn]] void ReportChildFailure(int pipe_fd, ChildStage stage);
+
+// Child side, before exec: ends the process at once through the exit_group system call. Not
+// _exit: a sanitizer's _exit interceptor runs its leak check, which in a vfork-style child (our
+// memory, our locks) takes the parent's sanitizer locks and can leave them held.
+[[noreturn]] void ExitChild(int code);
 
 enum class ExecOutcome {
   kExeced,       // EOF: the exec succeeded (or the read failed: treated alike, as before)

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <memory>
+#include <vector>
 
 namespace ctrun {
 
@@ -37,9 +38,16 @@ namespace {
   }
 }
 
-SpawnThread*& CurrentPointer() {
-  static SpawnThread* current = nullptr;
-  return current;
+// Every spawn thread's handle, the usable one last: handles of abandoned threads stay reachable
+// (their threads live on). `usable`: whether the last one may take jobs.
+struct Threads {
+  std::vector<std::unique_ptr<SpawnThread>> all;
+  bool usable = false;
+};
+
+Threads& AllThreads() {
+  static Threads threads;
+  return threads;
 }
 
 void* ThreadMain(void* arg) {
@@ -69,13 +77,14 @@ bool SpawnThread::Start() {
 }
 
 SpawnThread* SpawnThread::Current() {
-  SpawnThread*& current = CurrentPointer();
-  if (current == nullptr) {
+  Threads& threads = AllThreads();
+  if (!threads.usable) {
     auto fresh = std::unique_ptr<SpawnThread>(new SpawnThread());
     if (!fresh->Start()) return nullptr;
-    current = fresh.release();  // never freed: the thread never exits
+    threads.all.push_back(std::move(fresh));
+    threads.usable = true;
   }
-  return current;
+  return threads.all.back().get();
 }
 
 bool SpawnThread::Run(std::function<void()> job, TimePoint deadline) {
@@ -84,9 +93,9 @@ bool SpawnThread::Run(std::function<void()> job, TimePoint deadline) {
   state_->done = false;
   state_->cv.notify_all();
   if (state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) return true;
-  // Abandoned: the thread keeps `state_` (and the job) alive; this handle is leaked with it and
-  // the next Current() starts a fresh thread.
-  CurrentPointer() = nullptr;
+  // Abandoned: the thread keeps `state_` (and the job) alive, and the next Current() starts a
+  // fresh thread.
+  AllThreads().usable = false;
   return false;
 }
 

@@ -148,7 +148,7 @@ struct ChildPlan {
 };
 
 // The child's side: async-signal-safe calls only, then exec (or a record on the error pipe and
-// _exit(127)). Called in a fork()ed child, a clone3()d one and a vfork-style one (which shares our
+// exit 127). Called in a fork()ed child, a clone3()d one and a vfork-style one (which shares our
 // memory: it writes nothing but its own stack and errno) alike.
 [[noreturn]] void ExecChild(const ChildPlan& p) {
   int ew = p.error_pipe;
@@ -157,7 +157,7 @@ struct ChildPlan {
   if (p.cgroup_procs_fd >= 0) (void)!::write(p.cgroup_procs_fd, "0", 1);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
   // The parent may have died between fork and prctl; then no signal will ever come.
-  if (::getppid() != p.parent) ::_exit(128 + SIGKILL);
+  if (::getppid() != p.parent) ExitChild(128 + SIGKILL);
   if (p.in_fd >= 0 && ::dup2(p.in_fd, 0) < 0) ReportChildFailure(ew, ChildStage::kDup);
   if (p.out_fd >= 0 && ::dup2(p.out_fd, 1) < 0) ReportChildFailure(ew, ChildStage::kDup);
   if (p.err_fd >= 0 && ::dup2(p.err_fd, 2) < 0) ReportChildFailure(ew, ChildStage::kDup);

@@ -9,6 +9,10 @@
 #include <csignal>
 #include <cstdint>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace ctrun {
 
 ChildStack::ChildStack(size_t size) {
@@ -75,6 +79,12 @@ pid_t VforkClone(const VforkCloneArgs& a, ChildStack& stack, void (*fn)(void*), 
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(a.cgroup_dir_fd);
   }
+  // Under AddressSanitizer the child's instrumented frames poison their redzones in the stack's
+  // shadow and, never returning, never unpoison them: the next child on this stack would trip
+  // over them.
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(stack.base(), stack.size());
+#endif
   const long r = Clone3(&args, fn, arg);
   if (r < 0) {
     errno = static_cast<int>(-r);
