@@ -13,6 +13,7 @@
 //  - The caller (the agent's reaper) is the only code that reaps successfully spawned children.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -110,15 +111,17 @@ class PosixSpawner final : public Spawner {
   struct ChildImage;  // one child's plan, in memory of its own (spawner_posix.cc)
   struct VforkBatch;  // the vfork-style children of one SpawnMany (spawner_posix.cc)
 
-  static bool PrepareChild(const SpawnSpec& spec, ChildImage* image, SpawnError* error);
+  static bool PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, ChildImage* image, SpawnError* error);
   static void Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* out);
   // Whether spec's child may be made vfork-style (see the constructor).
   bool VforkEligible(const SpawnSpec& spec) const;
   // Makes the children of specs[eligible...] vfork-style; returns the indexes left to Fork.
   std::vector<size_t> VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
-                                std::vector<PendingChild>* pending, std::vector<SpawnResult>* results);
+                                const sigset_t& ignored, std::vector<PendingChild>* pending,
+                                std::vector<SpawnResult>* results);
   // `clone_into_cgroup`: whether a spec's cgroup_dir_fd may be used (see kCloneIntoCgroupMaxBatch).
-  bool Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error);
+  bool Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clone_into_cgroup, PendingChild* out,
+            SpawnError* error);
   bool Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error);
   TimePoint ExecDeadline() const;
 

@@ -43,13 +43,21 @@ void CloexecFrom3() {
   for (int fd = 3; fd < max; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
-void ResetChildSignals(const sigset_t& mask) {
-  // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
+sigset_t IgnoredSignals() {
+  sigset_t ignored;
+  ::sigemptyset(&ignored);
   for (int s = 1; s < NSIG; ++s) {
     if (s == SIGKILL || s == SIGSTOP) continue;
     struct sigaction sa;
-    if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::signal(s, SIG_DFL);
+    if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) ::sigaddset(&ignored, s);
   }
+  return ignored;
+}
+
+void ResetChildSignals(const sigset_t& ignored, const sigset_t& mask) {
+  // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
+  for (int s = 1; s < NSIG; ++s)
+    if (::sigismember(&ignored, s) == 1) ::signal(s, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
 }
 
@@ -137,6 +145,7 @@ struct ChildPlan {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const sigset_t* mask = nullptr;
+  const sigset_t* ignored = nullptr;  // IgnoredSignals() of the parent
   const struct rlimit* nofile = nullptr;  // null: leave RLIMIT_NOFILE alone
   pid_t parent = -1;
   int in_fd = -1, out_fd = -1, err_fd = -1;
@@ -173,7 +182,7 @@ struct ChildPlan {
     const int r = p.extra_fd == p.extra_target ? ::fcntl(p.extra_target, F_SETFD, 0) : ::dup2(p.extra_fd, p.extra_target);
     if (r < 0) ReportChildFailure(ew, ChildStage::kDup);
   }
-  ResetChildSignals(*p.mask);
+  ResetChildSignals(*p.ignored, *p.mask);
   if (p.nofile) ::setrlimit(RLIMIT_NOFILE, p.nofile);  // the user's limit, not ours
   if (p.affinity && p.affinity->set() && ::sched_setaffinity(0, p.affinity->size(), p.affinity->set()) != 0)
     ReportChildFailure(ew, ChildStage::kAffinity);
@@ -228,6 +237,7 @@ struct PosixSpawner::ChildImage {
   std::vector<char*> argv, envp;
   std::unique_ptr<CpuMask> affinity;
   struct rlimit nofile {};
+  sigset_t ignored;
   ChildPlan plan;
   StdioPlumbing in, out, err;
   UniqueFd err_read, err_write;
@@ -243,7 +253,8 @@ struct PosixSpawner::ChildImage {
 
 // Fills *image from spec: copies of the strings, pipes, ptys and files, the error pipe. On failure
 // returns false with *error filled (shell code 1).
-bool PosixSpawner::PrepareChild(const SpawnSpec& spec, ChildImage* image, SpawnError* error) {
+bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, ChildImage* image,
+                                SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
     error->err = err;
     error->shell_code = 1;
@@ -284,6 +295,8 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, ChildImage* image, SpawnE
   plan.argv = image->argv.data();
   plan.envp = image->envp.data();
   plan.mask = &OriginalSignalMask();
+  image->ignored = ignored;
+  plan.ignored = &image->ignored;
   plan.nofile = OriginalFdLimit(&image->nofile) ? &image->nofile : nullptr;
   plan.parent = ::getpid();
   plan.in_fd = image->in.child_end.get();
@@ -366,9 +379,10 @@ void PosixSpawner::Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* 
   out->proc.stdin_pipe = std::move(image.in.parent_end);
 }
 
-bool PosixSpawner::Fork(const SpawnSpec& spec, bool clone_into_cgroup, PendingChild* out, SpawnError* error) {
+bool PosixSpawner::Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clone_into_cgroup, PendingChild* out,
+                        SpawnError* error) {
   ChildImage image;
-  if (!PrepareChild(spec, &image, error)) return false;
+  if (!PrepareChild(spec, ignored, &image, error)) return false;
   // Straight into the rank's cgroup when the kernel can; otherwise fork, and the child joins it.
   pid_t pid = -1;
   int pidfd = -1;
@@ -450,7 +464,8 @@ bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError*
 // indexes it did not get to (the kernel refused vfork-style clones, or the wait ran out), which
 // the caller forks instead.
 std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
-                                            std::vector<PendingChild>* pending, std::vector<SpawnResult>* results) {
+                                            const sigset_t& ignored, std::vector<PendingChild>* pending,
+                                            std::vector<SpawnResult>* results) {
   SpawnThread* thread = SpawnThread::Current();
   if (thread == nullptr) return eligible;
   auto batch = std::make_shared<VforkBatch>();
@@ -458,7 +473,7 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
   std::vector<size_t> index_of;  // batch child -> spec index
   for (size_t i : eligible) {
     auto image = std::make_unique<ChildImage>();
-    if (!PrepareChild(specs[i], image.get(), &(*results)[i].error)) continue;  // ok stays false
+    if (!PrepareChild(specs[i], ignored, image.get(), &(*results)[i].error)) continue;  // ok stays false
     image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
     batch->children.push_back(image.get());
     batch->images.push_back(std::move(image));
@@ -506,15 +521,17 @@ void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Sp
   results->clear();
   results->resize(specs.size());
   std::vector<PendingChild> pending(specs.size());
+  const sigset_t ignored = IgnoredSignals();  // once for the batch: the children copy ours
   std::vector<size_t> vfork, fork;
   for (size_t i = 0; i < specs.size(); ++i) (VforkEligible(specs[i]) ? vfork : fork).push_back(i);
   if (!vfork.empty()) {
-    std::vector<size_t> rest = VforkSome(specs, vfork, &pending, results);
+    std::vector<size_t> rest = VforkSome(specs, vfork, ignored, &pending, results);
     fork.insert(fork.end(), rest.begin(), rest.end());
     std::sort(fork.begin(), fork.end());
   }
   const bool clone_into_cgroup = specs.size() <= kCloneIntoCgroupMaxBatch;
-  for (size_t i : fork) (*results)[i].ok = Fork(specs[i], clone_into_cgroup, &pending[i], &(*results)[i].error);
+  for (size_t i : fork)
+    (*results)[i].ok = Fork(specs[i], ignored, clone_into_cgroup, &pending[i], &(*results)[i].error);
   const TimePoint deadline = ExecDeadline();
   for (size_t i = 0; i < specs.size(); ++i)
     if ((*results)[i].ok)

@@ -25,7 +25,13 @@ bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::strin
 // Marks every fd >= 3 close-on-exec; async-signal-safe (called between fork and exec).
 void CloexecFrom3();
 
-// Between fork and exec: SIG_IGN dispositions back to default, `mask` as the signal mask.
-void ResetChildSignals(const sigset_t& mask);
+// The signals whose disposition is SIG_IGN now. Called in the parent before making children (a
+// child copies the dispositions at its creation), so that each child resets only those instead
+// of reading all 64 dispositions itself.
+sigset_t IgnoredSignals();
+
+// Between fork and exec: the dispositions in `ignored` (IgnoredSignals) back to default, `mask`
+// as the signal mask.
+void ResetChildSignals(const sigset_t& ignored, const sigset_t& mask);
 
 }  // namespace ctrun

@@ -57,6 +57,7 @@ StatusOr<pid_t> ForkServer(const std::string& path, const std::vector<std::strin
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   const sigset_t& mask = OriginalSignalMask();
+  const sigset_t ignored = IgnoredSignals();
   struct rlimit nofile;
   const bool restore_nofile = OriginalFdLimit(&nofile);
   const pid_t parent = ::getpid();
@@ -68,7 +69,7 @@ StatusOr<pid_t> ForkServer(const std::string& path, const std::vector<std::strin
     CloexecFrom3();
     if (sock == kServerFd) ::fcntl(kServerFd, F_SETFD, 0);
     else if (::dup2(sock, kServerFd) < 0) ::_exit(127);
-    ResetChildSignals(mask);
+    ResetChildSignals(ignored, mask);
     if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &nofile);
     ::execve(path.c_str(), argv.data(), envp.data());
     ::_exit(127);
