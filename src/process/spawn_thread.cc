@@ -46,8 +46,8 @@ struct Threads {
 };
 
 Threads& AllThreads() {
-  static Threads threads;
-  return threads;
+  static Threads* threads = new Threads();  // never destroyed: no static destructor can outlive it
+  return *threads;
 }
 
 void* ThreadMain(void* arg) {
