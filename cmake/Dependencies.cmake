@@ -2,6 +2,20 @@
 find_package(Threads REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
+find_package(fmt CONFIG REQUIRED)
+# spdlog and fmt header-only, so that ctrun loads neither libspdlog.so nor libfmt.so at run time
+# (with the static C++ runtime below it needs only glibc). Debian's spdlog::spdlog_header_only is
+# built with SPDLOG_FMT_EXTERNAL and links the compiled fmt::fmt; ctrun_spdlog takes its headers and
+# definitions and pairs them with fmt::fmt-header-only instead.
+get_target_property(ctrun_spdlog_defs spdlog::spdlog_header_only INTERFACE_COMPILE_DEFINITIONS)
+get_target_property(ctrun_spdlog_includes spdlog::spdlog_header_only INTERFACE_INCLUDE_DIRECTORIES)
+if(NOT "SPDLOG_FMT_EXTERNAL" IN_LIST ctrun_spdlog_defs OR "SPDLOG_COMPILED_LIB" IN_LIST ctrun_spdlog_defs)
+  message(FATAL_ERROR "spdlog::spdlog_header_only is not header-only with an external fmt: ${ctrun_spdlog_defs}")
+endif()
+add_library(ctrun_spdlog INTERFACE)
+target_compile_definitions(ctrun_spdlog INTERFACE ${ctrun_spdlog_defs})
+target_include_directories(ctrun_spdlog SYSTEM INTERFACE ${ctrun_spdlog_includes})
+target_link_libraries(ctrun_spdlog INTERFACE fmt::fmt-header-only Threads::Threads)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 # libcurl (multi interface on the agent's event loop) for the etcd v3 rendezvous backend.
 find_package(CURL REQUIRED)
