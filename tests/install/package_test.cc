@@ -74,8 +74,8 @@ TEST_F(DebianPackage, FileNamesAndVersionFromTheProject) {
   EXPECT_THAT(Field(agent_, "Description"), HasSubstr("drop-in replacement for torchrun"));
 }
 
-// dpkg-shlibdeps computed the agent's Depends from its shared libraries: glibc only (the C++ runtime
-// is linked in, spdlog and fmt are header-only), nothing of LibTorch or CUDA; libcurl and hwloc,
+// dpkg-shlibdeps computed the agent's Depends from its shared libraries: glibc only (the C++ runtime,
+// spdlog and fmt are linked in), nothing of LibTorch or CUDA; libcurl and hwloc,
 // loaded only by the etcd backend and the binding flags, are recommended.
 TEST_F(DebianPackage, AgentDependsFromShlibdepsWithoutTorchOrCuda) {
   std::string depends = Field(agent_, "Depends");
