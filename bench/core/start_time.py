@@ -22,7 +22,7 @@ import time
 def run_once(argv):
     t0 = time.monotonic()
     pid = os.posix_spawn(argv[0], argv, os.environ,
-                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+                         file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)])
     _, status, ru = os.wait4(pid, 0)
     wall = (time.monotonic() - t0) * 1000
     if os.waitstatus_to_exitcode(status) != 0:
@@ -32,7 +32,8 @@ def run_once(argv):
 
 def peak_rss_mib(argv):
     with tempfile.NamedTemporaryFile(mode="r", suffix=".rss") as rss:
-        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + argv, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=True)
         return int(rss.read().split()[-1]) / 1024
 
 
