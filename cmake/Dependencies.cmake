@@ -2,6 +2,25 @@
 find_package(Threads REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
+find_package(fmt CONFIG REQUIRED)
+# spdlog and fmt without their shared libraries, so that ctrun needs only glibc at run time: ctrun's
+# files compile against the headers exactly as against Debian's compiled spdlog::spdlog and fmt::fmt
+# (the same definitions; SPDLOG_SHARED_LIB and FMT_SHARED only mark symbols visibility("default")
+# on ELF, which they are anyway), and src/base/spdlog_fmt.cc compiles the two libraries' code once
+# into ctrun_sys. ctrun_spdlog is that interface: headers and definitions, no library.
+set(ctrun_spdlog_defs)
+foreach(lib spdlog::spdlog fmt::fmt)
+  get_target_property(defs ${lib} INTERFACE_COMPILE_DEFINITIONS)
+  list(APPEND ctrun_spdlog_defs ${defs})
+endforeach()
+if(NOT "SPDLOG_COMPILED_LIB" IN_LIST ctrun_spdlog_defs OR NOT "SPDLOG_FMT_EXTERNAL" IN_LIST ctrun_spdlog_defs)
+  message(FATAL_ERROR "spdlog::spdlog is not a compiled spdlog with an external fmt: ${ctrun_spdlog_defs}")
+endif()
+get_target_property(ctrun_spdlog_includes spdlog::spdlog INTERFACE_INCLUDE_DIRECTORIES)
+add_library(ctrun_spdlog INTERFACE)
+target_compile_definitions(ctrun_spdlog INTERFACE ${ctrun_spdlog_defs})
+target_include_directories(ctrun_spdlog SYSTEM INTERFACE ${ctrun_spdlog_includes})
+target_link_libraries(ctrun_spdlog INTERFACE Threads::Threads)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 # libcurl (multi interface on the agent's event loop) for the etcd v3 rendezvous backend.
 find_package(CURL REQUIRED)

@@ -15,10 +15,13 @@ into phases by the events' CLOCK_MONOTONIC stamps: detect (failing worker's stam
 seen), teardown (-> the last worker of attempt 0 reaped), prepare (-> attempt 1 starts: the
 sweep of leftovers, log directories, output plans, cgroups), spawn (-> the last restarted
 worker's first instruction).
+With --baseline CTRUN, a second ctrun binary (say main's, copied aside) runs in every row beside
+the one under test, as the launcher "baseline", for before/after comparisons of the binary itself.
 Every row alternates its launchers rep by rep (ctrun, bare, ctrun, bare, ...), so a change of load
 on a shared machine hits both alike. Medians with [min-max]; ratios are of the medians.
 
 Usage: bench/core/launch_restart.py BUILD_DIR [--reps N] [--no-torchrun] [--launch-nproc N] [--breakdown]
+                                    [--baseline CTRUN]
 """
 import argparse
 import json
@@ -64,9 +67,10 @@ def peak_rss_mib(argv, env):
 class Launchers:
     """Command lines of every launcher under test, for launch and for restart."""
 
-    def __init__(self, build, torchrun):
+    def __init__(self, build, torchrun, baseline=None):
         self.env = dict(os.environ, OMP_NUM_THREADS="1")
         self.ctrun = [os.path.join(build, "ctrun"), "--standalone"]
+        self.baseline = [os.path.abspath(baseline), "--standalone"] if baseline else None
         self.bare = os.path.join(build, "bench", "core", "ctrun_bare_limit")
         self.worker = os.path.join(build, "bench", "core", "ctrun_restart_worker")
         self.torchrun = [torchrun, "--standalone"] if torchrun else None
@@ -74,6 +78,8 @@ class Launchers:
     def launch(self, nproc):
         out = [("ctrun", self.ctrun + [f"--nproc_per_node={nproc}", "--no_python", "/bin/true"]),
                ("bare", [self.bare, "launch", str(nproc), "/bin/true"])]
+        if self.baseline:
+            out.append(("baseline", self.baseline + [f"--nproc_per_node={nproc}", "--no_python", "/bin/true"]))
         if self.torchrun:
             out.append(("torchrun", self.torchrun + [f"--nproc_per_node={nproc}", "--no_python", "/bin/true"]))
         return out
@@ -83,6 +89,8 @@ class Launchers:
         flags = ["--max_restarts=1", f"--nproc_per_node={nproc}", "--no_python"]
         out = [("ctrun", lambda d: self.ctrun + flags + [self.worker, d]),
                ("bare", lambda d: [self.bare, "restart", str(nproc), self.worker, d])]
+        if self.baseline:
+            out.append(("baseline", lambda d: self.baseline + flags + [self.worker, d]))
         if self.torchrun:
             out.append(("torchrun 0.1 s", lambda d: self.torchrun + ["--monitor_interval=0.1"] + flags + [self.worker, d]))
             out.append(("torchrun 5 s", lambda d: self.torchrun + flags + [self.worker, d]))
@@ -138,6 +146,11 @@ def fmt(values):
     return f"{statistics.median(values):8.2f} ms [{min(values):.2f}-{max(values):.2f}]"
 
 
+def ms(value):
+    """Two decimals where they matter (ctrun, a baseline ctrun), none for torchrun's seconds."""
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
 def report(title, results, reps):
     print(f"\n== {title} ({reps} runs each, interleaved) ==")
     for label, v in results.items():
@@ -153,15 +166,18 @@ def main():
     ap.add_argument("--launch-nproc", type=int, default=8)
     ap.add_argument("--no-torchrun", action="store_true")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--baseline", metavar="CTRUN", help="a second ctrun binary, run beside the one under test")
     args = ap.parse_args()
     torchrun = None if args.no_torchrun else os.path.abspath(TORCHRUN)
     if torchrun and not os.path.exists(torchrun):
         print(f"note: {torchrun} not found; ctrun and the bare limit only")
         torchrun = None
-    L = Launchers(args.build, torchrun)
+    L = Launchers(args.build, torchrun, args.baseline)
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"machine: {os.cpu_count()} CPUs, load average {load}; launcher under test: {args.build}/ctrun")
+    if args.baseline:
+        print(f"baseline: {args.baseline}")
 
     rows = []
     launch = interleaved(L.launch(args.launch_nproc), args.reps, lambda argv: wall_ms(argv, L.env))
@@ -182,7 +198,7 @@ def main():
     print("|---|---|---|---|" + "---|" * len(extra))
     for name, r in rows:
         c, b = statistics.median(r["ctrun"]), statistics.median(r["bare"])
-        cells = "".join(f" {statistics.median(r[k]):.0f} ms |" if k in r else " - |" for k in extra)
+        cells = "".join(f" {ms(statistics.median(r[k]))} ms |" if k in r else " - |" for k in extra)
         print(f"| {name} | {c:.2f} ms [{min(r['ctrun']):.2f}-{max(r['ctrun']):.2f}] | "
               f"{b:.2f} ms [{min(r['bare']):.2f}-{max(r['bare']):.2f}] | {c / b:.2f}× |{cells}")
     print(f"| launcher peak RSS | {rss['ctrun']:.1f} MiB | {rss['bare']:.1f} MiB | - |"

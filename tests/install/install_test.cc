@@ -16,9 +16,11 @@
 namespace ctrun::testing {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 using namespace std::chrono_literals;
 
 // One `cmake --install` of the whole build into a temporary prefix, for the suite.
@@ -81,6 +83,25 @@ TEST_F(InstallTree, NothingPointsBackIntoTheTrees) {
   if (readelf.empty()) return;
   RunResult dyn = RunCommand({readelf, "-d", Prefix() + "/bin/ctrun"});
   EXPECT_THAT(dyn.out, Not(HasSubstr("PATH")));  // neither RPATH nor RUNPATH
+}
+
+// The agent needs only glibc at run time: the C++ runtime is linked in (CTRUN_STATIC_CXX_RUNTIME)
+// and so are spdlog and fmt (src/base/spdlog_fmt.cc), so neither libstdc++, libgcc_s, libspdlog nor libfmt is
+// loaded (nor needed on the machine). NVML, libcurl and hwloc come later, by dlopen.
+TEST_F(InstallTree, CtrunNeedsOnlyGlibc) {
+  if (!CTRUN_STATIC_CXX_RUNTIME) GTEST_SKIP() << "built with the shared C++ runtime (CTRUN_SANITIZE)";
+  CTRUN_REQUIRE_TOOL(readelf, "readelf", "binutils (build-essential)");
+  RunResult dyn = RunCommand({readelf, "-d", Prefix() + "/bin/ctrun"});
+  ASSERT_EQ(dyn.exit_code, 0) << dyn.err;
+  std::vector<std::string> needed;  // " 0x...01 (NEEDED)  Shared library: [libc.so.6]"
+  for (const std::string& line : SplitLines(dyn.out)) {
+    size_t open = line.find('['), close = line.rfind(']');
+    if (line.find("(NEEDED)") != std::string::npos && open < close) needed.push_back(line.substr(open + 1, close - open - 1));
+  }
+  EXPECT_THAT(needed, Contains("libc.so.6"));
+  for (const std::string& lib : needed)
+    EXPECT_THAT(lib, AnyOf("libc.so.6", "libm.so.6", StartsWith("ld-linux")))  // the unwinder's _dl_find_object
+        << "ctrun needs only glibc at run time: " << dyn.out;
 }
 
 // The installed ctrun, and the alias, run a 2-worker job with the source and build trees hidden.
