@@ -60,8 +60,15 @@ std::vector<pid_t> ProcessesInGroup(pid_t pgid) {
   return out;
 }
 
+// The tools are forked, not made vfork-style: a gdb started from the spawn thread made its inferior
+// call (_Py_DumpTracebackThreads) abort the Python worker with glibc's "The futex facility returned
+// an unexpected error code" in 4 of 4 runs under load (Compat.RankBlockedInAllReduceIsFound-
+// StackedAndRestarted); forked, 2 of 2 passed. The cause is not found yet.
 StackCapture::StackCapture(EventLoop& loop, StackTools tools, Duration timeout)
-    : loop_(loop), tools_(std::move(tools)), timeout_(timeout), spawner_(std::chrono::seconds(2)) {}
+    : loop_(loop),
+      tools_(std::move(tools)),
+      timeout_(timeout),
+      spawner_(std::chrono::seconds(2), PosixSpawner::Method::kFork) {}
 
 StackCapture::~StackCapture() {
   if (!active_) return;
