@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "helpers/terminal_session.h"
+#include "helpers/test_util.h"
 #include "process/spawn_thread.h"
 #include "process/spawner.h"
 #include "process/vfork_clone.h"
@@ -27,6 +29,8 @@ namespace ctrun {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ProcState;
+using testing::WaitFor;
 
 TimePoint In(Duration d) { return std::chrono::steady_clock::now() + d; }
 
@@ -54,23 +58,6 @@ std::string ProcStatusField(const std::string& path, const std::string& key) {
   while (std::getline(in, line))
     if (line.rfind(key + ":", 0) == 0) return line.substr(key.size() + 1);
   return "";
-}
-
-// The state letter of /proc/<pid>/stat ('T' when stopped), or 0 when gone.
-char ProcState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = all.rfind(')');
-  return paren == std::string::npos || paren + 2 >= all.size() ? 0 : all[paren + 2];
-}
-
-bool WaitUntil(const std::function<bool()>& ready, Duration budget) {
-  const TimePoint deadline = In(budget);
-  while (!ready()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 TEST(SpawnThread, RunsJobsOneAfterTheOtherWithEverySignalBlocked) {
@@ -112,7 +99,7 @@ TEST(SpawnThread, AJobPastItsDeadlineKeepsItsThreadAndTheNextJobGetsAFreshOne) {
   EXPECT_TRUE(fresh->Run([&] { ran = true; }, In(5s)));
   EXPECT_TRUE(ran);
   gate->Open();  // the late job finishes on its own thread
-  EXPECT_TRUE(WaitUntil([&] { return finished->load(); }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return finished->load(); }, 5s));
 }
 
 TEST(VforkClone, ChildRunsOnItsStackAndTheParentResumesAfterItsExec) {
@@ -169,7 +156,7 @@ TEST(VforkSpawn, AChildHoldingTheSpawnThreadPastTheExecWaitIsOwnedAndTheRestAreF
   const pid_t held = results[0].process.pid;
   ASSERT_GT(held, 0);
   ASSERT_TRUE(results[0].process.pidfd.valid());
-  EXPECT_TRUE(WaitUntil([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
+  EXPECT_TRUE(WaitFor([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
   EXPECT_NE(SpawnThread::Current(), before);  // the held thread was given up
   for (size_t i = 1; i < 3; ++i) {
     SetNonBlocking(results[i].process.stdout_pipe.get(), false);
