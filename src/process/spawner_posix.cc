@@ -228,6 +228,18 @@ constexpr size_t kChildStackSize = 256 * 1024;
 
 }  // namespace
 
+namespace {
+
+// A set-up step in the parent failed: "cannot start ARGV0: WHAT: strerror", shell code 1.
+bool StartFailed(const std::string& argv0, const std::string& what, int err, SpawnError* error) {
+  error->err = err;
+  error->shell_code = 1;
+  error->message = "cannot start " + argv0 + ": " + what + ": " + std::strerror(err);
+  return false;
+}
+
+}  // namespace
+
 // One child to be: its plan and everything the plan points at, in memory of its own (never the
 // caller's SpawnSpec: a vfork-style child whose exec hangs may read it after SpawnMany returned),
 // and the parent's ends of its plumbing.
@@ -256,11 +268,7 @@ struct PosixSpawner::ChildImage {
 bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, ChildImage* image,
                                 SpawnError* error) {
   auto fail = [&](const std::string& what, int err) {
-    error->err = err;
-    error->shell_code = 1;
-    error->message = "cannot start " + (spec.argv.empty() ? std::string("worker") : spec.argv[0]) +
-                     ": " + what + ": " + std::strerror(err);
-    return false;
+    return StartFailed(spec.argv.empty() ? std::string("worker") : spec.argv[0], what, err, error);
   };
   if (spec.argv.empty()) return fail("empty argv", EINVAL);
   image->argv0 = spec.argv[0];
@@ -398,12 +406,7 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clo
   }
   if (!placed) {
     pid = ::fork();
-    if (pid < 0) {
-      error->err = errno;
-      error->shell_code = 1;
-      error->message = "cannot start " + image.argv0 + ": fork: " + std::strerror(error->err);
-      return false;
-    }
+    if (pid < 0) return StartFailed(image.argv0, "fork", errno, error);
     if (pid == 0) ExecChild(image.plan);
   }
   ::setpgid(pid, pid);  // also from here: closes the race with killpg
