@@ -2,11 +2,30 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
 
 namespace ctrun::rdzv {
 namespace {
 
 using Json = nlohmann::json;
+
+// A field Decode cannot use; caught with the library's own errors.
+struct BadField : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The integer field `key` of `j`, which must fit T. nlohmann's get<int> converts a float (44e+88,
+// or 1.5) with a plain cast, undefined behaviour when it does not fit: the state comes from a
+// store any peer can write, so every integer is checked before it is converted.
+template <typename T>
+T IntAt(const Json& j, const char* key) {
+  const Json& v = j.at(key);
+  if (v.is_number_unsigned() && std::in_range<T>(v.get<uint64_t>())) return static_cast<T>(v.get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned() && std::in_range<T>(v.get<int64_t>()))
+    return static_cast<T>(v.get<int64_t>());
+  throw BadField(std::string("'") + key + "' is not an integer in range: " + v.dump());
+}
 
 bool Contains(const std::vector<std::string>& v, std::string_view id) {
   return std::find(v.begin(), v.end(), id) != v.end();
@@ -169,9 +188,9 @@ NodeDesc NodeFromJson(const Json& j) {
   n.id = j.at("id").get<std::string>();
   n.host = j.at("host").get<std::string>();
   n.addr = j.at("addr").get<std::string>();
-  n.store_port = j.at("port").get<int>();
-  n.nproc = j.at("nproc").get<int>();
-  n.declared_rank = j.value("rank", -1);
+  n.store_port = IntAt<int>(j, "port");
+  n.nproc = IntAt<int>(j, "nproc");
+  n.declared_rank = j.contains("rank") ? IntAt<int>(j, "rank") : -1;
   return n;
 }
 
@@ -184,11 +203,11 @@ Cause CauseFromJson(const Json& j) {
   Cause c;
   c.node_id = j.at("node").get<std::string>();
   c.host = j.at("host").get<std::string>();
-  c.node_rank = j.at("node_rank").get<int>();
-  c.rank = j.at("rank").get<int>();
-  c.local_rank = j.at("local_rank").get<int>();
+  c.node_rank = IntAt<int>(j, "node_rank");
+  c.rank = IntAt<int>(j, "rank");
+  c.local_rank = IntAt<int>(j, "local_rank");
   c.what = j.at("what").get<std::string>();
-  c.exit_code = j.at("code").get<int>();
+  c.exit_code = IntAt<int>(j, "code");
   c.fatal = j.at("fatal").get<bool>();
   return c;
 }
@@ -326,9 +345,9 @@ StatusOr<State> Decode(std::string_view text) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error("rendezvous state is not a JSON object");
   try {
-    if (j.at("v").get<int>() != 1) return Status::Error("rendezvous state has an unknown version");
+    if (IntAt<int>(j, "v") != 1) return Status::Error("rendezvous state has an unknown version");
     State s;
-    s.round = j.at("round").get<uint64_t>();
+    s.round = IntAt<uint64_t>(j, "round");
     const std::string phase = j.at("phase").get<std::string>();
     if (phase == "join") s.phase = Phase::kJoin;
     else if (phase == "run") s.phase = Phase::kRun;
@@ -338,14 +357,16 @@ StatusOr<State> Decode(std::string_view text) {
     s.expected = j.at("expected").get<std::vector<std::string>>();
     for (const auto& n : j.at("waiting")) s.waiting.push_back(NodeFromJson(n));
     s.done = j.at("done").get<std::vector<std::string>>();
-    s.restarts = j.at("restarts").get<int>();
+    s.restarts = IntAt<int>(j, "restarts");
     s.reason = j.at("reason").get<std::string>();
     if (j.contains("cause")) s.cause = CauseFromJson(j.at("cause"));
-    s.exit_code = j.at("exit_code").get<int>();
+    s.exit_code = IntAt<int>(j, "exit_code");
     s.message = j.at("message").get<std::string>();
     s.writer = j.at("writer").get<std::string>();
     return s;
   } catch (const Json::exception& e) {
+    return Status::Error(std::string("malformed rendezvous state: ") + e.what());
+  } catch (const BadField& e) {
     return Status::Error(std::string("malformed rendezvous state: ") + e.what());
   }
 }

@@ -203,5 +203,30 @@ TEST(RdzvState, DecodeRejectsGarbageWithAMessage) {
   EXPECT_FALSE(Decode(text).ok());
 }
 
+// Found by rdzv_state_fuzz: a number that does not fit the field ("nproc":44e+88) was converted
+// with undefined behaviour. Every integer field is checked: floats, out-of-range and negative
+// values where none fit are refused with the field's name.
+TEST(RdzvState, DecodeRefusesNumbersThatDoNotFitTheirField) {
+  Params p = Elastic(1, 2, 1);
+  State s = JoinAll(State{}, p, {Node("a", 4, -1)});
+  const std::string good = Encode(s);
+  ASSERT_TRUE(Decode(good).ok());
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"nproc\":4", "\"nproc\":44e+88"},
+           {"\"nproc\":4", "\"nproc\":1.5"},
+           {"\"nproc\":4", "\"nproc\":4294967296"},
+           {"\"round\":0", "\"round\":-1"},
+           {"\"restarts\":0", "\"restarts\":1e300"}}) {
+    std::string text = good;
+    const auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << good;
+    text.replace(at, from.size(), to);
+    auto r = Decode(text);
+    ASSERT_FALSE(r.ok()) << to;
+    const std::string field = from.substr(0, from.find(':'));
+    EXPECT_NE(r.message().find(field.substr(1, field.size() - 2)), std::string::npos) << r.message();
+  }
+}
+
 }  // namespace
 }  // namespace ctrun::rdzv
