@@ -71,7 +71,8 @@ class AgentHooks {
   virtual Status PrepareJoin(rdzv::NodeDesc* /*self*/) { return Status::Ok(); }
   // Multi-node, when a round is complete, before PrepareAttempt of its workers.
   virtual void OnRound(const rdzv::RoundInfo& /*round*/) {}
-  // Decides fd 1/2 of a worker (pipes for the relay, files, or the console).
+  // Decides fd 0/1/2 of a worker (pipes for the relay, files, or the console) and what contains
+  // it: its cgroup, the watchdog it registers with before exec.
   virtual void ConfigureStdio(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
   // After ConfigureStdio: the rest of the worker's placement (CPU affinity, a debugger).
   virtual void ConfigureWorker(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}

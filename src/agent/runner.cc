@@ -118,6 +118,7 @@ class RealHooks final : public AgentHooks {
       spec->cgroup_procs_fd = cgroups_->procs_fd(local_rank);
       spec->cgroup_dir_fd = cgroups_->dir_fd(local_rank);
     }
+    if (watchdog_) spec->watchdog_fd = watchdog_->fd();
   }
 
   // What the attempt left behind outside the workers' process groups dies here: with a cgroup
@@ -188,7 +189,6 @@ class RealHooks final : public AgentHooks {
     if (UnderDebugger(placement_, rank) && placement_.gdbserver.empty())
       spdlog::warn("rank {} is stopped before exec, pid {}: attach with gdb -p {}, then continue", rank.global_rank,
                    proc.pid, proc.pid);
-    if (watchdog_) watchdog_->AddGroup(proc.pid);
     const auto& plan = plans_[static_cast<size_t>(local_rank)];
     if (terminal_) terminal_->OnWorkerStarted(local_rank, plan, proc);  // before the relay takes the pty
     RelayStream(plan, local_rank, logs::Stream::kStdout, plan.out, std::move(proc.stdout_pipe));

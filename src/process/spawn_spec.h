@@ -58,6 +58,10 @@ struct SpawnSpec {
   // kCloneIntoCgroupMaxBatch), which spares the migration the write to cgroup.procs costs;
   // cgroup_procs_fd remains the way for big batches and where the kernel refuses. Not owned.
   int cgroup_dir_fd = -1;
+  // The watchdog's pipe (process/watchdog.h): the child registers its process group there after
+  // setpgid and before exec, so a SIGKILL of ctrun at any later moment still kills everything the
+  // worker starts. -1: no watchdog. Not owned.
+  int watchdog_fd = -1;
   // One more fd the worker inherits (its heartbeat channel): the caller's extra_fd (any flags;
   // still owned by the caller) becomes the child's extra_fd_target, without CLOEXEC. -1: none.
   int extra_fd = -1;

@@ -26,6 +26,7 @@
 #include "process/exec_pipe.h"
 #include "process/spawn_thread.h"
 #include "process/vfork_clone.h"
+#include "process/watchdog.h"
 #include "process/stdio_plumbing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
@@ -150,6 +151,7 @@ struct ChildPlan {
   pid_t parent = -1;
   int in_fd = -1, out_fd = -1, err_fd = -1;
   int error_pipe = -1;
+  int watchdog_fd = -1;
   int cgroup_procs_fd = -1;  // -1 also when the child was created in its cgroup (CLONE_INTO_CGROUP)
   int extra_fd = -1, extra_target = 3;
   const CpuMask* affinity = nullptr;
@@ -162,6 +164,9 @@ struct ChildPlan {
 [[noreturn]] void ExecChild(const ChildPlan& p) {
   int ew = p.error_pipe;
   if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
+  // Before anything of the worker runs (and while we hold the pipe, so the watchdog cannot have
+  // seen EOF yet): from here a SIGKILL of ctrun takes the whole group.
+  AnnounceGroup(p.watchdog_fd, ::getpid());
   // Joining the cgroup is best effort: without it the descendant sweep still finds what escapes.
   if (p.cgroup_procs_fd >= 0) (void)!::write(p.cgroup_procs_fd, "0", 1);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);
@@ -317,6 +322,7 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   plan.affinity = image->affinity.get();
   plan.stop_before_exec = spec.stop_before_exec;
   plan.cgroup_procs_fd = spec.cgroup_procs_fd;
+  plan.watchdog_fd = spec.watchdog_fd;
   image->cgroup_dir_fd = spec.cgroup_dir_fd;
   return true;
 }

@@ -15,11 +15,6 @@
 namespace ctrun {
 namespace {
 
-struct Msg {
-  char op;
-  int32_t pgid;
-} __attribute__((packed));
-
 [[noreturn]] void WatchdogMain(int rfd) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   for (int fd = 0; fd < 3; ++fd) {
@@ -40,7 +35,7 @@ struct Msg {
 
   static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;
-  Msg m;
+  WatchdogMessage m;
   for (;;) {
     ssize_t r = RetryOnEintr([&] { return ::read(rfd, &m, sizeof m); });
     if (r != static_cast<ssize_t>(sizeof m)) break;  // EOF (or torn message): agent is gone
@@ -85,13 +80,23 @@ Watchdog::~Watchdog() {
   if (write_) Send('Q', 0);
 }
 
-void Watchdog::Send(char op, pid_t pgid) {
-  if (!write_) return;
-  Msg m{op, static_cast<int32_t>(pgid)};
-  WriteAll(write_.get(), &m, sizeof m);  // 5 bytes < PIPE_BUF: atomic
+namespace {
+
+void SendTo(int fd, char op, pid_t pgid) {
+  const WatchdogMessage m{op, static_cast<int32_t>(pgid)};
+  (void)RetryOnEintr([&] { return ::write(fd, &m, sizeof m); });  // 5 bytes < PIPE_BUF: whole or nothing
 }
 
-void Watchdog::AddGroup(pid_t pgid) { Send('A', pgid); }
+}  // namespace
+
+void AnnounceGroup(int watchdog_fd, pid_t pgid) {
+  if (watchdog_fd >= 0) SendTo(watchdog_fd, 'A', pgid);
+}
+
+void Watchdog::Send(char op, pid_t pgid) {
+  if (write_) SendTo(write_.get(), op, pgid);
+}
+
 void Watchdog::RemoveGroup(pid_t pgid) { Send('R', pgid); }
 
 }  // namespace ctrun

@@ -1,10 +1,17 @@
 // Watchdog: covers the one case PR_SET_PDEATHSIG cannot. When ctrun itself is SIGKILLed, its
 // workers die by PDEATHSIG, but their children (DataLoader workers, ...) are merely reparented
 // and keep running, holding GPUs. The watchdog is a tiny forked process that holds the read end
-// of a pipe whose only write end lives in the agent. The agent tells it each worker process
-// group as it starts ('A' pgid) and when it is gone ('R' pgid). If the pipe reaches EOF without
-// a prior 'Q' (clean shutdown), the agent died: the watchdog SIGKILLs every registered group and
-// exits. It ignores INT/TERM/HUP/QUIT so a signal aimed at ctrun's group cannot take it first.
+// of a pipe whose write end lives in the agent (and, CLOEXEC, in each child until its exec). It
+// learns each worker process group as it starts ('A' pgid) and when it is gone ('R' pgid, from
+// the agent). If the pipe reaches EOF without a prior 'Q' (clean shutdown), the agent died: the
+// watchdog SIGKILLs every registered group and exits. It ignores INT/TERM/HUP/QUIT so a signal
+// aimed at ctrun's group cannot take it first.
+//
+// The 'A' is written before a worker runs any code of its own: by the child between setpgid and
+// exec (cold), or by the warm spawner before it hands a spec to a waiting child, through
+// AnnounceGroup. Registering from the agent once the spawn had returned left a window, seen under
+// load, in which a worker had already started children when ctrun was SIGKILLed: the worker died
+// by PDEATHSIG and its children ran on.
 //
 // Limits: a descendant that leaves its worker's process group (setsid/setpgid) is not covered
 // after an agent SIGKILL; everything else is, however many groups are registered.
@@ -45,6 +52,19 @@ class PgidSet {
   Word bits_[kWords] = {};
 };
 
+// One message on the watchdog's pipe: 'A' (a group to cover), 'R' (a group gone), 'Q' (clean
+// shutdown: EOF that follows is no death), then the group id.
+struct WatchdogMessage {
+  char op;
+  int32_t pgid;
+} __attribute__((packed));
+
+// Registers process group `pgid` with the watchdog that reads the pipe whose write end is
+// `watchdog_fd` (Watchdog::fd()). Async-signal-safe (one write of a message shorter than
+// PIPE_BUF, atomic among all writers), so a child may call it between fork and exec. A failed
+// write (the watchdog is gone) is ignored: the group is then covered by nothing, as before.
+void AnnounceGroup(int watchdog_fd, pid_t pgid);
+
 class Watchdog {
  public:
   // Forks the watchdog. Call before starting workers and before any thread exists.
@@ -53,9 +73,10 @@ class Watchdog {
   Watchdog& operator=(Watchdog&&) = default;
   ~Watchdog();  // clean shutdown ('Q' + close) unless released
 
-  void AddGroup(pid_t pgid);
   void RemoveGroup(pid_t pgid);
   pid_t pid() const { return pid_; }
+  // The write end, for AnnounceGroup in spawned children (CLOEXEC: no worker program keeps it).
+  int fd() const { return write_.get(); }
 
  private:
   Watchdog(UniqueFd w, pid_t pid) : write_(std::move(w)), pid_(pid) {}

@@ -17,6 +17,7 @@
 
 #include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
+#include "process/watchdog.h"
 #include "sys/fd_passing.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
@@ -373,6 +374,9 @@ bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out)
     const std::string pid = std::to_string(child.pid);
     (void)!::write(spec.cgroup_procs_fd, pid.data(), pid.size());
   }
+  // Registered before the spec goes: from then on the child runs the worker and may start
+  // children of its own, which a SIGKILL of ctrun must take too.
+  AnnounceGroup(spec.watchdog_fd, child.pid);
   if (!SendWithFds(child.sock.get(), j.dump(), fds)) {
     KillAndReap(child.pid, child.pidfd);
     return false;

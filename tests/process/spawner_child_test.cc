@@ -18,6 +18,7 @@
 
 #include "process/spawn_methods.h"
 #include "process/spawner.h"
+#include "process/watchdog.h"
 #include "sys/cgroup.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
@@ -157,6 +158,40 @@ TEST_P(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
   ASSERT_EQ(::waitid(P_PIDFD, static_cast<id_t>(proc.pidfd.get()), &info, WEXITED), 0);
   EXPECT_EQ(info.si_pid, proc.pid);
   EXPECT_EQ(info.si_status, 0);
+}
+
+// The watchdog learns of the worker's group from the child itself, before exec: a worker that starts
+// children at once has no window in which a SIGKILL of ctrun would leave them running. Checked
+// while the child is stopped just before exec, and for a child that ran (only code before exec
+// can write there: the pipe is CLOEXEC and the program does not know it).
+TEST_P(PosixSpawnerChild, RegistersItsGroupWithTheWatchdogBeforeExec) {
+  for (bool stop : {true, false}) {
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    UniqueFd r(fds[0]), w(fds[1]);
+    PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+    SpawnSpec spec;
+    spec.argv = {"/bin/true"};
+    spec.watchdog_fd = w.get();
+    spec.stop_before_exec = stop;
+    SpawnedProcess proc;
+    SpawnError err;
+    ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+    int st = 0;
+    if (stop) {
+      ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, WUNTRACED); }), proc.pid);
+      ASSERT_TRUE(WIFSTOPPED(st));
+    }
+    WatchdogMessage m{};
+    ASSERT_EQ(::read(r.get(), &m, sizeof m), static_cast<ssize_t>(sizeof m)) << "stopped before exec: " << stop;
+    EXPECT_EQ(m.op, 'A');
+    EXPECT_EQ(m.pgid, proc.pid);
+    EXPECT_EQ(::getpgid(proc.pid), proc.pid);
+    if (stop) ::kill(proc.pid, SIGKILL);
+    RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); });
+    w.reset();
+    EXPECT_EQ(::read(r.get(), &m, sizeof m), 0) << "one message per child";
+  }
 }
 
 TEST_P(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) {

@@ -214,7 +214,9 @@ std::string Describe(const std::vector<pid_t>& pids) {
     for (char& ch : cmd) {
       if (ch == '\0') ch = ' ';
     }
-    out += "pid " + std::to_string(p) + " (" + cmd + ") state " + std::string(1, StateOf(p).first) + "; ";
+    const auto [state, ppid] = StateOf(p);
+    out += "pid " + std::to_string(p) + " (" + cmd + ") state " + std::string(1, state) + " ppid " +
+           std::to_string(ppid) + " pgid " + std::to_string(::getpgid(p)) + "; ";
   }
   return out;
 }

@@ -167,10 +167,11 @@ TEST(Hygiene, SigkillOfCtrunLeavesNoProcessOfTheJob) {
                         {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
   ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 3, 0); }, 20s)) << ReadFileOr(dir / "err");
   ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(marker).size() >= 1 + 3 * 3; }, 10s));
+  const std::string before = Describe(ProcessesOfJob(marker));
   job.Signal(SIGKILL);
   EXPECT_EQ(job.Wait(10s), 128 + SIGKILL);
   const auto left = WaitJobGone(marker);
-  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left);
+  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\nbefore: " << before << "\n" << ReadFileOr(dir / "err");
 }
 
 }  // namespace

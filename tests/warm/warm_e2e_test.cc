@@ -193,14 +193,23 @@ TEST_F(Warm, ChangedPreloadedFileRestartsTheServer) {
 }
 
 TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
-  BackgroundProcess ctrun(Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--sleep", "60"})),
-                          kPythonEnv, dir_ / "out.txt", dir_ / "err.txt");
+  BackgroundProcess ctrun(
+      Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--grandchild", "--sleep", "60"})), kPythonEnv,
+      dir_ / "out.txt", dir_ / "err.txt");
   ASSERT_TRUE(WaitFor([&] { return ReadProbe(dir_.path(), 0, 1).is_object() && ReadProbe(dir_.path(), 0, 0).is_object(); },
                       30s));
-  // The watchdog, the server, two workers and the next attempt's two waiting children.
+  // The watchdog, the server, two workers, their two children and the next attempt's two waiting
+  // children. The workers' children are reparented when their worker dies: only the watchdog,
+  // told of each worker's group before the worker ran, can kill them.
   std::vector<pid_t> procs;
-  ASSERT_TRUE(WaitFor([&] { return (procs = LiveDescendants(ctrun.pid())).size() >= 6; }, 30s))
+  ASSERT_TRUE(WaitFor([&] { return (procs = LiveDescendants(ctrun.pid())).size() >= 8; }, 30s))
       << procs.size() << " processes; " << ReadFileOr(dir_ / "err.txt");
+  for (int rank : {0, 1}) {
+    const json probe = ReadProbe(dir_.path(), 0, rank);
+    ASSERT_TRUE(probe["grandchild"].is_number_integer());
+    if (std::find(procs.begin(), procs.end(), probe["grandchild"].get<pid_t>()) == procs.end())
+      procs.push_back(probe["grandchild"].get<pid_t>());
+  }
   ctrun.Signal(SIGKILL);
   EXPECT_EQ(ctrun.Wait(10s), 128 + SIGKILL);
   for (pid_t p : procs) EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(p); }, 10s)) << "pid " << p << " survived";

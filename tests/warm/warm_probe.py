@@ -3,6 +3,7 @@
 
   warm_probe.py DIR [--exit N] [--exit-attempt A] [--raise] [--touch FILE] [--sleep S] [--torch] [--print-module M]
                [--barrier NRANKS]  (before exiting, wait until every rank of the attempt wrote its file)
+               [--grandchild]  (first of all, fork a child that sleeps; its pid is in the file)
 """
 import json
 import os
@@ -59,8 +60,15 @@ def main():
     def opt(name, default=None):
         return args[args.index(name) + 1] if name in args else default
 
+    grandchild = None
+    if "--grandchild" in args:
+        grandchild = os.fork()
+        if grandchild == 0:
+            time.sleep(600)
+            os._exit(0)
     main_mod = sys.modules["__main__"]
     info = {
+        "grandchild": grandchild,
         "env": dict(os.environ),
         "argv": sys.argv,
         "orig_argv": getattr(sys, "orig_argv", None),
