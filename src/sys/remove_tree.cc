@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -56,13 +57,27 @@ void ForEachParallel(size_t n, int max_threads, Fn fn) {
   for (auto& t : threads) t.join();
 }
 
-// Removes every entry of `entries` (unlink or rmdir) in parallel; the first failure in *error.
-void RemoveAll(const std::vector<Entry>& entries, int max_threads, const std::string& root, Status* error) {
+// Removes every entry of `entries` (unlink or rmdir): one after another while each takes less than
+// `slow`, the rest in parallel from the first that did not. A slow removal means a file system
+// that makes each one wait (ext4 mounted with discard was seen at ~3.5 ms per rmdir; network file
+// systems): threads overlap the waits. On a local disk (0.05-0.1 ms per rmdir) removals in one
+// directory take its lock in turn and threads only add their own cost: measured on the
+// development VM, 11 directories 0.87 ms on one thread and 1.58 ms on eight, 67 directories
+// 5.3 ms and 6.6 ms. The first failure in *error.
+void RemoveAll(const std::vector<Entry>& entries, int max_threads, std::chrono::microseconds slow,
+               const std::string& root, Status* error) {
   std::vector<int> errs(entries.size(), 0);
-  ForEachParallel(entries.size(), max_threads, [&](size_t i) {
+  auto remove = [&](size_t i) {
     const Entry& e = entries[i];
     if ((e.dir ? ::rmdir(e.path.c_str()) : ::unlink(e.path.c_str())) != 0 && errno != ENOENT) errs[i] = errno;
-  });
+  };
+  size_t done = 0;
+  for (bool fast = true; done < entries.size() && fast; ++done) {
+    const auto start = std::chrono::steady_clock::now();
+    remove(done);
+    fast = std::chrono::steady_clock::now() - start < slow;
+  }
+  ForEachParallel(entries.size() - done, max_threads, [&](size_t i) { remove(done + i); });
   for (size_t i = 0; i < entries.size() && error->ok(); ++i)
     if (errs[i] != 0)
       *error = Status::Errno("rm -rf " + root + ": " + (entries[i].dir ? "rmdir " : "unlink ") + entries[i].path, errs[i]);
@@ -84,7 +99,7 @@ void Flatten(const std::vector<std::vector<Entry>>& levels, const std::string& r
 
 }  // namespace
 
-Status RemoveTree(const std::string& path, int max_threads) {
+Status RemoveTree(const std::string& path, int max_threads, std::chrono::microseconds slow) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::Ok() : Status::Errno("rm -rf " + path, errno);
   if (!S_ISDIR(st.st_mode)) {
@@ -99,11 +114,11 @@ Status RemoveTree(const std::string& path, int max_threads) {
     for (const Entry& e : level)
       if (!e.dir) files.push_back(e);
   Status error = Status::Ok();
-  RemoveAll(files, max_threads, path, &error);
+  RemoveAll(files, max_threads, slow, path, &error);
   Flatten(levels, path);
   levels.clear();
   ListLevels(path, 0, &levels);  // what is left: normally root's children alone, all empty
-  for (auto it = levels.rbegin(); it != levels.rend(); ++it) RemoveAll(*it, max_threads, path, &error);
+  for (auto it = levels.rbegin(); it != levels.rend(); ++it) RemoveAll(*it, max_threads, slow, path, &error);
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT && error.ok())
     error = Status::Errno("rm -rf " + path + ": rmdir " + path, errno);
   return error;

@@ -5,7 +5,9 @@
 // every run. Removals of independent entries overlap: every file is unlinked at once, then every
 // directory below the top's own children is renamed up into the top (a rename frees no block:
 // ~0.01 ms), so that all directories go in one round of rmdir calls, then the top. Each round
-// runs on up to `max_threads` short-lived threads.
+// runs on the calling thread while every removal is fast (a local disk without discard: threads
+// would only add their cost, removals in one directory take its lock in turn), and the rest of the
+// round on up to `max_threads` short-lived threads from the first removal that waited 0.5 ms.
 //
 // Contract:
 //  - Never follows a symlink: a symlink (at the top or inside) is unlinked, not its target.
@@ -17,12 +19,16 @@
 //    write to while they are removed (the walk is a snapshot).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "base/status.h"
 
 namespace ctrun {
 
-[[nodiscard]] Status RemoveTree(const std::string& path, int max_threads = 8);
+// `slow`: the removal time from which the rest of a round goes on threads (tests pass 0 for
+// threads from the second entry on).
+[[nodiscard]] Status RemoveTree(const std::string& path, int max_threads = 8,
+                                std::chrono::microseconds slow = std::chrono::microseconds(500));
 
 }  // namespace ctrun

@@ -28,6 +28,22 @@ TEST(RemoveTree, RemovesALogBaseLikeTreeOfManyRanks) {
   EXPECT_TRUE(fs::is_directory(tmp.path()));  // only what was named
 }
 
+// The same tree with every removal counted as slow: the rounds go on threads from the second
+// entry on, and remove exactly as much.
+TEST(RemoveTree, RemovesTheSameOnThreadsWhenRemovalsAreSlow) {
+  TempDir tmp;
+  const fs::path base = tmp / "torchelastic_x";
+  for (int r = 0; r < 40; ++r) {
+    const fs::path rank = base / "run_1" / "attempt_0" / std::to_string(r);
+    fs::create_directories(rank);
+    if (r % 3 == 0) std::ofstream(rank / "error.json") << "{}";
+  }
+  std::ofstream(tmp / "sibling") << "kept";
+  ASSERT_TRUE(RemoveTree(base.string(), 4, std::chrono::microseconds(0)).ok());
+  EXPECT_FALSE(fs::exists(base));
+  EXPECT_TRUE(fs::exists(tmp / "sibling"));
+}
+
 TEST(RemoveTree, UnlinksSymlinksWithoutFollowingThem) {
   TempDir tmp;
   const fs::path outside = tmp / "outside";
