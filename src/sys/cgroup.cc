@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <sstream>
 
@@ -63,7 +64,7 @@ std::optional<std::string> ParseCgroup2Path(const std::string& text) {
   return std::nullopt;
 }
 
-StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create() {
+StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create(Layout layout) {
   std::string mountinfo, self;
   if (!ReadFile("/proc/self/mountinfo", &mountinfo) || !ReadFile("/proc/self/cgroup", &self))
     return Status::Error("cannot read /proc/self/mountinfo or /proc/self/cgroup");
@@ -79,6 +80,7 @@ StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create() {
   std::string offered;
   if (ReadFile(dir + "/cgroup.controllers", &offered) && (" " + offered).find(" memory") != std::string::npos)
     cg->memory_ = WriteText(dir + "/cgroup.subtree_control", "+memory");
+  cg->rank_dirs_ = cg->memory_ || layout == Layout::kRankDirs;
   return cg;
 }
 
@@ -93,10 +95,13 @@ WorkerCgroups::~WorkerCgroups() {
   ::rmdir(dir_.c_str());
 }
 
+std::string WorkerCgroups::LeafDir(int r) const { return rank_dirs_ ? RankDir(dir_, r) : dir_; }
+
 Status WorkerCgroups::PrepareAttempt(int nproc) {
-  for (int r = static_cast<int>(procs_.size()); r < nproc; ++r) {
-    const std::string rd = RankDir(dir_, r);
-    if (::mkdir(rd.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno("mkdir " + rd, errno);
+  const int leaves = rank_dirs_ ? nproc : std::min(nproc, 1);
+  for (int r = static_cast<int>(procs_.size()); r < leaves; ++r) {
+    const std::string rd = LeafDir(r);
+    if (rank_dirs_ && ::mkdir(rd.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno("mkdir " + rd, errno);
     UniqueFd fd(RetryOnEintr([&] { return ::open((rd + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC); }));
     if (!fd) return Status::Errno("open " + rd + "/cgroup.procs", errno);
     UniqueFd dir(RetryOnEintr([&] { return ::open(rd.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC); }));
@@ -116,21 +121,21 @@ std::optional<std::string> WorkerCgroups::MemoryEvents(int rank) const {
 }
 
 int WorkerCgroups::procs_fd(int local_rank) const {
-  return local_rank >= 0 && static_cast<size_t>(local_rank) < procs_.size() ? procs_[local_rank].get() : -1;
+  return local_rank >= 0 && LeafIndex(local_rank) < procs_.size() ? procs_[LeafIndex(local_rank)].get() : -1;
 }
 
 int WorkerCgroups::dir_fd(int local_rank) const {
   if (killed_) return -1;
-  return local_rank >= 0 && static_cast<size_t>(local_rank) < dirs_.size() ? dirs_[local_rank].get() : -1;
+  return local_rank >= 0 && LeafIndex(local_rank) < dirs_.size() ? dirs_[LeafIndex(local_rank)].get() : -1;
 }
 
 void WorkerCgroups::KillAll() {
   killed_ = true;  // even when the write fails: it may have reached part of the sub-tree
   if (WriteText(dir_ + "/cgroup.kill", "1")) return;
   // Linux < 5.14 has no cgroup.kill: SIGKILL every process listed, rank by rank.
-  for (int r = 0;; ++r) {
+  for (int r = 0; rank_dirs_ || r == 0; ++r) {
     std::string procs;
-    if (!ReadFile(RankDir(dir_, r) + "/cgroup.procs", &procs)) break;
+    if (!ReadFile(LeafDir(r) + "/cgroup.procs", &procs)) break;
     std::istringstream in(procs);
     long pid = 0;
     while (in >> pid) ::kill(static_cast<pid_t>(pid), SIGKILL);
@@ -155,7 +160,7 @@ bool WorkerCgroups::WaitEmpty(std::chrono::milliseconds budget) {
 }
 
 void WorkerCgroups::RemoveRanks() {
-  for (int r = 0;; ++r) {
+  for (int r = 0; rank_dirs_; ++r) {
     const std::string rd = RankDir(dir_, r);
     if (::rmdir(rd.c_str()) != 0 && errno == ENOENT) break;
   }
@@ -166,7 +171,7 @@ WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds bu
   if (Populated(dir_)) {  // one read in the usual case: nothing was left behind
     for (size_t r = 0; r < procs_.size(); ++r) {
       std::string procs;
-      if (!ReadFile(RankDir(dir_, static_cast<int>(r)) + "/cgroup.procs", &procs)) continue;
+      if (!ReadFile(LeafDir(static_cast<int>(r)) + "/cgroup.procs", &procs)) continue;
       std::istringstream in(procs);
       long pid = 0;
       while (in >> pid) ++end.leftover;

@@ -3,6 +3,11 @@
 //
 //   <cgroup2 mount><ctrun's own cgroup>/ctrun-<pid>/rank-<local_rank>/
 //
+// The rank directories exist only when the memory controller could be enabled below ctrun-<pid>
+// (per_rank_memory()): their memory.events are what they are for (rank_dirs()). Without it every worker lives
+// in ctrun-<pid> itself, which kills and empties the same way and spares a launch one mkdir, two
+// opens and one rmdir per rank (~1 ms for 8 ranks on the development VM).
+//
 // Each worker is created in its rank's cgroup (SpawnSpec::cgroup_dir_fd, clone3 CLONE_INTO_CGROUP)
 // or, for big batches and where the kernel cannot, joins it between fork and exec (SpawnSpec::cgroup_procs_fd), so
 // everything it ever starts (setsid children, daemons) stays inside, whatever process group or
@@ -45,13 +50,17 @@ std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup)
 
 class WorkerCgroups {
  public:
-  static StatusOr<std::unique_ptr<WorkerCgroups>> Create();
+  // kRankDirs makes rank directories even without the memory controller (tests of that layout on
+  // machines that lack it).
+  enum class Layout { kAuto, kRankDirs };
+  static StatusOr<std::unique_ptr<WorkerCgroups>> Create(Layout layout = Layout::kAuto);
   ~WorkerCgroups();
   WorkerCgroups(const WorkerCgroups&) = delete;
   WorkerCgroups& operator=(const WorkerCgroups&) = delete;
 
-  // Makes the missing rank-0..rank-<nproc-1> directories, opens their cgroup.procs for the
-  // spawner, and notes each rank's memory.events as the attempt's baseline.
+  // Makes the missing rank-0..rank-<nproc-1> directories (per_rank_memory(); otherwise ctrun-<pid>
+  // is every rank's cgroup), opens their cgroup.procs for the spawner, and notes each rank's
+  // memory.events as the attempt's baseline.
   Status PrepareAttempt(int nproc);
   // An open (O_WRONLY, CLOEXEC) cgroup.procs of the rank's cgroup; -1 when there is none.
   int procs_fd(int local_rank) const;
@@ -74,6 +83,7 @@ class WorkerCgroups {
 
   const std::string& dir() const { return dir_; }
   bool per_rank_memory() const { return memory_; }
+  bool rank_dirs() const { return rank_dirs_; }
 
  private:
   explicit WorkerCgroups(std::string dir) : dir_(std::move(dir)) {}
@@ -81,12 +91,16 @@ class WorkerCgroups {
   bool WaitEmpty(std::chrono::milliseconds budget);
   void RemoveRanks();
   std::optional<std::string> MemoryEvents(int rank) const;
+  // The cgroup directory workers of local rank `r` live in, and the index of its fds.
+  std::string LeafDir(int r) const;
+  size_t LeafIndex(int r) const { return rank_dirs_ ? static_cast<size_t>(r) : 0; }
 
   std::string dir_;
   bool memory_ = false;
+  bool rank_dirs_ = false;  // memory_, or Layout::kRankDirs
   bool killed_ = false;  // cgroup.kill was written: no more CLONE_INTO_CGROUP (see dir_fd)
-  std::vector<UniqueFd> procs_;                             // by local rank
-  std::vector<UniqueFd> dirs_;                              // by local rank (O_PATH)
+  std::vector<UniqueFd> procs_;                             // by LeafIndex
+  std::vector<UniqueFd> dirs_;                              // by LeafIndex (O_PATH)
   std::vector<std::optional<std::string>> events_before_;  // by local rank, this attempt's baseline
 };
 

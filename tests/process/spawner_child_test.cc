@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -61,11 +62,17 @@ bool KernelAtLeast(int major, int minor) {
 
 // ctrun's own cgroup sub-tree with one rank, or a skip where it cannot be made (not root, no
 // writable cgroup2 mount).
-std::unique_ptr<WorkerCgroups> RankCgroup() {
-  auto cg = WorkerCgroups::Create();
+std::unique_ptr<WorkerCgroups> RankCgroup(WorkerCgroups::Layout layout = WorkerCgroups::Layout::kRankDirs) {
+  auto cg = WorkerCgroups::Create(layout);
   if (!cg.ok()) return nullptr;
   if (!cg.value()->PrepareAttempt(1).ok()) return nullptr;
   return std::move(cg.value());
+}
+
+// The end of the /proc/<pid>/cgroup line of a child in rank 0's cgroup: ctrun-<pid>/rank-0 where
+// ranks have directories of their own, ctrun-<pid> itself elsewhere.
+std::string RankCgroupLine(const WorkerCgroups& cg) {
+  return "/ctrun-" + std::to_string(::getpid()) + (cg.rank_dirs() ? "/rank-0" : "") + "\n";
 }
 
 // Every test runs once per way of making children: vfork-style and fork.
@@ -101,7 +108,41 @@ TEST_P(PosixSpawnerChild, CloneIntoCgroupPlacesTheChildWithoutCgroupProcs) {
   spec.argv = {"/bin/cat", "/proc/self/cgroup"};
   spec.cgroup_dir_fd = cg->dir_fd(0);  // no cgroup.procs fd: only clone3 can have placed it
   const std::string out = RunToEnd(sp, spec);
-  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(RankCgroupLine(*cg)), std::string::npos) << out;
+}
+
+// Without the memory controller (no per-rank memory.events to read) there are no rank
+// directories: every rank's fds lead to ctrun-<pid> itself, which ends an attempt the same way.
+TEST_P(PosixSpawnerChild, WithoutPerRankMemoryRanksShareTheJobCgroup) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup(WorkerCgroups::Layout::kAuto);
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  if (cg->per_rank_memory()) GTEST_SKIP() << "the memory controller is offered here: ranks get directories";
+  ASSERT_TRUE(cg->PrepareAttempt(3).ok());
+  EXPECT_FALSE(cg->rank_dirs());
+  EXPECT_FALSE(std::filesystem::exists(cg->dir() + "/rank-0"));
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_GE(cg->procs_fd(r), 0);
+    SpawnSpec spec;
+    spec.argv = {"/bin/cat", "/proc/self/cgroup"};
+    spec.cgroup_dir_fd = cg->dir_fd(r);
+    spec.cgroup_procs_fd = cg->procs_fd(r);
+    const std::string out = RunToEnd(sp, spec);
+    EXPECT_NE(out.find(RankCgroupLine(*cg)), std::string::npos) << "rank " << r << ": " << out;
+  }
+  SpawnSpec left;  // what an attempt leaves behind is killed there too
+  left.argv = {"/bin/sleep", "100"};
+  left.cgroup_dir_fd = cg->dir_fd(2);
+  left.cgroup_procs_fd = cg->procs_fd(2);
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(left, &proc, &err)) << err.message;
+  const WorkerCgroups::AttemptEnd end = cg->EndAttempt(std::chrono::seconds(5));
+  EXPECT_EQ(end.leftover, 1);
+  EXPECT_TRUE(end.emptied);
+  int st = 0;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
 }
 
 TEST_P(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
@@ -116,7 +157,7 @@ TEST_P(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
   spec.cgroup_dir_fd = not_a_cgroup.get();
   spec.cgroup_procs_fd = cg->procs_fd(0);
   const std::string out = RunToEnd(sp, spec);
-  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(RankCgroupLine(*cg)), std::string::npos) << out;
 }
 
 TEST_P(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
@@ -226,7 +267,7 @@ TEST_P(PosixSpawnerChild, AfterACgroupKillWorkersJoinThroughCgroupProcsAndLive) 
   char buf[4096];
   const ssize_t n = ::read(proc.stdout_pipe.get(), buf, sizeof buf);
   const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(RankCgroupLine(*cg)), std::string::npos) << out;
 }
 
 TEST_P(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
@@ -248,7 +289,7 @@ TEST_P(PosixSpawnerChild, BigBatchesJoinThroughCgroupProcs) {
     char buf[4096];
     const ssize_t n = RetryOnEintr([&] { return ::read(r.process.stdout_pipe.get(), buf, sizeof buf); });
     const std::string out(buf, n > 0 ? static_cast<size_t>(n) : 0);
-    EXPECT_NE(out.find("/ctrun-" + std::to_string(::getpid()) + "/rank-0\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(RankCgroupLine(*cg)), std::string::npos) << out;
     int st;
     RetryOnEintr([&] { return ::waitpid(r.process.pid, &st, 0); });
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
