@@ -632,10 +632,12 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   }
 
   const pid_t watchdog_pid = watchdog ? watchdog->pid() : -1;
+  bool watchdog_reaped = false;
   auto drain = [&] {
     DrainExitedChildren([&](pid_t pid, ExitStatus st) {
       if (pid == watchdog_pid) {
-        spdlog::warn("the watchdog exited unexpectedly ({})", st.ToString());
+        watchdog_reaped = true;
+        if (watchdog) spdlog::warn("the watchdog exited unexpectedly ({})", st.ToString());
         return;
       }
       agent.OnChildExit(pid, st);
@@ -659,6 +661,10 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
 
   agent.Start();
   while (!agent.done()) loop.RunOnce();
+  // Every worker group is gone: the watchdog has nothing left to guard. Its clean shutdown ('Q',
+  // close) goes now, so that its wake-up and exit overlap the rest of the teardown instead of
+  // being waited for at the very end (~0.9 ms of a launch of 8 on the development VM).
+  watchdog.reset();
   if (backend.rendezvous) FinishRendezvous(loop, &backend);
 
   // Every worker is gone; whatever is still in their pipes (or held open by an escaped
@@ -683,9 +689,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // The lines just logged went through the relay's console writer: drain it before it goes.
   relay.FlushAll(loop.Now() + std::chrono::seconds(1));
 
-  // Clean watchdog shutdown: 'Q', close, reap (it exits at once).
-  if (watchdog) {
-    watchdog.reset();
+  // The watchdog was told to go when the agent was done; reaped here unless the drain did.
+  if (watchdog_pid > 0 && !watchdog_reaped) {
     int st;
     RetryOnEintr([&] { return ::waitpid(watchdog_pid, &st, 0); });
   }
