@@ -212,6 +212,12 @@ void Agent::StartAttempt() {
   }
 }
 
+const Agent::Worker* Agent::CapturingWorker() const {
+  for (const auto& w : workers_)
+    if (w.capturing) return &w;
+  return nullptr;
+}
+
 Agent::Worker* Agent::FindWorker(pid_t pid) {
   for (auto& w : workers_)
     if (w.pid == pid) return &w;
@@ -273,7 +279,8 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
       if (!status.success()) {
         hooks_.Log(2, "first exit: worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
                           std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
-                          status.ToString() + "; stopping the other workers (the root cause is named once "
+                          status.ToString() + (w->capturing ? " during its stack capture" : "") +
+                          "; stopping the other workers (the root cause is named once "
                           "they are gone)");
         RecordFailure(*w, /*stopped_by_ctrun=*/false);
         StopForFailure(*w, w->hang.empty() ? status.ToString() : w->hang,
@@ -393,6 +400,7 @@ void Agent::OnRankHung(int local_rank, const std::string& why) {
   }
   hooks_.Log(2, who + why + "; saving its stacks (at most " + health::FormatSeconds(Seconds(config_.stack_timeout)) +
                     "), then stopping the workers");
+  w->capturing = true;
   health_->CaptureStacks(local_rank, w->pid, [this, pid = w->pid](const std::string& summary) {
     OnStacksSaved(pid, summary);
   });
@@ -402,12 +410,16 @@ void Agent::OnRankHung(int local_rank, const std::string& why) {
 void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   Worker* w = FindWorker(pid);
   if (!w) return;  // another attempt by now
+  w->capturing = false;
   w->stacks = summary;
   events_->Emit(events::kStackCapture, {{"rank", w->rank.global_rank}, {"pid", pid}, {"attempt", attempt_}, {"summary", summary}});
   for (auto& f : failures_)
     if (f.pid == pid) f.stacks = summary;
   hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
-  if (state_ != AgentState::kRunning) return;  // already stopping (another failure meanwhile)
+  if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile)
+    CheckStopped();                       // which may have waited for this capture only
+    return;
+  }
   if (w->exited) RecordFailure(*w, /*stopped_by_ctrun=*/false);  // it ended during the capture
   StopForFailure(*w, w->hang, kExitHung);
 }
@@ -478,6 +490,9 @@ void Agent::CheckStopped() {
   // group (a killpg per worker) on every reaped child would cost O(n^2) syscalls in a teardown.
   for (const auto& w : workers_)
     if (!w.exited) return;
+  // A hung rank's capture outlives its target (the tools exit once it is gone, within the
+  // capture's bound): the attempt ends after it, so its stacks are reported with its failure.
+  if (CapturingWorker()) return;
   RefreshGroups();
   for (const auto& w : workers_)
     if (!w.group_gone) return;

@@ -190,6 +190,7 @@ class Agent final : public rdzv::RendezvousListener {
     ExitStatus status = ExitStatus::Exited(0);
     std::string error_file;
     std::string hang;  // set when found hung
+    bool capturing = false;  // its stacks are being saved (the attempt ends after the capture)
     std::string stacks;
     std::chrono::system_clock::time_point hung_at;
   };
@@ -209,6 +210,7 @@ class Agent final : public rdzv::RendezvousListener {
   void RecordFailure(const Worker& w, bool stopped_by_ctrun);
   bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
+  const Worker* CapturingWorker() const;  // the rank whose stacks are being saved, if any
   void CancelTimers();
   void OnDeadline();
   void EmitWorkerExit(const Worker& w, const char* cause);

@@ -230,7 +230,8 @@ class RealHooks final : public AgentHooks {
     what = what.substr(0, what.find('\n'));
     if (what.size() > 200) what = what.substr(0, 200) + "...";
     spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,
-                  f.global_rank, f.local_rank, f.pid, f.status.ToString(), what.empty() ? "" : ": " + what);
+                  f.global_rank, f.local_rank, f.pid, f.hang.empty() ? f.status.ToString() : f.hang,
+                  what.empty() ? "" : ": " + what);
   }
 
   std::string StderrTail(int local_rank) override {

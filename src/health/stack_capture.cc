@@ -62,8 +62,10 @@ std::vector<pid_t> ProcessesInGroup(pid_t pgid) {
 
 // The tools are forked, not made vfork-style: a gdb started from the spawn thread made its inferior
 // call (_Py_DumpTracebackThreads) abort the Python worker with glibc's "The futex facility returned
-// an unexpected error code" in 4 of 4 runs under load (Compat.RankBlockedInAllReduceIsFound-
-// StackedAndRestarted); forked, 2 of 2 passed. The cause is not found yet.
+// an unexpected error code" in 4 of 4 runs under load. Forked, the same abort was later seen in
+// every run on another kernel (6.18, gdb 13.1): the interrupted futex wait is not restarted after
+// the call. The dump is written before that, and the agent waits for the capture to end before it
+// ends the attempt, so the rank is still reported hung with its stacks.
 StackCapture::StackCapture(EventLoop& loop, StackTools tools, Duration timeout)
     : loop_(loop),
       tools_(std::move(tools)),

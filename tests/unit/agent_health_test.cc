@@ -102,6 +102,44 @@ TEST_F(AgentHealthTest, AFailureDuringTheCaptureStopsAsUsualAndTheCaptureEndChan
   EXPECT_EQ(JobExitCode(wf), kExitHung);
 }
 
+// The capture's inferior call can leave the hung rank unable to resume its system call (glibc
+// aborts): it dies during its own capture and its peers' collectives break. The failure is still
+// the hang, and the attempt ends only once the capture has, with the stacks in the record.
+TEST_F(AgentHealthTest, HungRankDyingDuringItsCaptureEndsTheAttemptOnlyAfterTheCapture) {
+  config.max_restarts = 1;
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)");
+  Exit(LastPid(1), ExitStatus::Signaled(SIGABRT));
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  ExitAll(ExitStatus::Exited(1));  // rank 0's collective breaks
+  EXPECT_EQ(agent->restart_count(), 0) << "the attempt waits for the capture";
+  EXPECT_EQ(monitor.attempts, 1);
+  monitor.FinishCapture("stacks of 1 process saved in /logs/attempt_0/1/stacks (native: eu-stack)");
+  EXPECT_EQ(agent->restart_count(), 1);
+  EXPECT_EQ(monitor.attempts, 2);
+  ExitAll(ExitStatus::Exited(0));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 0);
+}
+
+// Without a restart left, the hung rank is the job's failure (124) and carries its stacks.
+TEST_F(AgentHealthTest, HungRankDyingDuringItsCaptureIsReportedAsHungWithItsStacks) {
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)");
+  Exit(LastPid(1), ExitStatus::Signaled(SIGABRT));
+  ExitAll(ExitStatus::Exited(1));
+  EXPECT_FALSE(agent->done());
+  monitor.FinishCapture("stacks of 1 process saved in /s (native: eu-stack)");
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  const FailureRecord* hung = nullptr;
+  for (const auto& f : agent->failures())
+    if (f.local_rank == 1) hung = &f;
+  ASSERT_NE(hung, nullptr);
+  EXPECT_EQ(hung->hang, "hung: no heartbeat for 10 s (last beat at step 4)");
+  EXPECT_EQ(hung->stacks, "stacks of 1 process saved in /s (native: eu-stack)");
+}
+
 TEST_F(AgentHealthTest, HungAttemptIsRestartedAndTheNextOneCanSucceed) {
   config.max_restarts = 1;
   MakeAgent().Start();
