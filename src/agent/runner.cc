@@ -577,8 +577,18 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (!sigfd.ok()) return SetUpFailed(OutcomeKind::kSetupError, sigfd.message());
   RaiseFdLimit();
   if (Status s = BecomeChildSubreaper(); !s.ok()) spdlog::warn("{} (grandchildren may outlive ctrun)", s.message());
+  std::unique_ptr<WorkerCgroups> cgroups;
+  if (const std::string* off = context.env.Get("CTRUN_NO_CGROUP"); off && *off == "1") {
+    spdlog::debug("CTRUN_NO_CGROUP=1: no cgroup for the workers; leftovers are found through /proc");
+  } else if (auto cg = WorkerCgroups::Create(); cg.ok()) {
+    cgroups = std::move(cg.value());
+    spdlog::debug("workers run in cgroup {}{}", cgroups->dir(), cgroups->per_rank_memory() ? " (per-rank memory.events)" : "");
+  } else {
+    spdlog::debug("no cgroup for the workers ({}); leftovers are found through /proc", cg.message());
+  }
+  // After the cgroup: a SIGKILLed ctrun's watchdog empties and removes it.
   std::optional<Watchdog> watchdog;
-  if (auto w = Watchdog::Start(); w.ok()) {
+  if (auto w = Watchdog::Start(cgroups ? cgroups->dir() : ""); w.ok()) {
     watchdog.emplace(std::move(w.value()));
   } else {
     spdlog::warn("cannot start the watchdog: {}", w.message());
@@ -592,15 +602,6 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   const bool log_files = log_dir->files_enabled() && context.output_flags.redirects.AnySet();
   if (log_files && log_dir->temporary_base())
     spdlog::info("worker log files: {} (no --log_dir given: a new directory, kept after the run)", log_dir->run_dir());
-  std::unique_ptr<WorkerCgroups> cgroups;
-  if (const std::string* off = context.env.Get("CTRUN_NO_CGROUP"); off && *off == "1") {
-    spdlog::debug("CTRUN_NO_CGROUP=1: no cgroup for the workers; leftovers are found through /proc");
-  } else if (auto cg = WorkerCgroups::Create(); cg.ok()) {
-    cgroups = std::move(cg.value());
-    spdlog::debug("workers run in cgroup {}{}", cgroups->dir(), cgroups->per_rank_memory() ? " (per-rank memory.events)" : "");
-  } else {
-    spdlog::debug("no cgroup for the workers ({}); leftovers are found through /proc", cg.message());
-  }
   EventLoop loop;
   logs::ConsoleOptions console;
   console.route_diagnostics = true;

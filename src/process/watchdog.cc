@@ -6,16 +6,22 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 
+#include "sys/cgroup.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
 namespace {
 
-[[noreturn]] void WatchdogMain(int rfd) {
+// How long a watchdog waits for the workers' cgroup to empty after cgroup.kill (a process in D
+// state dies only when its I/O ends) before it gives up and leaves the directory.
+constexpr std::chrono::seconds kCgroupEmptyBudget{10};
+
+[[noreturn]] void WatchdogMain(int rfd, const std::string& cgroup_dir) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   for (int fd = 0; fd < 3; ++fd) {
     int nul = ::open("/dev/null", O_RDWR);
@@ -47,7 +53,10 @@ namespace {
       clean = true;
     }
   }
-  if (!clean) groups.ForEach([](pid_t pgid) { ::kill(-pgid, SIGKILL); });
+  if (!clean) {
+    groups.ForEach([](pid_t pgid) { ::kill(-pgid, SIGKILL); });
+    if (!cgroup_dir.empty()) RemoveWorkerCgroup(cgroup_dir, kCgroupEmptyBudget);
+  }
   ::_exit(0);
 }
 
@@ -63,7 +72,7 @@ void PgidSet::Remove(pid_t pgid) {
     bits_[pgid / kWordBits] &= ~(Word{1} << (pgid % kWordBits));
 }
 
-StatusOr<Watchdog> Watchdog::Start() {
+StatusOr<Watchdog> Watchdog::Start(const std::string& cgroup_dir) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2", errno);
   UniqueFd r(fds[0]), w(fds[1]);
@@ -71,7 +80,7 @@ StatusOr<Watchdog> Watchdog::Start() {
   if (pid < 0) return Status::Errno("fork watchdog", errno);
   if (pid == 0) {
     w.reset();
-    WatchdogMain(r.release());
+    WatchdogMain(r.release(), cgroup_dir);
   }
   return Watchdog(std::move(w), pid);
 }

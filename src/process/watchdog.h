@@ -4,8 +4,10 @@
 // of a pipe whose write end lives in the agent (and, CLOEXEC, in each child until its exec). It
 // learns each worker process group as it starts ('A' pgid) and when it is gone ('R' pgid, from
 // the agent). If the pipe reaches EOF without a prior 'Q' (clean shutdown), the agent died: the
-// watchdog SIGKILLs every registered group and exits. It ignores INT/TERM/HUP/QUIT so a signal
-// aimed at ctrun's group cannot take it first.
+// watchdog SIGKILLs every registered group, then, when the workers run in a cgroup sub-tree
+// (sys/cgroup.h), kills everything left in it (cgroup.kill: descendants that left their group or
+// session too), waits until it is empty (bounded) and removes it, and exits. It ignores
+// INT/TERM/HUP/QUIT so a signal aimed at ctrun's group cannot take it first.
 //
 // The 'A' is written before a worker runs any code of its own: by the child between setpgid and
 // exec (cold), or by the warm spawner before it hands a spec to a waiting child, through
@@ -13,13 +15,15 @@
 // load, in which a worker had already started children when ctrun was SIGKILLed: the worker died
 // by PDEATHSIG and its children ran on.
 //
-// Limits: a descendant that leaves its worker's process group (setsid/setpgid) is not covered
-// after an agent SIGKILL; everything else is, however many groups are registered.
+// Limits: without a cgroup, a descendant that leaves its worker's process group (setsid/setpgid)
+// is not covered after an agent SIGKILL; everything else is, however many groups are registered.
+// A SIGKILL of the watchdog itself as well (killpg of its own group) leaves the groups running.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -67,8 +71,10 @@ void AnnounceGroup(int watchdog_fd, pid_t pgid);
 
 class Watchdog {
  public:
-  // Forks the watchdog. Call before starting workers and before any thread exists.
-  static StatusOr<Watchdog> Start();
+  // Forks the watchdog. Call before starting workers and before any thread exists. cgroup_dir:
+  // the workers' cgroup sub-tree (WorkerCgroups::dir()) to empty and remove if the agent dies;
+  // "" for none.
+  static StatusOr<Watchdog> Start(const std::string& cgroup_dir);
   Watchdog(Watchdog&&) = default;
   Watchdog& operator=(Watchdog&&) = default;
   ~Watchdog();  // clean shutdown ('Q' + close) unless released

@@ -28,7 +28,56 @@ bool Populated(const std::string& dir) {
   return events.find("populated 1") != std::string::npos;
 }
 
+// SIGKILLs every process in the sub-tree `dir`: cgroup.kill, or (Linux < 5.14) every pid listed
+// in dir's and its rank directories' cgroup.procs.
+void KillSubtree(const std::string& dir) {
+  if (WriteText(dir + "/cgroup.kill", "1")) return;
+  for (int r = -1;; ++r) {
+    std::string procs;
+    if (!ReadFile((r < 0 ? dir : RankDir(dir, r)) + "/cgroup.procs", &procs)) {
+      if (r < 0) continue;
+      break;
+    }
+    std::istringstream in(procs);
+    long pid = 0;
+    while (in >> pid) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+}
+
+// Waits (at most `budget`) until the sub-tree `dir` holds no process; true when it is empty.
+bool WaitEmpty(const std::string& dir, std::chrono::milliseconds budget) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + budget;
+  // cgroup.events raises POLLPRI on every change of "populated": no polling loop.
+  UniqueFd events(RetryOnEintr([&] { return ::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC); }));
+  while (Populated(dir)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || !events) return false;
+    pollfd p{events.get(), POLLPRI, 0};
+    if (RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left)); }) <= 0) return !Populated(dir);
+    char buf[256];
+    ::lseek(events.get(), 0, SEEK_SET);
+    (void)::read(events.get(), buf, sizeof buf);  // re-arm
+  }
+  return true;
+}
+
+// Removes the rank directories (rank-0 upwards, to the first missing one), then dir.
+void RemoveDirs(const std::string& dir) {
+  for (int r = 0;; ++r)
+    if (::rmdir(RankDir(dir, r).c_str()) != 0 && errno == ENOENT) break;
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
+
+void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget) {
+  if (Populated(dir)) {
+    KillSubtree(dir);
+    (void)WaitEmpty(dir, budget);  // bounded; a D-state survivor keeps its directory
+  }
+  RemoveDirs(dir);
+}
 
 std::optional<Cgroup2Mount> ParseCgroup2Mount(const std::string& mountinfo) {
   std::istringstream in(mountinfo);
@@ -73,7 +122,14 @@ StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create(Layout layout) {
   if (!mount || !path) return Status::Error("no cgroup v2 hierarchy");
   if (path->find("..") != std::string::npos) return Status::Error("odd cgroup path " + *path);
   const std::string dir = CgroupDirectory(*mount, *path) + "/ctrun-" + std::to_string(::getpid());
-  if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno("mkdir " + dir, errno);
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    // Left by an earlier ctrun with this pid that died before it could remove it (only its
+    // watchdog removes it after a SIGKILL, and a watchdog can be killed too). A populated one is
+    // never touched: rmdir refuses it, and nothing is killed here.
+    if (errno != EEXIST || Populated(dir)) return Status::Errno("mkdir " + dir, errno);
+    RemoveDirs(dir);
+    if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno("mkdir " + dir, errno);
+  }
   std::unique_ptr<WorkerCgroups> cg(new WorkerCgroups(dir));
   // Per-rank memory.events need the memory controller below ctrun-<pid>; ctrun only takes what
   // its parent already offers (cgroup.controllers), it never enables anything above itself.
@@ -87,12 +143,7 @@ StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create(Layout layout) {
 WorkerCgroups::~WorkerCgroups() {
   procs_.clear();
   dirs_.clear();
-  if (Populated(dir_)) {
-    KillAll();
-    (void)WaitEmpty(std::chrono::seconds(2));  // bounded; a D-state survivor keeps its directory
-  }
-  RemoveRanks();
-  ::rmdir(dir_.c_str());
+  RemoveWorkerCgroup(dir_, std::chrono::seconds(2));
 }
 
 std::string WorkerCgroups::LeafDir(int r) const { return rank_dirs_ ? RankDir(dir_, r) : dir_; }
@@ -131,39 +182,7 @@ int WorkerCgroups::dir_fd(int local_rank) const {
 
 void WorkerCgroups::KillAll() {
   killed_ = true;  // even when the write fails: it may have reached part of the sub-tree
-  if (WriteText(dir_ + "/cgroup.kill", "1")) return;
-  // Linux < 5.14 has no cgroup.kill: SIGKILL every process listed, rank by rank.
-  for (int r = 0; rank_dirs_ || r == 0; ++r) {
-    std::string procs;
-    if (!ReadFile(LeafDir(r) + "/cgroup.procs", &procs)) break;
-    std::istringstream in(procs);
-    long pid = 0;
-    while (in >> pid) ::kill(static_cast<pid_t>(pid), SIGKILL);
-  }
-}
-
-bool WorkerCgroups::WaitEmpty(std::chrono::milliseconds budget) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + budget;
-  // cgroup.events raises POLLPRI on every change of "populated": no polling loop.
-  UniqueFd events(RetryOnEintr([&] { return ::open((dir_ + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC); }));
-  while (Populated(dir_)) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 || !events) return false;
-    pollfd p{events.get(), POLLPRI, 0};
-    if (RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left)); }) <= 0) return !Populated(dir_);
-    char buf[256];
-    ::lseek(events.get(), 0, SEEK_SET);
-    (void)::read(events.get(), buf, sizeof buf);  // re-arm
-  }
-  return true;
-}
-
-void WorkerCgroups::RemoveRanks() {
-  for (int r = 0; rank_dirs_; ++r) {
-    const std::string rd = RankDir(dir_, r);
-    if (::rmdir(rd.c_str()) != 0 && errno == ENOENT) break;
-  }
+  KillSubtree(dir_);
 }
 
 WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds budget) {
@@ -177,7 +196,7 @@ WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds bu
       while (in >> pid) ++end.leftover;
     }
     KillAll();
-    end.emptied = WaitEmpty(budget);
+    end.emptied = WaitEmpty(dir_, budget);
   }
   end.memory_events_before = events_before_;
   for (size_t r = 0; r < events_before_.size(); ++r) end.memory_events_after.push_back(MemoryEvents(static_cast<int>(r)));

@@ -18,7 +18,8 @@
 // restart milliseconds), so OOM kills are counted as the difference of each rank's memory.events
 // between the start and the end of the attempt, when the memory controller could be enabled for
 // the sub-tree: exact per-rank OOM attribution. The destructor kills what is left and removes the
-// directories.
+// directories; when ctrun is SIGKILLed, its watchdog does (process/watchdog.h). A ctrun-<pid> left
+// by an earlier ctrun of the same pid (its watchdog killed too) is removed by Create when empty.
 // Create fails (the caller falls back to process groups and the descendant sweep) when there is
 // no cgroup2 mount or ctrun may not write there. ctrun's own cgroup is never changed: the
 // memory controller is enabled only below ctrun-<pid>, and only when the parent already offers it.
@@ -47,6 +48,11 @@ std::optional<Cgroup2Mount> ParseCgroup2Mount(const std::string& mountinfo);
 std::string CgroupDirectory(const Cgroup2Mount& mount, const std::string& cgroup_path);
 // The "0::" path of /proc/self/cgroup text; nullopt when there is none.
 std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup);
+
+// Kills everything in the worker cgroup sub-tree `dir` (a WorkerCgroups::dir()), waits at most
+// `budget` until it is empty, and removes its rank directories and itself. What the destructor
+// does, and what the watchdog does after the agent was SIGKILLed (process/watchdog.h).
+void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget);
 
 class WorkerCgroups {
  public:
@@ -88,8 +94,6 @@ class WorkerCgroups {
  private:
   explicit WorkerCgroups(std::string dir) : dir_(std::move(dir)) {}
   void KillAll();
-  bool WaitEmpty(std::chrono::milliseconds budget);
-  void RemoveRanks();
   std::optional<std::string> MemoryEvents(int rank) const;
   // The cgroup directory workers of local rank `r` live in, and the index of its fds.
   std::string LeafDir(int r) const;

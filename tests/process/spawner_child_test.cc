@@ -145,6 +145,44 @@ TEST_P(PosixSpawnerChild, WithoutPerRankMemoryRanksShareTheJobCgroup) {
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
 }
 
+// A ctrun-<pid> of an earlier ctrun with this pid, SIGKILLed with its watchdog, is in the way:
+// Create removes it when it is empty (rank directories included), and never touches a populated
+// one (it may be someone's), failing instead (the caller then runs without a cgroup).
+TEST_P(PosixSpawnerChild, StaleJobCgroupOfThisPidIsReplacedOnlyWhenEmpty) {
+  std::string dir;
+  {
+    std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+    if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+    dir = cg->dir();
+  }
+  ASSERT_FALSE(std::filesystem::exists(dir)) << "the destructor removes it";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((dir + "/rank-0").c_str(), 0755), 0);
+  {
+    auto cg = WorkerCgroups::Create();
+    ASSERT_TRUE(cg.ok()) << cg.message();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/rank-0"));
+  }
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "100"};
+  UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+  ASSERT_TRUE(procs);
+  spec.cgroup_procs_fd = procs.get();
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  auto refused = WorkerCgroups::Create();
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(::waitpid(proc.pid, nullptr, WNOHANG), 0) << "nothing in a populated one is killed";
+  RemoveWorkerCgroup(dir, std::chrono::seconds(5));
+  int st = 0;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 TEST_P(PosixSpawnerChild, FallsBackToCgroupProcsWhenCloneCannotPlaceTheChild) {
   std::unique_ptr<WorkerCgroups> cg = RankCgroup();
   if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";

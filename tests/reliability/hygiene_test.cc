@@ -174,5 +174,34 @@ TEST(Hygiene, SigkillOfCtrunLeavesNoProcessOfTheJob) {
   EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\nbefore: " << before << "\n" << ReadFileOr(dir / "err");
 }
 
+// With a cgroup for the workers, the watchdog of a SIGKILLed ctrun also kills what left the
+// workers' process groups (a setsid daemon) and removes the cgroup: no ctrun-<pid> is left behind
+// for a later ctrun of the same pid to find.
+TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: no cgroup for the workers";
+  TempDir dir;
+  const std::string marker = NewJobMarker();
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2", "--log-level=debug"},
+                              {"--env-file", dir / "env", "--detached-grandchild", "--hang"}),
+                        {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 2, 0); }, 20s)) << ReadFileOr(dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(marker).size() >= 1 + 2 * 2; }, 10s));
+  std::string cgroup;
+  for (const auto& l : ctrun::testing::SplitLines(ReadFileOr(dir / "err")))
+    if (size_t at = l.find("workers run in cgroup "); at != std::string::npos) cgroup = l.substr(at + 22, l.find(' ', at + 22) - at - 22);
+  if (cgroup.empty()) {
+    job.Signal(SIGKILL);
+    job.Wait(10s);
+    WaitJobGone(marker);
+    GTEST_SKIP() << "no cgroup for the workers here: " << ReadFileOr(dir / "err");
+  }
+  ASSERT_TRUE(std::filesystem::is_directory(cgroup)) << cgroup;
+  job.Signal(SIGKILL);
+  EXPECT_EQ(job.Wait(10s), 128 + SIGKILL);
+  const auto left = WaitJobGone(marker);
+  EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\n" << ReadFileOr(dir / "err");
+  EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(cgroup); }, 10s)) << cgroup << " is left";
+}
+
 }  // namespace
 }  // namespace ctrun::reliability
