@@ -93,6 +93,8 @@ class RealHooks final : public AgentHooks {
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
   void set_terminal(JobTerminal* terminal) { terminal_ = terminal; }
+  // --warm: the server and its waiting children outlive attempts; the sweep spares them.
+  void set_warm(warm::WarmSpawner* warm) { warm_ = warm; }
 
   Status PrepareAttempt(int attempt, AttemptInfo* info) override {
     if (Status s = PrepareStore(info); !s.ok()) return s;
@@ -123,8 +125,9 @@ class RealHooks final : public AgentHooks {
 
   // What the attempt left behind outside the workers' process groups dies here: with a cgroup
   // sub-tree, whatever is still in it (one read of cgroup.events when nothing is); without one,
-  // every remaining descendant of ctrun but the watchdog and what ctrun inherited (they are all
-  // orphans of this attempt: every worker leader is gone), found through /proc, which costs a
+  // every remaining descendant of ctrun but the watchdog, the warm server (with its waiting
+  // children) and what ctrun inherited (the rest are orphans of this attempt: every worker
+  // leader is gone, and ctrun, their subreaper, adopted them), found through /proc, which costs a
   // scan of every process where the kernel has no /proc/<pid>/task/<tid>/children. Bounded: 2 s.
   void OnAttemptOver() override {
     rank_oom_kills_.clear();
@@ -143,6 +146,8 @@ class RealHooks final : public AgentHooks {
     if (!cgroups_) {
       std::vector<pid_t> keep = inherited_;
       if (watchdog_) keep.push_back(watchdog_->pid());
+      if (warm_)
+        for (pid_t p : warm_->SparedPids()) keep.push_back(p);
       const SweepResult swept = KillDescendants(keep, std::chrono::seconds(2));
       leftover += static_cast<int>(swept.killed.size());
       for (pid_t p : swept.survivors) spdlog::error("pid {} survived SIGKILL (D state?); giving up on it", p);
@@ -403,6 +408,7 @@ class RealHooks final : public AgentHooks {
   std::vector<logs::WorkerOutputPlan> plans_;
   logs::DuplicateFiles duplicates_;
   JobTerminal* terminal_ = nullptr;
+  warm::WarmSpawner* warm_ = nullptr;
   std::function<void()> drain_;
   std::map<pid_t, UniqueFd> pidfds_;
   std::optional<OomKillSample> oom_before_;
@@ -616,6 +622,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
   if (no_cgroup) hooks.NoteInherited();
   hooks.set_terminal(&terminal);
+  if (warm_spawner) hooks.set_warm(&*warm_spawner);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
   // The summary's per-rank facts come from the same events the events file gets.
   RunRecorder recorder;

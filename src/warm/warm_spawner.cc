@@ -320,6 +320,20 @@ StatusOr<WarmSpawner::Message> WarmSpawner::Await(const std::string& op, TimePoi
   }
 }
 
+std::vector<pid_t> WarmSpawner::SparedPids() {
+  std::vector<pid_t> out;
+  if (!server_) return out;
+  const TimePoint deadline = std::chrono::steady_clock::now() + options_.fork_wait;
+  while (server_->pending > 0 && problem_.empty()) {  // only its arrival names a child
+    auto m = ReadOne(deadline);
+    if (!m.ok()) break;  // a server that does not answer is not spared for long: it is restarted
+    Absorb(m.value());
+  }
+  out.push_back(server_->pid);
+  for (const Child& c : pool_) out.push_back(c.pid);
+  return out;
+}
+
 Status WarmSpawner::FillPool(size_t n, TimePoint deadline) {
   // Children that died while waiting (reaped by the agent as unknown pids) are dropped.
   std::erase_if(pool_, [](const Child& c) { return !c.pidfd || Exited(c.pidfd.get()); });

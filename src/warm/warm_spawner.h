@@ -65,6 +65,10 @@ class WarmSpawner final : public Spawner {
   bool GroupAlive(pid_t pgid) override { return cold_.GroupAlive(pgid); }
 
   pid_t server_pid() const { return server_ ? server_->pid : -1; }
+  // The server and its waiting children (ctrun's children, outside every worker's group): not
+  // what an attempt left behind. Children the server is still forking are waited for first
+  // (at most WarmOptions::fork_wait; a fork takes milliseconds). Empty without a server.
+  std::vector<pid_t> SparedPids();
   // How many workers of the last SpawnMany were forked warm.
   size_t last_warm_count() const { return last_warm_; }
 

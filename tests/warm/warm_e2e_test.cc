@@ -192,6 +192,18 @@ TEST_F(Warm, ChangedPreloadedFileRestartsTheServer) {
   EXPECT_EQ(ReadProbe(dir_.path(), 1, 0)["modules_module"], 2) << "attempt 1 must see the file as changed";
 }
 
+// Without a cgroup, what an attempt leaves behind is found among ctrun's descendants: the warm
+// server and its waiting children are not leftovers, and a restart reuses them.
+TEST_F(Warm, WithoutACgroupTheServerOutlivesAFailedAttempt) {
+  RunResult r = RunCommand(Ctrun(2, 1, {"--warm", "--warm-preload=json"},
+                                 Probe(dir_.path(), {"--exit", "1", "--exit-attempt", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "CTRUN_NO_CGROUP=1"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: worker server pid"), 1) << r.err;
+  EXPECT_EQ(CountOf(r.err, "left running outside their process groups"), 0) << r.err;
+  EXPECT_TRUE(ReadProbe(dir_.path(), 1, 0).is_object());
+}
+
 TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
   BackgroundProcess ctrun(
       Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--grandchild", "--sleep", "60"})), kPythonEnv,
