@@ -123,7 +123,10 @@ inline __attribute__((always_inline)) void Render(OutBuffer& b, bool& dirty, boo
 }  // namespace
 
 OutputRelay::OutputRelay(EventLoop& loop, ConsoleOptions options)
-    : loop_(loop), opt_(options), scratch_(options.read_size < 4096 ? 4096 : options.read_size) {
+    : loop_(loop),
+      opt_(options),
+      scratch_size_(options.read_size < 4096 ? 4096 : options.read_size) {
+  scratch_.reset(new char[scratch_size_]);
   out_ = std::make_unique<ConsoleWriter>(&loop_, opt_.stdout_fd, opt_.high_water);
   if (!SameFile(opt_.stdout_fd, opt_.stderr_fd)) {
     err_ = std::make_unique<ConsoleWriter>(&loop_, opt_.stderr_fd, opt_.high_water);
@@ -255,10 +258,10 @@ void OutputRelay::ShowPending(int local_rank, Stream stream) {
 }
 
 bool OutputRelay::ReadOnce(StreamState& s) {
-  ssize_t n = RetryOnEintr([&] { return ::read(s.fd.get(), scratch_.data(), scratch_.size()); });
+  ssize_t n = RetryOnEintr([&] { return ::read(s.fd.get(), scratch_.get(), scratch_size_); });
   if (n > 0) {
     if (on_output_) on_output_(s.local_rank);
-    Process(s, std::string_view(scratch_.data(), static_cast<size_t>(n)));
+    Process(s, std::string_view(scratch_.get(), static_cast<size_t>(n)));
     if (s.writer != nullptr && s.writer->over_high_water()) PauseFor(s.writer);
     return true;
   }
@@ -318,9 +321,9 @@ void OutputRelay::DropWorker(int local_rank) {
     // What is in the pipe now is all that will be read; bounded so a busy writer cannot hold us.
     bool open = true;
     for (int i = 0; i < 64 && open; ++i) {
-      ssize_t n = RetryOnEintr([&] { return ::read(s->fd.get(), scratch_.data(), scratch_.size()); });
+      ssize_t n = RetryOnEintr([&] { return ::read(s->fd.get(), scratch_.get(), scratch_size_); });
       if (n <= 0) break;
-      Process(*s, std::string_view(scratch_.data(), static_cast<size_t>(n)));
+      Process(*s, std::string_view(scratch_.get(), static_cast<size_t>(n)));
     }
     Close(*s, /*notify=*/false);
   }

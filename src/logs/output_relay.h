@@ -131,7 +131,10 @@ class OutputRelay {
   bool color_ = false;
   std::map<std::pair<int, int>, std::unique_ptr<StreamState>> streams_;  // (rank, stream), open
   std::map<int, std::string> tails_;  // local rank -> last stderr bytes
-  std::vector<char> scratch_;
+  // One read's buffer. Not value-initialised: zero-filling 256 KiB touched 64 pages at every
+  // start; untouched, the kernel maps them only when a read first fills them.
+  std::unique_ptr<char[]> scratch_;
+  size_t scratch_size_ = 0;
   size_t pipe_bytes_ = 0;  // sum of the open streams' pipe sizes (after F_SETPIPE_SZ)
   std::function<void(int)> on_drained_;
   std::function<void(int)> on_output_;
