@@ -151,6 +151,9 @@ TEST(HealthE2E, HungAttemptIsRestartedAndTheJobFinishes) {
                       {}, 30s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.err, "hung: no heartbeat for")) << r.err;
+  // The live line names the hang, not the SIGTERM ctrun stopped the hung rank with.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(attempt 0 failed; root cause: worker rank 1 \(local_rank 1, pid \d+\) hung: no heartbeat for)")))
+      << r.err;
   EXPECT_TRUE(Contains(r.err, "restart 1 of 1")) << r.err;
 }
 
