@@ -416,8 +416,8 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   for (auto& f : failures_)
     if (f.pid == pid) f.stacks = summary;
   hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
-  if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile)
-    CheckStopped();                       // which may have waited for this capture only
+  if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile), or over
+    if (state_ == AgentState::kStopping) CheckStopped();  // it may have waited for this capture only
     return;
   }
   if (w->exited) RecordFailure(*w, /*stopped_by_ctrun=*/false);  // it ended during the capture

@@ -140,6 +140,29 @@ TEST_F(AgentHealthTest, HungRankDyingDuringItsCaptureIsReportedAsHungWithItsStac
   EXPECT_EQ(hung->stacks, "stacks of 1 process saved in /s (native: eu-stack)");
 }
 
+// The wait for a capture is bounded by the stop's own bound: when a process survives SIGKILL the
+// attempt ends at the final wait even if the capture has not, and its late end changes nothing.
+TEST_F(AgentHealthTest, ACaptureThatOutlivesTheFinalWaitDoesNotEndTheAttemptTwice) {
+  config.max_restarts = 2;
+  config.shutdown_timeout = 1;
+  config.restart_backoff = 10;
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)");
+  spawner.unkillable.insert(LastPid(0));
+  Exit(LastPid(1), ExitStatus::Signaled(SIGABRT));
+  timers.Advance(std::chrono::seconds(1));
+  timers.Advance(Agent::kFinalWait);
+  ASSERT_EQ(agent->state(), AgentState::kBackoff) << "the final wait ended the attempt";
+  ASSERT_EQ(hooks.failed_attempts.size(), 1u);
+  monitor.FinishCapture("stacks of 1 process saved in /s (native: eu-stack)");
+  EXPECT_EQ(agent->state(), AgentState::kBackoff);
+  EXPECT_EQ(hooks.failed_attempts.size(), 1u) << "the attempt ended once";
+  timers.Advance(std::chrono::seconds(10));
+  EXPECT_EQ(monitor.attempts, 2);
+  EXPECT_EQ(agent->restart_count(), 1);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
 TEST_F(AgentHealthTest, HungAttemptIsRestartedAndTheNextOneCanSucceed) {
   config.max_restarts = 1;
   MakeAgent().Start();
