@@ -85,6 +85,38 @@ int ShellCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128
 
 }  // namespace
 
+namespace {
+
+// What a command that ran past its timeout was doing: every process below it (pid, state, kernel
+// wait channel, command line) and, where eu-stack is installed, every thread's stack (bounded),
+// appended to its stderr so that a rare hang in a test run explains itself.
+std::string DescribeHungTree(pid_t root) {
+  std::vector<pid_t> pids = LiveDescendants(root);
+  pids.insert(pids.begin(), root);
+  std::string out = "\n--- timed out; the processes below pid " + std::to_string(root) + ":\n";
+  const bool eu_stack = access("/usr/bin/eu-stack", X_OK) == 0;
+  for (pid_t p : pids) {
+    const std::string proc = "/proc/" + std::to_string(p);
+    std::string cmd = ReadFileOr(proc + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    std::string stat = ReadFileOr(proc + "/stat");
+    const size_t paren = stat.rfind(')');
+    const std::string state = paren == std::string::npos ? "?" : stat.substr(paren + 2, 1);
+    out += "pid " + std::to_string(p) + " state " + state + " wchan " + ReadFileOr(proc + "/wchan") + ": " + cmd + "\n";
+    if (!eu_stack) continue;
+    const std::string c = "timeout 10 /usr/bin/eu-stack -p " + std::to_string(p) + " 2>&1";
+    if (FILE* f = popen(c.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0 && out.size() < (1u << 20)) out.append(buf, n);
+      pclose(f);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& given_env,
               std::chrono::milliseconds timeout) {
   std::vector<std::string> extra_env = given_env;
@@ -102,7 +134,9 @@ RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std
   RunResult r;
   int status = 0;
   bool done = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout);
+  std::string hung;
   if (!done) {
+    hung = DescribeHungTree(pid);
     kill(-pid, SIGKILL);
     waitpid(pid, &status, 0);
     r.exit_code = -1;
@@ -111,7 +145,7 @@ RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.out = ReadFileOr(out_path);
-  r.err = ReadFileOr(err_path);
+  r.err = ReadFileOr(err_path) + hung;
   return r;
 }
 
