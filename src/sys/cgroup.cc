@@ -28,20 +28,29 @@ bool Populated(const std::string& dir) {
   return events.find("populated 1") != std::string::npos;
 }
 
+// The pids in cgroup `dir` itself (its cgroup.procs); nullopt when it cannot be read (no such
+// cgroup).
+std::optional<std::vector<pid_t>> ListedPids(const std::string& dir) {
+  std::string procs;
+  if (!ReadFile(dir + "/cgroup.procs", &procs)) return std::nullopt;
+  std::vector<pid_t> pids;
+  std::istringstream in(procs);
+  long pid = 0;
+  while (in >> pid) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
 // SIGKILLs every process in the sub-tree `dir`: cgroup.kill, or (Linux < 5.14) every pid listed
 // in dir's and its rank directories' cgroup.procs.
 void KillSubtree(const std::string& dir) {
   if (WriteText(dir + "/cgroup.kill", "1")) return;
-  for (int r = -1;; ++r) {
-    std::string procs;
-    if (!ReadFile((r < 0 ? dir : RankDir(dir, r)) + "/cgroup.procs", &procs)) {
-      if (r < 0) continue;
-      break;
-    }
-    std::istringstream in(procs);
-    long pid = 0;
-    while (in >> pid) ::kill(static_cast<pid_t>(pid), SIGKILL);
-  }
+  auto kill_listed = [](const std::string& cgroup) {
+    const auto pids = ListedPids(cgroup);
+    for (pid_t pid : pids.value_or(std::vector<pid_t>{})) ::kill(pid, SIGKILL);
+    return pids.has_value();
+  };
+  kill_listed(dir);
+  for (int r = 0; kill_listed(RankDir(dir, r));) ++r;  // rank-0 upwards, to the first missing one
 }
 
 // Waits (at most `budget`) until the sub-tree `dir` holds no process; true when it is empty.
@@ -188,13 +197,8 @@ void WorkerCgroups::KillAll() {
 WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds budget) {
   AttemptEnd end;
   if (Populated(dir_)) {  // one read in the usual case: nothing was left behind
-    for (size_t r = 0; r < procs_.size(); ++r) {
-      std::string procs;
-      if (!ReadFile(LeafDir(static_cast<int>(r)) + "/cgroup.procs", &procs)) continue;
-      std::istringstream in(procs);
-      long pid = 0;
-      while (in >> pid) ++end.leftover;
-    }
+    for (size_t r = 0; r < procs_.size(); ++r)
+      end.leftover += static_cast<int>(ListedPids(LeafDir(static_cast<int>(r))).value_or(std::vector<pid_t>{}).size());
     KillAll();
     end.emptied = WaitEmpty(dir_, budget);
   }
