@@ -330,9 +330,7 @@ TEST(FirstMinuteE2E, WorkersRunInTheJobsCgroupWhichIsRemovedAfterwards) {
   std::ofstream(go).put('x');
   ASSERT_EQ(p.Wait(10s), 0) << ReadFileOr(d / "err");
   for (pid_t pid : ReadPids(d / "pids")) EXPECT_FALSE(ProcessAlive(pid)) << pid;
-  std::string dir;
-  for (const auto& l : SplitLines(ReadFileOr(d / "err")))
-    if (size_t at = l.find("workers run in cgroup "); at != std::string::npos) dir = l.substr(at + 22, l.find(' ', at + 22) - at - 22);
+  const std::string dir = WorkersCgroupFromLog(ReadFileOr(d / "err"));
   ASSERT_FALSE(dir.empty());
   EXPECT_FALSE(fs::exists(dir)) << dir;
 }

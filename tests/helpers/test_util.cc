@@ -83,9 +83,13 @@ pid_t ForkExec(const std::vector<std::string>& argv, const std::vector<std::stri
 
 int ShellCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-}  // namespace
-
-namespace {
+// Field 3 of /proc/<pid>/stat (R, S, D, Z, ...), read after the last ')': the command may hold
+// any byte. '\0' when the process is gone.
+char ProcState(pid_t pid) {
+  const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
+  const size_t rp = stat.rfind(')');
+  return rp == std::string::npos || rp + 2 >= stat.size() ? '\0' : stat[rp + 2];
+}
 
 // What a command that ran past its timeout was doing: every process below it (pid, state, kernel
 // wait channel, command line) and, where eu-stack is installed, every thread's stack (bounded),
@@ -99,10 +103,8 @@ std::string DescribeHungTree(pid_t root) {
     const std::string proc = "/proc/" + std::to_string(p);
     std::string cmd = ReadFileOr(proc + "/cmdline");
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    std::string stat = ReadFileOr(proc + "/stat");
-    const size_t paren = stat.rfind(')');
-    const std::string state = paren == std::string::npos ? "?" : stat.substr(paren + 2, 1);
-    out += "pid " + std::to_string(p) + " state " + state + " wchan " + ReadFileOr(proc + "/wchan") + ": " + cmd + "\n";
+    const char state = ProcState(p);
+    out += "pid " + std::to_string(p) + " state " + (state ? std::string(1, state) : "?") + " wchan " + ReadFileOr(proc + "/wchan") + ": " + cmd + "\n";
     if (!eu_stack) continue;
     const std::string c = "timeout 10 /usr/bin/eu-stack -p " + std::to_string(p) + " 2>&1";
     if (FILE* f = popen(c.c_str(), "r")) {
@@ -176,11 +178,19 @@ int BackgroundProcess::Wait(std::chrono::milliseconds timeout) {
 }
 
 bool ProcessAlive(pid_t pid) {
-  std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return false;
-  size_t rp = stat.rfind(')');
-  if (rp == std::string::npos || rp + 2 >= stat.size()) return false;
-  return stat[rp + 2] != 'Z' && stat[rp + 2] != 'X';
+  const char state = ProcState(pid);
+  return state != '\0' && state != 'Z' && state != 'X';
+}
+
+std::string WorkersCgroupFromLog(const std::string& log) {
+  const std::string tag = "workers run in cgroup ";
+  for (const auto& l : SplitLines(log)) {
+    const size_t at = l.find(tag);
+    if (at == std::string::npos) continue;
+    const size_t from = at + tag.size();
+    return l.substr(from, l.find(' ', from) - from);
+  }
+  return "";
 }
 
 int CountOf(const std::string& hay, const std::string& needle) {

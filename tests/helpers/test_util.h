@@ -68,6 +68,9 @@ pid_t ParentOf(pid_t pid);     // its parent's pid; 0 when it is gone or a zombi
 std::vector<pid_t> LiveDescendants(pid_t ancestor);
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
+// The workers' cgroup directory a --log-level=debug ctrun named ("workers run in cgroup DIR");
+// "" when it ran without one.
+std::string WorkersCgroupFromLog(const std::string& log);
 // How many times `needle` occurs in `hay` (overlapping occurrences count).
 int CountOf(const std::string& hay, const std::string& needle);
 // "K=V" lines of a file (the fake worker's --env-file) as a map; empty if missing.

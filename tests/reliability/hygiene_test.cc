@@ -186,9 +186,7 @@ TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
                         {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
   ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 2, 0); }, 20s)) << ReadFileOr(dir / "err");
   ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(marker).size() >= 1 + 2 * 2; }, 10s));
-  std::string cgroup;
-  for (const auto& l : ctrun::testing::SplitLines(ReadFileOr(dir / "err")))
-    if (size_t at = l.find("workers run in cgroup "); at != std::string::npos) cgroup = l.substr(at + 22, l.find(' ', at + 22) - at - 22);
+  const std::string cgroup = ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "err"));
   if (cgroup.empty()) {
     job.Signal(SIGKILL);
     job.Wait(10s);
