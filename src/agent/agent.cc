@@ -277,17 +277,14 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     if (state_ == AgentState::kRunning) {
       EmitWorkerExit(*w, status.success() ? "succeeded" : "failed");
       if (!status.success()) {
-        hooks_.Log(2, "first exit: worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
-                          std::to_string(w->rank.local_rank) + ", pid " + std::to_string(pid) + ") " +
-                          status.ToString() + (w->capturing ? " during its stack capture" : "") +
-                          "; stopping the other workers (the root cause is named once "
-                          "they are gone)");
-        RecordFailure(*w, /*stopped_by_ctrun=*/false);
-        StopForFailure(*w, w->hang.empty() ? status.ToString() : w->hang,
-                       w->hang.empty() ? status.ShellCode() : kExitHung);
+        OnFailureWhileRunning(*w);
         return;
       }
       if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; })) {
+        if (peer_loss_timer_) {
+          EndPeerLossWait("every other worker has exited");
+          return;
+        }
         // All leaders succeeded. Anything they left behind in their groups is swept, not waited on.
         BeginStopping(StopReason::kSuccess, SIGTERM);
         return;
@@ -364,6 +361,58 @@ void Agent::OnSignal(int sig) {
     return;
   }
   BeginStopping(StopReason::kSignal, sig);
+}
+
+bool AgentHooks::FailureLostAPeer(const FailureRecord& f) {
+  WorkerFailure w;
+  w.status = f.status;
+  return LostAPeer(w);
+}
+
+// A worker failed on its own while the attempt ran: stop the others, or first wait (at most
+// kPeerLossWait) when all the failures so far only lost a peer.
+void Agent::OnFailureWhileRunning(const Worker& w) {
+  RecordFailure(w, /*stopped_by_ctrun=*/false);
+  const std::string who = "worker rank " + std::to_string(w.rank.global_rank) + " (local_rank " +
+                          std::to_string(w.rank.local_rank) + ", pid " + std::to_string(w.pid) + ") " +
+                          w.status.ToString() + (w.capturing ? " during its stack capture" : "");
+  const bool lost_a_peer = w.hang.empty() && hooks_.FailureLostAPeer(failures_.back());
+  const bool all_exited = std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; });
+  if (lost_a_peer && !peer_loss_timer_ && !all_exited) {
+    hooks_.Log(2, "first exit: " + who + ", which lost a peer; waiting up to " +
+                      health::FormatSeconds(kPeerLossWait) +
+                      " for that peer to end on its own before stopping the other workers");
+    peer_loss_pid_ = w.pid;
+    peer_loss_timer_ = timers_.AddTimer(timers_.Now() + kPeerLossWait, [this] {
+      peer_loss_timer_.reset();
+      EndPeerLossWait("no worker failed on its own within " +
+                      health::FormatSeconds(kPeerLossWait));
+    });
+    return;
+  }
+  if (peer_loss_timer_) {
+    if (lost_a_peer && !all_exited) return;  // one more rank that lost the same peer
+    if (lost_a_peer) {
+      EndPeerLossWait("every other worker has exited");
+      return;
+    }
+    timers_.CancelTimer(*peer_loss_timer_);
+    peer_loss_timer_.reset();
+    hooks_.Log(2, who + "; stopping the other workers");
+  } else {
+    hooks_.Log(2, "first exit: " + who + "; stopping the other workers (the root cause is named once they are gone)");
+  }
+  StopForFailure(w, w.hang.empty() ? w.status.ToString() : w.hang, w.hang.empty() ? w.status.ShellCode() : kExitHung);
+}
+
+// The wait after a lost peer is over without a failure of another kind: stop for the first.
+void Agent::EndPeerLossWait(const std::string& why) {
+  if (peer_loss_timer_) timers_.CancelTimer(*peer_loss_timer_);
+  peer_loss_timer_.reset();
+  const Worker* first = FindWorker(peer_loss_pid_);
+  if (state_ != AgentState::kRunning || !first) return;
+  hooks_.Log(2, why + "; stopping the other workers (the root cause is named once they are gone)");
+  StopForFailure(*first, first->status.ToString(), first->status.ShellCode());
 }
 
 void Agent::StopForFailure(const Worker& w, const std::string& what, int exit_code) {
@@ -544,6 +593,8 @@ void Agent::ResumeWorkers(Duration suspended_for) {
 }
 
 void Agent::CancelTimers() {
+  if (peer_loss_timer_) timers_.CancelTimer(*peer_loss_timer_);
+  peer_loss_timer_.reset();
   if (grace_timer_) timers_.CancelTimer(*grace_timer_);
   if (final_timer_) timers_.CancelTimer(*final_timer_);
   if (backoff_timer_) timers_.CancelTimer(*backoff_timer_);

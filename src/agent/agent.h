@@ -95,6 +95,9 @@ class AgentHooks {
   // cause. The real hooks order the failures by their error files' times, as the summary does;
   // the order of exits cannot tell the rank that crashed from one that died of a closed connection.
   virtual void OnAttemptFailed(int /*restart_count*/, const std::vector<FailureRecord>& /*failures*/) {}
+  // Whether a failure is the consequence of a peer going away (SIGPIPE, a "Connection closed by
+  // peer" error file): the real hooks read its error file. Called once per failure while running.
+  virtual bool FailureLostAPeer(const FailureRecord& f);
   // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).
@@ -122,6 +125,12 @@ class Agent final : public rdzv::RendezvousListener {
  public:
   // Bound on the wait after SIGKILL before a survivor is reported as unkillable.
   static constexpr std::chrono::seconds kFinalWait{5};
+  // When the first failure of an attempt only lost a peer (AgentHooks::FailureLostAPeer), the peer that
+  // went away is usually still dying: a C++ rank closes its sockets while unwinding, before its
+  // error file is written. The others keep running this long at most, so that peer ends on its
+  // own and is named the root cause instead of being stopped by ctrun; the wait ends at the first
+  // failure that did not lose a peer, or when every worker has exited.
+  static constexpr std::chrono::milliseconds kPeerLossWait{1000};
 
   // base_env: the agent's environment, read once; executable: the file every worker execs
   // (ResolveEntrypoint in agent/launch_checks.h: the interpreter for .py / -m).
@@ -221,6 +230,8 @@ class Agent final : public rdzv::RendezvousListener {
   void OnRankHung(int local_rank, const std::string& why);
   void OnStacksSaved(pid_t pid, const std::string& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
+  void OnFailureWhileRunning(const Worker& w);
+  void EndPeerLossWait(const std::string& why);
   void Restart();
 
   const LaunchConfig config_;
@@ -261,6 +272,10 @@ class Agent final : public rdzv::RendezvousListener {
   health::RestartPolicy restart_policy_;
   std::optional<TimerQueue::TimerId> backoff_timer_;
   std::string crash_loop_;
+  // Set while the attempt waits (kPeerLossWait) after a failure that lost a peer; peer_loss_pid_
+  // is that first failure.
+  std::optional<TimerQueue::TimerId> peer_loss_timer_;
+  pid_t peer_loss_pid_ = -1;
 };
 
 }  // namespace ctrun

@@ -223,6 +223,12 @@ class RealHooks final : public AgentHooks {
     if (terminal_) terminal_->OnGroupGone(pgid);
   }
 
+  bool FailureLostAPeer(const FailureRecord& record) override {
+    WorkerFailure f = ToWorkerFailure(record);
+    LoadErrorFile(&f);
+    return LostAPeer(f);
+  }
+
   // The live line that names the root cause, chosen as the summary chooses it (error-file times).
   void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& records) override {
     std::vector<WorkerFailure> failures;

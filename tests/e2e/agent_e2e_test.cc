@@ -120,6 +120,21 @@ TEST(CtrunE2E, MaxRestartsExhaustedPrintsSummaryAndRootCauseExitCode) {
   EXPECT_NE(r.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.err;
 }
 
+// Rank 0 dies of SIGPIPE at once (it wrote to a peer that went away); rank 1, the peer, is still
+// unwinding and writes its error file 300 ms later. It ends on its own and is the root cause.
+TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
+  const std::string script = std::string("[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] || exit 0; "
+                                         "if [ \"$RANK\" = 0 ]; then kill -PIPE $$; fi; exec ") +
+                             FAKE_WORKER + " --sleep-ms 300 --error-file 'crashed at step 14' --exit 3";
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
+                       script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 13 (SIGPIPE), which lost a peer; waiting up to 1.0 s"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("attempt 0 failed; root cause: worker rank 1 (local_rank 1, pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(") exited with code 3: RuntimeError: crashed at step 14"), std::string::npos) << r.err;
+}
+
 TEST(CtrunE2E, SignalDeathGives128PlusSignalAndSignalName) {
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "0", "--signal", "11"}));
   EXPECT_EQ(r.exit_code, 128 + 11) << r.err;

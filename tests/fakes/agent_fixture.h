@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,11 @@ class RecordingHooks : public AgentHooks {
   void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& failures) override {
     failed_attempts.push_back({restart_count, failures.size()});
   }
+  // Failures of the pids in lost_peer count as having lost a peer (as an error file saying
+  // "Connection closed by peer" would), besides the default's SIGPIPE.
+  bool FailureLostAPeer(const FailureRecord& f) override {
+    return lost_peer.count(f.pid) > 0 || AgentHooks::FailureLostAPeer(f);
+  }
   // Some log line contains `part`.
   bool Logged(const std::string& part) const {
     for (const auto& l : logs)
@@ -64,6 +70,7 @@ class RecordingHooks : public AgentHooks {
   std::vector<std::pair<int, size_t>> failed_attempts;  // restart count, failures recorded
   std::vector<int> exited;
   std::vector<std::string> logs;  // "<level> <message>"
+  std::set<pid_t> lost_peer;
 };
 
 class AgentFixture : public ::testing::Test {

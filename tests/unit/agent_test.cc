@@ -76,6 +76,79 @@ TEST_F(AgentTest, FirstExitIsNotCalledTheRootCauseWhichIsNamedOnceAllAreGone) {
   EXPECT_EQ(agent->state(), AgentState::kRunning);
 }
 
+// A rank killed by SIGPIPE wrote to a peer that went away: the peer (a C++ rank that closes its
+// sockets while unwinding, before its error file is written) is given time to end on its own, so
+// it is not stopped by ctrun and can be named the root cause.
+TEST_F(AgentTest, AFailureThatLostAPeerWaitsForThePeerToEndOnItsOwn) {
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Signaled(SIGPIPE));
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+  EXPECT_TRUE(hooks.Logged("first exit: worker rank 0 (local_rank 0, pid 1000) killed by signal 13 (SIGPIPE), "
+                           "which lost a peer; waiting up to 1.0 s"));
+  Exit(Pid(1), ExitStatus::Exited(1));  // the crashed rank
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
+  EXPECT_TRUE(hooks.Logged("worker rank 1 (local_rank 1, pid 1001) exited with code 1; stopping the other workers"));
+  for (int i : {2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  ASSERT_EQ(agent->failures().size(), 4u);
+  EXPECT_FALSE(agent->failures()[0].stopped_by_ctrun);
+  EXPECT_EQ(agent->failures()[1].rank.global_rank, 1);
+  EXPECT_FALSE(agent->failures()[1].stopped_by_ctrun);
+  EXPECT_TRUE(agent->failures()[2].stopped_by_ctrun);
+  timers.Advance(Agent::kPeerLossWait);  // the cancelled wait does nothing
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
+}
+
+TEST_F(AgentTest, TheWaitForALostPeerIsBounded) {
+  MakeAgent().Start();
+  Exit(Pid(2), ExitStatus::Signaled(SIGPIPE));
+  Exit(Pid(3), ExitStatus::Signaled(SIGPIPE));  // lost the same peer: still waiting
+  timers.Advance(Agent::kPeerLossWait - std::chrono::milliseconds(1));
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+  timers.Advance(std::chrono::milliseconds(1));
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
+  EXPECT_TRUE(hooks.Logged("no worker failed on its own within 1.0 s; stopping the other workers"));
+  for (int i : {0, 1}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGPIPE);
+  EXPECT_FALSE(agent->failures()[1].stopped_by_ctrun);
+}
+
+TEST_F(AgentTest, AnErrorFileThatLostAPeerWaitsAndEveryWorkerEndingEndsTheWait) {
+  config.max_restarts = 1;
+  MakeAgent().Start();
+  hooks.lost_peer = {Pid(1), Pid(2)};  // "Connection closed by peer" in their error files
+  Exit(Pid(1), ExitStatus::Exited(1));
+  Exit(Pid(0), ExitStatus::Exited(0));
+  Exit(Pid(2), ExitStatus::Exited(1));
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+  Exit(Pid(3), ExitStatus::Signaled(SIGPIPE));  // the last one: nothing is left to wait for
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+  ASSERT_EQ(hooks.failed_attempts.size(), 1u);
+  EXPECT_EQ(hooks.failed_attempts[0], (std::pair<int, size_t>{0, 3}));
+  EXPECT_EQ(agent->restart_count(), 1);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  timers.Advance(Agent::kPeerLossWait);  // the next attempt is not stopped by the old wait
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
+}
+
+TEST_F(AgentTest, ASignalDuringTheWaitForALostPeerStopsAtOnce) {
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Signaled(SIGPIPE));
+  agent->OnSignal(SIGTERM);
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);
+  timers.Advance(Agent::kPeerLossWait);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGTERM);
+}
+
 TEST_F(AgentTest, SignalDeathOfRootCauseGives128PlusSignal) {
   MakeAgent().Start();
   Exit(Pid(0), ExitStatus::Signaled(SIGSEGV));
