@@ -1031,8 +1031,12 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
     app.set_help_flag();
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.prefix_command();  // anything unexpected ends up in remaining(), checked below
+    // Only the options the tokenizer found (it already rejected unknown ones): CLI11 checks every
+    // new option's names against all the others, which for the whole table was a third of a
+    // launch's user-space instructions.
     for (const OptionDef& def : kOptions) {
       std::string dest(def.dest);
+      if (tokens.spelled.count(dest) == 0) continue;
       if (def.kind == Kind::kFlag) {
         opts[dest] = app.add_flag(CanonicalName(def));
       } else {
@@ -1046,7 +1050,8 @@ CliOutcome ParseCommandLine(const std::vector<std::string>& argv, const EnvLooku
     // Read the results while `app` (which owns the Option objects) is alive.
     for (const OptionDef& def : kOptions) {
       std::string dest(def.dest);
-      if (opts[dest]->count() == 0) continue;
+      auto opt = opts.find(dest);
+      if (opt == opts.end() || opt->second->count() == 0) continue;
       if (def.kind == Kind::kFlag) {
         flags[dest] = true;
       } else {
