@@ -378,7 +378,7 @@ void Agent::OnFailureWhileRunning(const Worker& w) {
                           w.status.ToString() + (w.capturing ? " during its stack capture" : "");
   const bool lost_a_peer = w.hang.empty() && hooks_.FailureLostAPeer(failures_.back());
   const bool all_exited = std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; });
-  if (lost_a_peer && !peer_loss_timer_ && !all_exited) {
+  if (lost_a_peer && !peer_loss_timer_ && !all_exited && !AnotherRankFailedOnItsOwn()) {
     hooks_.Log(2, "first exit: " + who + ", which lost a peer; waiting up to " +
                       health::FormatSeconds(kPeerLossWait) +
                       " for that peer to end on its own before stopping the other workers");
@@ -403,6 +403,13 @@ void Agent::OnFailureWhileRunning(const Worker& w) {
     hooks_.Log(2, "first exit: " + who + "; stopping the other workers (the root cause is named once they are gone)");
   }
   StopForFailure(w, w.hang.empty() ? w.status.ToString() : w.hang, w.hang.empty() ? w.status.ShellCode() : kExitHung);
+}
+
+bool Agent::AnotherRankFailedOnItsOwn() const {
+  std::vector<std::string> files;
+  for (const auto& w : workers_)
+    if (!w.exited && !w.error_file.empty()) files.push_back(w.error_file);
+  return hooks_.AnErrorFileRecordsAnOwnFailure(files);
 }
 
 // The wait after a lost peer is over without a failure of another kind: stop for the first.

@@ -98,6 +98,10 @@ class AgentHooks {
   // Whether a failure is the consequence of a peer going away (SIGPIPE, a "Connection closed by
   // peer" error file): the real hooks read its error file. Called once per failure while running.
   virtual bool FailureLostAPeer(const FailureRecord& f);
+  // Whether one of these error files (of workers still running) already records a failure of its
+  // own, not a lost peer: that worker is then the root cause however it ends (it failed before
+  // ctrun's stop), so there is no peer to wait for. The real hooks read them.
+  virtual bool AnErrorFileRecordsAnOwnFailure(const std::vector<std::string>& /*error_files*/) { return false; }
   // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).
@@ -129,7 +133,8 @@ class Agent final : public rdzv::RendezvousListener {
   // went away is usually still dying: a C++ rank closes its sockets while unwinding, before its
   // error file is written. The others keep running this long at most, so that peer ends on its
   // own and is named the root cause instead of being stopped by ctrun; the wait ends at the first
-  // failure that did not lose a peer, or when every worker has exited.
+  // failure that did not lose a peer, or when every worker has exited. There is no wait when a
+  // running worker's error file already records its own failure (AnErrorFileRecordsAnOwnFailure).
   static constexpr std::chrono::milliseconds kPeerLossWait{1000};
 
   // base_env: the agent's environment, read once; executable: the file every worker execs
@@ -232,6 +237,7 @@ class Agent final : public rdzv::RendezvousListener {
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
   void OnFailureWhileRunning(const Worker& w);
   void EndPeerLossWait(const std::string& why);
+  bool AnotherRankFailedOnItsOwn() const;
   void Restart();
 
   const LaunchConfig config_;

@@ -229,6 +229,16 @@ class RealHooks final : public AgentHooks {
     return LostAPeer(f);
   }
 
+  bool AnErrorFileRecordsAnOwnFailure(const std::vector<std::string>& error_files) override {
+    for (const std::string& path : error_files) {
+      WorkerFailure f;
+      f.error_file = path;
+      LoadErrorFile(&f);
+      if (f.error_data && !LostAPeer(f)) return true;
+    }
+    return false;
+  }
+
   // The live line that names the root cause, chosen as the summary chooses it (error-file times).
   void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& records) override {
     std::vector<WorkerFailure> failures;

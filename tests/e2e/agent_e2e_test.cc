@@ -135,6 +135,21 @@ TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
   EXPECT_NE(r.err.find(") exited with code 3: RuntimeError: crashed at step 14"), std::string::npos) << r.err;
 }
 
+// Rank 1 has written its error file and is still exiting (a Python rank in interpreter shutdown)
+// when rank 0 dies of SIGPIPE: rank 1 is the root cause whatever ends it, so ctrun does not wait.
+TEST(CtrunE2E, ALostPeerIsNotWaitedForWhenThePeerHasRecordedItsError) {
+  TempDir d;
+  const std::string script = std::string("[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] || exit 0; if [ \"$RANK\" = 1 ]; then ") +
+                             FAKE_WORKER + " --error-file 'crashed at step 14' && touch " + (d / "written") +
+                             " && exec sleep 30; fi; while [ ! -e " + (d / "written") + " ]; do sleep 0.01; done; kill -PIPE $$";
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
+                       script}, {}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("waiting up to"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attempt 0 failed; root cause: worker rank 1 (local_rank 1, pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("RuntimeError: crashed at step 14"), std::string::npos) << r.err;
+}
+
 TEST(CtrunE2E, SignalDeathGives128PlusSignalAndSignalName) {
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "0", "--signal", "11"}));
   EXPECT_EQ(r.exit_code, 128 + 11) << r.err;

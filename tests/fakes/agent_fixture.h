@@ -29,6 +29,7 @@ class RecordingHooks : public AgentHooks {
     info->master_addr = "127.0.0.1";
     info->master_port = 29500 + attempt;
     info->use_agent_store = true;
+    for (int r = 0; r < 4; ++r) info->error_files.push_back("/err/" + std::to_string(attempt) + "/" + std::to_string(r));
     if (fail_prepare) return Status::Error(prepare_error);
     return Status::Ok();
   }
@@ -54,6 +55,13 @@ class RecordingHooks : public AgentHooks {
   bool FailureLostAPeer(const FailureRecord& f) override {
     return lost_peer.count(f.pid) > 0 || AgentHooks::FailureLostAPeer(f);
   }
+  // The error files in own_failure_files record a failure of their own (written, not yet exited).
+  bool AnErrorFileRecordsAnOwnFailure(const std::vector<std::string>& files) override {
+    asked_error_files = files;
+    for (const auto& f : files)
+      if (own_failure_files.count(f)) return true;
+    return false;
+  }
   // Some log line contains `part`.
   bool Logged(const std::string& part) const {
     for (const auto& l : logs)
@@ -71,6 +79,8 @@ class RecordingHooks : public AgentHooks {
   std::vector<int> exited;
   std::vector<std::string> logs;  // "<level> <message>"
   std::set<pid_t> lost_peer;
+  std::set<std::string> own_failure_files;
+  std::vector<std::string> asked_error_files;
 };
 
 class AgentFixture : public ::testing::Test {

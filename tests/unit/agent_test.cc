@@ -101,6 +101,18 @@ TEST_F(AgentTest, AFailureThatLostAPeerWaitsForThePeerToEndOnItsOwn) {
   EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
 }
 
+// The crashed rank already wrote its error file (a Python rank during interpreter shutdown): it is
+// the root cause however it ends, so there is nothing to wait for.
+TEST_F(AgentTest, NoWaitForALostPeerWhenARunningRankAlreadyRecordedItsOwnFailure) {
+  MakeAgent().Start();
+  hooks.own_failure_files = {"/err/0/1"};
+  Exit(Pid(0), ExitStatus::Signaled(SIGPIPE));
+  EXPECT_EQ(hooks.asked_error_files, (std::vector<std::string>{"/err/0/1", "/err/0/2", "/err/0/3"}));
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  EXPECT_EQ(spawner.CountSignals(SIGTERM), 3);
+  EXPECT_FALSE(hooks.Logged("waiting up to"));
+}
+
 TEST_F(AgentTest, TheWaitForALostPeerIsBounded) {
   MakeAgent().Start();
   Exit(Pid(2), ExitStatus::Signaled(SIGPIPE));
