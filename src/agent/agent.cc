@@ -379,7 +379,7 @@ void Agent::OnFailureWhileRunning(const Worker& w) {
   const bool lost_a_peer = w.hang.empty() && hooks_.FailureLostAPeer(failures_.back());
   const bool all_exited = std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; });
   if (lost_a_peer && !peer_loss_timer_ && !all_exited && !AnotherRankFailedOnItsOwn()) {
-    hooks_.Log(2, "first exit: " + who + ", which lost a peer; waiting up to " +
+    hooks_.Log(2, "first exit: " + who + " after losing a peer; waiting up to " +
                       health::FormatSeconds(kPeerLossWait) +
                       " for that peer to end on its own before stopping the other workers");
     peer_loss_pid_ = w.pid;

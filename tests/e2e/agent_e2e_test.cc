@@ -129,7 +129,7 @@ TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
                        script});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("killed by signal 13 (SIGPIPE), which lost a peer; waiting up to 1.0 s"), std::string::npos)
+  EXPECT_NE(r.err.find("killed by signal 13 (SIGPIPE) after losing a peer; waiting up to 1.0 s"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("attempt 0 failed; root cause: worker rank 1 (local_rank 1, pid "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(") exited with code 3: RuntimeError: crashed at step 14"), std::string::npos) << r.err;

@@ -84,8 +84,8 @@ TEST_F(AgentTest, AFailureThatLostAPeerWaitsForThePeerToEndOnItsOwn) {
   Exit(Pid(0), ExitStatus::Signaled(SIGPIPE));
   EXPECT_EQ(agent->state(), AgentState::kRunning);
   EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
-  EXPECT_TRUE(hooks.Logged("first exit: worker rank 0 (local_rank 0, pid 1000) killed by signal 13 (SIGPIPE), "
-                           "which lost a peer; waiting up to 1.0 s"));
+  EXPECT_TRUE(hooks.Logged("first exit: worker rank 0 (local_rank 0, pid 1000) killed by signal 13 (SIGPIPE) "
+                           "after losing a peer; waiting up to 1.0 s"));
   Exit(Pid(1), ExitStatus::Exited(1));  // the crashed rank
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   EXPECT_EQ(spawner.CountSignals(SIGTERM), 2);
