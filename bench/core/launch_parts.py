@@ -6,7 +6,8 @@ interleaved run by run with the bare limit, and print the medians.
 
 Rows: default (fresh $TMPDIR/torchelastic_* base, removed after the successful run); --log_dir of
 an existing directory (no base made, nothing removed); --log_dir /dev/null (no directory at all);
-CTRUN_NO_CGROUP=1 (no job cgroup); the bare limit (bench/core/bare_limit.c). Wall time of each
+CTRUN_NO_CGROUP=1 (no job cgroup); all three off (--log_dir /dev/null, --no-agent-store, no
+cgroup: what is left is ctrun's start, the watchdog, the pipes and the loop); the bare limit (bench/core/bare_limit.c). Wall time of each
 launch from Popen to wait, as launch_restart.py measures it.
 """
 import argparse
@@ -41,6 +42,8 @@ def main():
         "--log_dir DIR": (base + ["--log_dir", logdir, "/bin/true"], env),
         "--log_dir /dev/null": (base + ["--log_dir", "/dev/null", "/bin/true"], env),
         "CTRUN_NO_CGROUP=1": (base + ["/bin/true"], dict(env, CTRUN_NO_CGROUP="1")),
+        "all three off": (base + ["--log_dir", "/dev/null", "--no-agent-store", "/bin/true"],
+                          dict(env, CTRUN_NO_CGROUP="1")),
         "bare limit": ([bare, "launch", str(a.nproc), "/bin/true"], env),
     }
     res = {k: [] for k in rows}
