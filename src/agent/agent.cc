@@ -218,6 +218,15 @@ const Agent::Worker* Agent::CapturingWorker() const {
   return nullptr;
 }
 
+bool Agent::AllExited() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exited; });
+}
+
+std::string Agent::Label(const Worker& w) {
+  return "worker rank " + std::to_string(w.rank.global_rank) + " (local_rank " + std::to_string(w.rank.local_rank) +
+         ", pid " + std::to_string(w.pid) + ")";
+}
+
 Agent::Worker* Agent::FindWorker(pid_t pid) {
   for (auto& w : workers_)
     if (w.pid == pid) return &w;
@@ -280,7 +289,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         OnFailureWhileRunning(*w);
         return;
       }
-      if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; })) {
+      if (AllExited()) {
         if (peer_loss_timer_) {
           EndPeerLossWait("every other worker has exited");
           return;
@@ -370,34 +379,28 @@ bool AgentHooks::FailureLostAPeer(const FailureRecord& f) {
 }
 
 // A worker failed on its own while the attempt ran: stop the others, or first wait (at most
-// kPeerLossWait) when all the failures so far only lost a peer.
+// kPeerLossWait) when all the failures so far only lost a peer. Stopping ends the wait:
+// BeginStopping cancels every timer of the attempt.
 void Agent::OnFailureWhileRunning(const Worker& w) {
   RecordFailure(w, /*stopped_by_ctrun=*/false);
-  const std::string who = "worker rank " + std::to_string(w.rank.global_rank) + " (local_rank " +
-                          std::to_string(w.rank.local_rank) + ", pid " + std::to_string(w.pid) + ") " +
-                          w.status.ToString() + (w.capturing ? " during its stack capture" : "");
+  const std::string who = Label(w) + " " + w.status.ToString() + (w.capturing ? " during its stack capture" : "");
   const bool lost_a_peer = w.hang.empty() && hooks_.FailureLostAPeer(failures_.back());
-  const bool all_exited = std::all_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.exited; });
-  if (lost_a_peer && !peer_loss_timer_ && !all_exited && !AnotherRankFailedOnItsOwn()) {
+  if (lost_a_peer && peer_loss_timer_) {  // one more rank that lost the same peer
+    if (AllExited()) EndPeerLossWait("every other worker has exited");
+    return;
+  }
+  if (lost_a_peer && !AllExited() && !AnotherRankFailedOnItsOwn()) {
     hooks_.Log(2, "first exit: " + who + " after losing a peer; waiting up to " +
                       health::FormatSeconds(kPeerLossWait) +
                       " for that peer to end on its own before stopping the other workers");
     peer_loss_pid_ = w.pid;
     peer_loss_timer_ = timers_.AddTimer(timers_.Now() + kPeerLossWait, [this] {
       peer_loss_timer_.reset();
-      EndPeerLossWait("no worker failed on its own within " +
-                      health::FormatSeconds(kPeerLossWait));
+      EndPeerLossWait("no worker failed on its own within " + health::FormatSeconds(kPeerLossWait));
     });
     return;
   }
-  if (peer_loss_timer_) {
-    if (lost_a_peer && !all_exited) return;  // one more rank that lost the same peer
-    if (lost_a_peer) {
-      EndPeerLossWait("every other worker has exited");
-      return;
-    }
-    timers_.CancelTimer(*peer_loss_timer_);
-    peer_loss_timer_.reset();
+  if (peer_loss_timer_) {  // the rank the wait was for
     hooks_.Log(2, who + "; stopping the other workers");
   } else {
     hooks_.Log(2, "first exit: " + who + "; stopping the other workers (the root cause is named once they are gone)");
@@ -414,8 +417,6 @@ bool Agent::AnotherRankFailedOnItsOwn() const {
 
 // The wait after a lost peer is over without a failure of another kind: stop for the first.
 void Agent::EndPeerLossWait(const std::string& why) {
-  if (peer_loss_timer_) timers_.CancelTimer(*peer_loss_timer_);
-  peer_loss_timer_.reset();
   const Worker* first = FindWorker(peer_loss_pid_);
   if (state_ != AgentState::kRunning || !first) return;
   hooks_.Log(2, why + "; stopping the other workers (the root cause is named once they are gone)");
@@ -447,8 +448,7 @@ void Agent::OnRankHung(int local_rank, const std::string& why) {
                                          {"pid", w->pid},
                                          {"attempt", attempt_},
                                          {"why", why}});
-  const std::string who = "worker rank " + std::to_string(w->rank.global_rank) + " (local_rank " +
-                          std::to_string(local_rank) + ", pid " + std::to_string(w->pid) + ") ";
+  const std::string who = Label(*w) + " ";
   if (config_.stack_timeout <= 0 || !health_) {
     hooks_.Log(2, who + why + "; stopping the workers");
     StopForFailure(*w, why, kExitHung);
@@ -544,8 +544,7 @@ void Agent::RefreshGroups() {
 void Agent::CheckStopped() {
   // Cheap test first: while a leader is running the attempt cannot be over, and probing every
   // group (a killpg per worker) on every reaped child would cost O(n^2) syscalls in a teardown.
-  for (const auto& w : workers_)
-    if (!w.exited) return;
+  if (!AllExited()) return;
   // A hung rank's capture outlives its target (the tools exit once it is gone, within the
   // capture's bound): the attempt ends after it, so its stacks are reported with its failure.
   if (CapturingWorker()) return;

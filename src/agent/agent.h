@@ -225,6 +225,8 @@ class Agent final : public rdzv::RendezvousListener {
   bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
   const Worker* CapturingWorker() const;  // the rank whose stacks are being saved, if any
+  bool AllExited() const;                 // every leader of the attempt was reaped
+  static std::string Label(const Worker& w);  // "worker rank 3 (local_rank 1, pid 4242)"
   void CancelTimers();
   void OnDeadline();
   void EmitWorkerExit(const Worker& w, const char* cause);
