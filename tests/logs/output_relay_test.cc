@@ -251,7 +251,10 @@ TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {
     pids.push_back(ForkWriter(p, [r](int fd) { WriteNumbered(fd, r, kLines, 90); }));
     ASSERT_TRUE(relay.AddStream(r, Stream::kStdout, std::move(p.r), ConsoleSink(r)).ok());
   }
-  // The slow consumer: 32 KiB per millisecond at most.
+  // The slow consumer: 32 KiB per millisecond at most. Its read must not block: it runs inside
+  // the loop, so an empty pipe (a writer descheduled under load) would stop the relay that fills
+  // it, and the test would hang instead of failing.
+  ASSERT_TRUE(SetNonBlocking(console.r.get(), true));
   std::string got;
   size_t max_buffered = 0;
   bool saw_full = false;
@@ -269,7 +272,6 @@ TEST(OutputRelay, SlowConsoleSlowsWritersAndBoundsMemory) {
     max_buffered = std::max(max_buffered, relay.stdout_console().buffered());
     return drained == kRanks && relay.Idle();
   }, 60s));
-  ASSERT_TRUE(SetNonBlocking(console.r.get(), true));
   for (ssize_t n; (n = ::read(console.r.get(), buf.data(), buf.size())) > 0;) got.append(buf.data(), static_cast<size_t>(n));
   for (pid_t pid : pids) ExpectChildOk(pid);
   EXPECT_TRUE(saw_full) << "back-pressure never engaged";
