@@ -399,6 +399,9 @@ class RealHooks final : public AgentHooks {
     duplicates_ = std::move(duplicates.value());
     info->error_files.clear();
     for (const auto& p : plans_) info->error_files.push_back(p.error_file);
+    // The next attempt's directories are made while this one starts and runs, when there can be
+    // one: a restart then only renames them into place (logs/log_dir.h).
+    if (config_.rdzv.multi_node || attempt < config_.max_restarts) log_dir_.MakeAhead(attempt + 1, config_.nproc_per_node);
     return Status::Ok();
   }
 
@@ -702,10 +705,13 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // A fresh base is kept when it holds log files, or when the run failed: the summary names error
   // files and saved stacks in it. A successful run's base holds nothing anyone will read: removed.
   const bool keep_base = log_files || code != 0;
-  if (log_dir->temporary_base() && keep_base) {
-    spdlog::info("{} are in {}", log_files ? "worker log files" : "error files of this run", log_dir->run_dir());
-  } else if (log_dir->temporary_base()) {
+  if (log_dir->temporary_base() && !keep_base) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
+  } else {
+    // A kept run directory holds only attempts that ran.
+    if (Status s = log_dir->DropAhead(); !s.ok()) spdlog::warn("{}", s.message());
+    if (log_dir->temporary_base())
+      spdlog::info("{} are in {}", log_files ? "worker log files" : "error files of this run", log_dir->run_dir());
   }
   if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.

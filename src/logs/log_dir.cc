@@ -1,6 +1,8 @@
 #include "logs/log_dir.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
@@ -33,7 +36,36 @@ Status MakeDirs(const std::string& path) {
   return Status::Ok();
 }
 
+// mkdir `dir`, then its rank directories 0..nproc-1 relative to it: no path walk per rank, and no
+// symlink swapped in for `dir` after its mkdir is followed. `dir`'s parent is the run directory,
+// which Create made with mkdtemp (mode 0700).
+Status MakeRankDirs(const std::string& dir, int nproc) {
+  if (::mkdir(dir.c_str(), 0777) != 0) return Status::Errno("mkdir " + dir, errno);
+  UniqueFd fd(RetryOnEintr([&] { return ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
+  if (!fd) return Status::Errno("open " + dir, errno);
+  for (int r = 0; r < nproc; ++r) {
+    const std::string name = std::to_string(r);
+    if (::mkdirat(fd.get(), name.c_str(), 0777) != 0) return Status::Errno("mkdir " + dir + "/" + name, errno);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+// A tree being made by MakeAhead. The thread writes `made` and nothing else; join() orders that
+// write before every read of it.
+struct LogDir::Ahead {
+  int attempt = 0;
+  int nproc = 0;
+  std::string dir;  // <run_dir>/.attempt_<attempt>
+  Status made = Status::Ok();
+  std::thread thread;
+};
+
+void LogDir::AheadJoiner::operator()(Ahead* a) const {
+  if (a->thread.joinable()) a->thread.join();
+  delete a;
+}
 
 StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const std::string& run_id) {
   if (base && *base == kDevNull) return LogDir(kDevNull, "");
@@ -64,12 +96,13 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
   return LogDir(std::move(*run_dir), temporary ? root : "");
 }
 
-Status LogDir::RemoveTemporaryBase() const {
+Status LogDir::RemoveTemporaryBase() {
   if (temp_base_.empty()) return Status::Ok();
+  ahead_.reset();  // joins its thread: the tree is inside the base
   return RemoveTree(temp_base_);  // overlapping removals: see sys/remove_tree.h
 }
 
-StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {
+StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) {
   AttemptPaths p;
   p.attempt = attempt;
   if (!files_enabled()) {
@@ -86,14 +119,56 @@ StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) const {
   for (int r = 0; r < nproc; ++r) {
     RankPaths rp;
     rp.dir = p.dir + "/" + std::to_string(r);
-    if (Status s = MakeDirs(rp.dir); !s.ok()) return s;
     rp.stdout_log = rp.dir + "/stdout.log";
     rp.stderr_log = rp.dir + "/stderr.log";
     rp.error_file = rp.dir + "/error.json";
     p.ranks.push_back(std::move(rp));
   }
-  if (nproc == 0 && !MakeDirs(p.dir).ok()) return Status::Error("mkdir " + p.dir);
+  if (TakeAhead(attempt, nproc, p.dir)) return p;
+  if (Status s = MakeRankDirs(p.dir, nproc); !s.ok()) return s;
   return p;
+}
+
+void LogDir::MakeAhead(int attempt, int nproc) {
+  if (!files_enabled()) return;
+  if (Status s = DropAhead(); !s.ok()) spdlog::debug("{}", s.message());
+  std::unique_ptr<Ahead, AheadJoiner> a(new Ahead);
+  a->attempt = attempt;
+  a->nproc = nproc;
+  a->dir = run_dir_ + "/.attempt_" + std::to_string(attempt);
+  Ahead* raw = a.get();
+  // The thread inherits the caller's signal mask (ctrun's blocked signals stay blocked in it). It
+  // runs niced: it starts beside the spawn of the attempt that asked for it, which it must not
+  // slow, and is needed only by the next restart.
+  try {
+    a->thread = std::thread([raw] {
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      raw->made = MakeRankDirs(raw->dir, raw->nproc);
+    });
+  } catch (const std::system_error& e) {  // no thread: PrepareAttempt makes them itself
+    spdlog::debug("cannot make attempt_{}'s directories ahead: {}", attempt, e.what());
+    return;
+  }
+  ahead_ = std::move(a);
+}
+
+bool LogDir::TakeAhead(int attempt, int nproc, const std::string& dir) {
+  if (!ahead_) return false;
+  std::unique_ptr<Ahead, AheadJoiner> a = std::move(ahead_);
+  a->thread.join();
+  if (a->made.ok() && a->attempt == attempt && a->nproc == nproc &&
+      ::renameat2(AT_FDCWD, a->dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) == 0)
+    return true;
+  std::error_code ec;
+  fs::remove_all(a->dir, ec);
+  return false;
+}
+
+Status LogDir::DropAhead() {
+  if (!ahead_) return Status::Ok();
+  std::unique_ptr<Ahead, AheadJoiner> a = std::move(ahead_);
+  a->thread.join();
+  return RemoveTree(a->dir);
 }
 
 std::string LastLines(std::string_view text, int max_lines) {

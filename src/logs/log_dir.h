@@ -9,11 +9,18 @@
 //   files (RemoveTemporaryBase).
 // - <run_id>_<random> is made once per agent (mkdtemp), attempt_<n> is removed and recreated on
 //   each (re)start, and every per-rank directory exists even without redirects.
+// - MakeAhead makes a coming attempt's directories early, on a thread of its own, under the hidden
+//   name <run_dir>/.attempt_<n>; PrepareAttempt of that attempt then only renames the tree into
+//   place. A restart's critical path holds one rename instead of nproc + 1 mkdirs: ext4 searches
+//   its inode bitmap for an inode that was not deleted recently on every mkdir (~0.13 ms each on
+//   the development VM, 8 ms of a 64-worker restart).
 // - base == "/dev/null" turns files off: every path (error.json included) is "/dev/null" and no
 //   directory is made, as in torchrun.
-// Not thread-safe; one LogDir per agent. Paths are absolute when the base is.
+// Not thread-safe (the ahead thread is private to it); one LogDir per agent. Paths are absolute
+// when the base is.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,20 +52,38 @@ class LogDir {
   // Creates <base> if missing (mkdir -p) and the <run_id>_XXXXXX run directory inside it.
   static StatusOr<LogDir> Create(const std::optional<std::string>& base, const std::string& run_id);
 
-  // rm -rf attempt_<attempt>, then makes it and its nproc per-rank directories.
-  StatusOr<AttemptPaths> PrepareAttempt(int attempt, int nproc) const;
+  // rm -rf attempt_<attempt>, then makes it and its nproc per-rank directories, or renames the
+  // tree MakeAhead made for this attempt into place (waiting for its thread to finish).
+  StatusOr<AttemptPaths> PrepareAttempt(int attempt, int nproc);
+
+  // Starts making attempt_<attempt>'s directories for nproc ranks on a thread, under
+  // <run_dir>/.attempt_<attempt>. Does nothing when files are off. A tree pending for another
+  // attempt is dropped first. A failure is not reported here: PrepareAttempt then makes the
+  // directories itself and reports its own error.
+  void MakeAhead(int attempt, int nproc);
+  // Waits for a pending MakeAhead and removes the tree no attempt took (at the end of a run, so
+  // that a kept run directory holds only attempts that ran).
+  Status DropAhead();
 
   const std::string& run_dir() const { return run_dir_; }
   bool files_enabled() const { return run_dir_ != kDevNull; }
   // The base was made here (no --log_dir): "$TMPDIR/torchelastic_XXXXXX".
   bool temporary_base() const { return !temp_base_.empty(); }
-  // rm -rf of that fresh base; does nothing when --log_dir was given.
-  Status RemoveTemporaryBase() const;
+  // rm -rf of that fresh base (after waiting for a pending MakeAhead); does nothing when --log_dir
+  // was given.
+  Status RemoveTemporaryBase();
 
  private:
+  struct Ahead;
+  struct AheadJoiner {
+    void operator()(Ahead* a) const;  // joins the thread, then frees
+  };
   LogDir(std::string run_dir, std::string temp_base) : run_dir_(std::move(run_dir)), temp_base_(std::move(temp_base)) {}
+  // Waits for the pending tree; true when it was made for (attempt, nproc) and is now `dir`.
+  bool TakeAhead(int attempt, int nproc, const std::string& dir);
   std::string run_dir_;
   std::string temp_base_;  // "" unless the base was made by Create
+  std::unique_ptr<Ahead, AheadJoiner> ahead_;  // the MakeAhead tree, with its thread
 };
 
 // The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "helpers/test_util.h"
 
@@ -81,6 +84,93 @@ TEST(LogDir, DevNullDisablesFiles) {
 TEST(LogDir, UncreatableBaseIsAnError) {
   auto dir = LogDir::Create(std::string("/proc/ctrun-cannot-be-here"), "x");
   EXPECT_FALSE(dir.ok());
+}
+
+// The names in a directory, sorted ("." and ".." left out).
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(LogDir, AnAttemptMadeAheadIsRenamedIntoPlace) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  ASSERT_TRUE(dir->PrepareAttempt(0, 3).ok());
+  dir->MakeAhead(1, 3);
+  auto a1 = dir->PrepareAttempt(1, 3);  // waits for the thread, then renames
+  ASSERT_TRUE(a1.ok()) << a1.message();
+  EXPECT_EQ(a1->dir, dir->run_dir() + "/attempt_1");
+  EXPECT_EQ(Entries(a1->dir), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_0", "attempt_1"}));  // no .attempt_1 left
+  EXPECT_EQ(a1->ranks[2].error_file, a1->dir + "/2/error.json");
+}
+
+TEST(LogDir, ATreeMadeAheadForAnotherAttemptOrSizeIsNotUsed) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  dir->MakeAhead(1, 2);
+  auto a2 = dir->PrepareAttempt(2, 2);  // another attempt: made here, the other tree removed
+  ASSERT_TRUE(a2.ok()) << a2.message();
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_2"}));
+  dir->MakeAhead(3, 2);
+  auto a3 = dir->PrepareAttempt(3, 4);  // another size
+  ASSERT_TRUE(a3.ok()) << a3.message();
+  EXPECT_EQ(Entries(a3->dir), (std::vector<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_2", "attempt_3"}));
+}
+
+TEST(LogDir, AnExistingAttemptDirectoryIsReplacedByTheTreeMadeAhead) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  auto first = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(first.ok());
+  std::ofstream(first->ranks[0].stdout_log) << "old";
+  dir->MakeAhead(1, 2);
+  auto again = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_FALSE(fs::exists(first->ranks[0].stdout_log));
+  EXPECT_EQ(Entries(again->dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_1"}));
+}
+
+TEST(LogDir, DropAheadRemovesTheTreeNoAttemptTook) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  ASSERT_TRUE(dir->PrepareAttempt(0, 2).ok());
+  dir->MakeAhead(1, 2);
+  EXPECT_TRUE(dir->DropAhead().ok());
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_0"}));
+  EXPECT_TRUE(dir->DropAhead().ok());  // nothing pending: nothing to do
+}
+
+TEST(LogDir, RemovingTheTemporaryBaseWaitsForATreeMadeAhead) {
+  TempDir tmp;
+  const char* old = getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  auto dir = LogDir::Create(std::nullopt, "none");
+  if (old) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  ASSERT_TRUE(dir->PrepareAttempt(0, 64).ok());
+  dir->MakeAhead(1, 64);
+  EXPECT_TRUE(dir->RemoveTemporaryBase().ok());
+  EXPECT_TRUE(Entries(tmp.path()).empty());
+}
+
+TEST(LogDir, NothingIsMadeAheadWhenFilesAreOff) {
+  auto dir = LogDir::Create(std::string("/dev/null"), "x");
+  ASSERT_TRUE(dir.ok());
+  dir->MakeAhead(1, 2);
+  auto a = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->files_enabled());
+  EXPECT_TRUE(dir->DropAhead().ok());
 }
 
 TEST(FileTail, LastLinesAndBytes) {

@@ -144,7 +144,10 @@ LogDirCheck CheckLogDir(const std::string& run_dir, int nproc, bool redirected) 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("attempt_", 0) != 0) continue;
+    if (name.rfind("attempt_", 0) != 0 || !e.is_directory()) {
+      c.unexpected.push_back(name);
+      continue;
+    }
     ++c.attempts;
     for (int r = 0; r < nproc; ++r) {
       const fs::path rank = e.path() / std::to_string(r);

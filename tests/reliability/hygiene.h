@@ -37,11 +37,13 @@ std::set<std::string> DirEntries(const std::string& dir);
 // Every file and directory under root (relative paths), recursive.
 std::vector<std::string> TreeOf(const std::string& root);
 
-// The log directory of one run, `<base>/<run>_XXXXXX`: the attempts found, and what is missing for
-// `nproc` ranks in each attempt (stdout.log/stderr.log when `redirected`, else the rank dirs).
+// The log directory of one run, `<base>/<run>_XXXXXX`: the attempts found, what is missing for
+// `nproc` ranks in each attempt (stdout.log/stderr.log when `redirected`, else the rank dirs), and
+// what else is in it (a tree made ahead for an attempt that never ran, say).
 struct LogDirCheck {
   int attempts = 0;
   std::vector<std::string> missing;
+  std::vector<std::string> unexpected;
 };
 LogDirCheck CheckLogDir(const std::string& run_dir, int nproc, bool redirected);
 

@@ -151,12 +151,44 @@ TEST(Hygiene, RedirectedFailingJobLeavesACompleteLogDirAndNothingElse) {
   const LogDirCheck logs = CheckLogDir(run, 3, /*redirected=*/true);
   EXPECT_EQ(logs.attempts, 3);
   EXPECT_EQ(logs.missing, std::vector<std::string>{});
+  EXPECT_EQ(logs.unexpected, std::vector<std::string>{});
   // The failing rank printed everything before it exited: all of it is in every attempt's files
   // (the others may be stopped before they print).
   for (int a = 0; a < 3; ++a) {
     const std::string rank2 = run + "/attempt_" + std::to_string(a) + "/2/";
     EXPECT_NE(ReadFileOr(rank2 + "stdout.log").find("rank 2 line 4"), std::string::npos) << "attempt " << a;
     EXPECT_EQ(ReadFileOr(rank2 + "stderr.log"), "oops\n") << "attempt " << a;
+  }
+}
+
+// The next attempt's directories are made ahead while an attempt runs (logs/log_dir.h): a restart
+// renames them into place, and a run that ends with restarts to spare leaves no such tree behind,
+// whether it succeeded or was stopped.
+TEST(Hygiene, ARunWithRestartsToSpareLeavesOnlyTheAttemptsThatRan) {
+  for (const bool stopped : {false, true}) {
+    SCOPED_TRACE(stopped ? "stopped by SIGTERM" : "succeeded");
+    TempDir dir;
+    const std::string marker = NewJobMarker();
+    std::vector<std::string> worker = {"--only-rank", "1", "--only-attempt", "0", "--error-file", "boom", "--exit", "3"};
+    if (stopped) worker = {"--env-file", dir / "env", "--only-rank", "1", "--only-attempt", "0", "--error-file", "boom",
+                           "--exit", "3", "--else-hang"};
+    BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=5", "--log_dir", dir / "logs"}, worker),
+                          {MarkerEnv(marker)}, dir / "out", dir / "err");
+    if (stopped) {
+      ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 3, 1); }, 20s)) << ReadFileOr(dir / "err");
+      job.Signal(SIGTERM);
+    }
+    const int code = job.Wait(60s);
+    EXPECT_EQ(code, stopped ? 128 + SIGTERM : 0) << ReadFileOr(dir / "err");
+    EXPECT_EQ(WaitJobGone(marker), std::vector<pid_t>{}) << Describe(ProcessesOfJob(marker));
+    const auto runs = DirEntries(dir / "logs");
+    ASSERT_EQ(runs.size(), 1u);
+    const std::string run = dir / ("logs/" + *runs.begin());
+    const LogDirCheck logs = CheckLogDir(run, 3, /*redirected=*/false);
+    EXPECT_EQ(logs.attempts, 2);
+    EXPECT_EQ(logs.missing, std::vector<std::string>{});
+    EXPECT_EQ(logs.unexpected, std::vector<std::string>{});
+    EXPECT_NE(ReadFileOr(run + "/attempt_0/1/error.json").find("boom"), std::string::npos);
   }
 }
 
