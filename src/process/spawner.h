@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,10 @@ class PosixSpawner final : public Spawner {
 
   Duration exec_wait_;
   Method method_;
+  // The signals this process ignores, which every child resets to the default: read at the first
+  // SpawnMany (64 sigaction calls), since ctrun sets its dispositions before any worker starts and
+  // never changes them afterwards.
+  std::optional<sigset_t> ignored_;
 };
 
 }  // namespace ctrun

@@ -86,7 +86,9 @@ bool PrepareStdio(const StdioTarget& t, bool input, StdioPlumbing* p, std::strin
       }
       p->parent_end.reset(fds[input ? 1 : 0]);
       p->child_end.reset(fds[input ? 0 : 1]);
-      SetNonBlocking(p->parent_end.get(), true);  // the pipe's size is the relay's business (ConsoleOptions)
+      // A fresh pipe end has no status flag but its access mode, which F_SETFL leaves alone: no
+      // F_GETFL needed. The pipe's size is the relay's business (ConsoleOptions).
+      ::fcntl(p->parent_end.get(), F_SETFL, O_NONBLOCK);
       return true;
     }
     case StdioTarget::Kind::kPty: {
@@ -530,7 +532,8 @@ void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Sp
   results->clear();
   results->resize(specs.size());
   std::vector<PendingChild> pending(specs.size());
-  const sigset_t ignored = IgnoredSignals();  // once for the batch: the children copy ours
+  if (!ignored_) ignored_ = IgnoredSignals();
+  const sigset_t& ignored = *ignored_;
   std::vector<size_t> vfork, fork;
   for (size_t i = 0; i < specs.size(); ++i) (VforkEligible(specs[i]) ? vfork : fork).push_back(i);
   if (!vfork.empty()) {

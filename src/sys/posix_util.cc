@@ -60,10 +60,10 @@ bool OriginalFdLimit(struct rlimit* out) {
 }
 
 bool SetNonBlocking(int fd, bool on) {
-  int flags = ::fcntl(fd, F_GETFL);
+  const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0) return false;
-  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
-  return ::fcntl(fd, F_SETFL, flags) == 0;
+  const int want = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  return want == flags || ::fcntl(fd, F_SETFL, want) == 0;  // no second call when already so
 }
 
 std::string NumericHost(const sockaddr* addr) {
