@@ -36,6 +36,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCHRUN = os.path.join(HERE, "..", "..", "..", "shared", "bench", "torchrun-baseline")
+# The workers' stamp files live on a memory file system where there is one: each restart run
+# creates and removes nproc + 1 of them, and on ext4 without a journal every file or directory
+# created within minutes of such removals pays a scan past the recently freed inodes, which would
+# slow the launchers' own log directories more and more as the run goes on.
+STAMP_BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def wall_ms(argv, env):
@@ -98,7 +103,7 @@ class Launchers:
 
 
 def restart_latency_ms(argv_of, nproc, env):
-    d = tempfile.mkdtemp(prefix="ctrun_bench_")
+    d = tempfile.mkdtemp(prefix="ctrun_bench_", dir=STAMP_BASE)
     try:
         wall_ms(argv_of(d), env)
         fail = int(open(os.path.join(d, "fail_ns")).read())
@@ -110,7 +115,7 @@ def restart_latency_ms(argv_of, nproc, env):
 
 def restart_phases_ms(ctrun, worker, nproc, env):
     """One ctrun restart run with --events-file; its latency cut into phases (ms)."""
-    d = tempfile.mkdtemp(prefix="ctrun_bench_")
+    d = tempfile.mkdtemp(prefix="ctrun_bench_", dir=STAMP_BASE)
     try:
         ev = os.path.join(d, "events.jsonl")
         wall_ms(ctrun + ["--max_restarts=1", f"--nproc_per_node={nproc}", "--no_python", "--events-file", ev,

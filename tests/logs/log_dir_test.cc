@@ -56,13 +56,20 @@ TEST(LogDir, TorchrunLayoutAndAttemptRecreation) {
   EXPECT_NE(other->run_dir(), dir->run_dir());
 }
 
+// LogDir::Create without --log_dir, with $TMPDIR set to `tmpdir` for the call.
+StatusOr<LogDir> CreateInTmpdir(const std::string& tmpdir) {
+  const char* old = getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  setenv("TMPDIR", tmpdir.c_str(), 1);
+  auto dir = LogDir::Create(std::nullopt, "none");
+  if (old) setenv("TMPDIR", saved.c_str(), 1);
+  else unsetenv("TMPDIR");
+  return dir;
+}
+
 TEST(LogDir, DefaultBaseIsAFreshTorchelasticTempDir) {
   TempDir tmp;
-  const char* old = getenv("TMPDIR");
-  std::string saved = old ? old : "";
-  setenv("TMPDIR", tmp.path().c_str(), 1);
-  auto dir = LogDir::Create(std::nullopt, "none");
-  if (old) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  auto dir = CreateInTmpdir(tmp.path());
   ASSERT_TRUE(dir.ok()) << dir.message();
   fs::path run(dir->run_dir());
   EXPECT_EQ(run.parent_path().parent_path(), fs::path(tmp.path()));
@@ -151,11 +158,7 @@ TEST(LogDir, DropAheadRemovesTheTreeNoAttemptTook) {
 
 TEST(LogDir, RemovingTheTemporaryBaseWaitsForATreeMadeAhead) {
   TempDir tmp;
-  const char* old = getenv("TMPDIR");
-  std::string saved = old ? old : "";
-  setenv("TMPDIR", tmp.path().c_str(), 1);
-  auto dir = LogDir::Create(std::nullopt, "none");
-  if (old) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  auto dir = CreateInTmpdir(tmp.path());
   ASSERT_TRUE(dir.ok()) << dir.message();
   ASSERT_TRUE(dir->PrepareAttempt(0, 64).ok());
   dir->MakeAhead(1, 64);
