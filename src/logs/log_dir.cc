@@ -36,11 +36,11 @@ Status MakeDirs(const std::string& path) {
   return Status::Ok();
 }
 
-// mkdir `dir`, then its rank directories 0..nproc-1 relative to it: no path walk per rank, and no
-// symlink swapped in for `dir` after its mkdir is followed. `dir`'s parent is the run directory,
-// which Create made with mkdtemp (mode 0700).
+// mkdir -p `dir` (the run directory too, should something have removed it under a long job),
+// then its rank directories 0..nproc-1 relative to it: no path walk per rank, and no symlink
+// swapped in for `dir` after it was made is followed.
 Status MakeRankDirs(const std::string& dir, int nproc) {
-  if (::mkdir(dir.c_str(), 0777) != 0) return Status::Errno("mkdir " + dir, errno);
+  if (Status s = MakeDirs(dir); !s.ok()) return s;
   UniqueFd fd(RetryOnEintr([&] { return ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
   if (!fd) return Status::Errno("open " + dir, errno);
   for (int r = 0; r < nproc; ++r) {

@@ -166,6 +166,25 @@ TEST(LogDir, RemovingTheTemporaryBaseWaitsForATreeMadeAhead) {
   EXPECT_TRUE(Entries(tmp.path()).empty());
 }
 
+// A temp cleaner may remove a long job's run directory: the next attempt makes it again, whether
+// its tree was made ahead (after the removal) or is made then.
+TEST(LogDir, ARunDirectoryRemovedUnderTheJobIsMadeAgain) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  ASSERT_TRUE(dir->PrepareAttempt(0, 2).ok());
+  fs::remove_all(dir->run_dir());
+  auto a1 = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(a1.ok()) << a1.message();
+  EXPECT_EQ(Entries(a1->dir), (std::vector<std::string>{"0", "1"}));
+  fs::remove_all(dir->run_dir());
+  dir->MakeAhead(2, 2);
+  auto a2 = dir->PrepareAttempt(2, 2);
+  ASSERT_TRUE(a2.ok()) << a2.message();
+  EXPECT_EQ(Entries(a2->dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_2"}));
+}
+
 TEST(LogDir, NothingIsMadeAheadWhenFilesAreOff) {
   auto dir = LogDir::Create(std::string("/dev/null"), "x");
   ASSERT_TRUE(dir.ok());
