@@ -154,21 +154,22 @@ void LogDir::MakeAhead(int attempt, int nproc) {
 
 bool LogDir::TakeAhead(int attempt, int nproc, const std::string& dir) {
   if (!ahead_) return false;
-  std::unique_ptr<Ahead, AheadJoiner> a = std::move(ahead_);
-  a->thread.join();
-  if (a->made.ok() && a->attempt == attempt && a->nproc == nproc &&
-      ::renameat2(AT_FDCWD, a->dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) == 0)
+  ahead_->thread.join();
+  const Ahead& a = *ahead_;
+  if (a.made.ok() && a.attempt == attempt && a.nproc == nproc &&
+      ::renameat2(AT_FDCWD, a.dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) == 0) {
+    ahead_.reset();
     return true;
-  std::error_code ec;
-  fs::remove_all(a->dir, ec);
+  }
+  (void)DropAhead();  // of no use; the caller makes the directories itself and reports its errors
   return false;
 }
 
 Status LogDir::DropAhead() {
   if (!ahead_) return Status::Ok();
-  std::unique_ptr<Ahead, AheadJoiner> a = std::move(ahead_);
-  a->thread.join();
-  return RemoveTree(a->dir);
+  const std::string dir = ahead_->dir;
+  ahead_.reset();  // joins its thread
+  return RemoveTree(dir);
 }
 
 std::string LastLines(std::string_view text, int max_lines) {
