@@ -117,7 +117,6 @@ StatusOr<std::optional<ErrorFileContents>> ReadErrorFile(const std::string& path
   const Json& msg = *msg_it;
   if (msg.is_string()) {
     out.message = msg.get<std::string>();
-    out.traceback = out.message;
     if (auto ts = data.find("timestamp"); ts != data.end()) out.timestamp = ParseTimestamp(*ts);
   } else if (msg.is_object()) {
     out.message_is_dict = true;
@@ -130,7 +129,6 @@ StatusOr<std::optional<ErrorFileContents>> ReadErrorFile(const std::string& path
       if (auto ts = extra->find("timestamp"); ts != extra->end()) out.timestamp = ParseTimestamp(*ts);
       if (auto ns = extra->find("ctrun_timestamp_ns"); ns != extra->end()) out.timestamp_ns = ParseTimestamp(*ns);
     }
-    if (out.traceback.empty()) out.traceback = out.message.empty() ? "<N/A>" : out.message;
     auto code = msg.find("errorCode");
     if (code != msg.end() && code->is_number_integer()) {
       int64_t c = code->get<int64_t>();
@@ -140,6 +138,8 @@ StatusOr<std::optional<ErrorFileContents>> ReadErrorFile(const std::string& path
   } else {
     return Status::Error("\"message\" is neither a string nor an object");
   }
+  // Both forms: the summary always has a traceback to show.
+  if (out.traceback.empty()) out.traceback = out.message.empty() ? "<N/A>" : out.message;
   out.raw = std::move(text);
   return std::optional<ErrorFileContents>(std::move(out));
 }

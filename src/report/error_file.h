@@ -6,7 +6,8 @@
 //   * no file at the path (or not a regular file, or an empty path) -> nullopt: the normal case.
 //   * {"message": {"message": M, "extraInfo": {"py_callstack": T, "timestamp": "<int>"}, "errorCode": C}}
 //       -> message M, traceback T (else M, else "<N/A>"), timestamp, error code when present.
-//   * {"message": "<text>", "timestamp": <int or "int">} -> message and traceback = text.
+//   * {"message": "<text>", "timestamp": <int or "int">} -> message and traceback = text (traceback
+//       "<N/A>" when the text is empty).
 //   * anything else (bad JSON, no "message", larger than the cap, unreadable) -> an error Status whose
 //     message is the reason; the caller shows it and treats the worker as having no error file.
 //   torch requires extraInfo.timestamp and fails the whole agent without it; ctrun accepts the file

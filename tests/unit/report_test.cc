@@ -121,6 +121,17 @@ TEST(ReportErrorFileRead, StringMessageWithTopLevelTimestamp) {
   EXPECT_FALSE((*r)->message_is_dict);
 }
 
+// Found by error_file_fuzz: an empty string message left the traceback empty.
+TEST(ReportErrorFileRead, EmptyStringMessageShowsNA) {
+  TempDir dir;
+  WriteText(dir / "e.json", R"({"message": "", "timesOOOO p": 35})");
+  auto r = ReadErrorFile(dir / "e.json");
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->message, "");
+  EXPECT_EQ((*r)->traceback, "<N/A>");
+}
+
 TEST(ReportErrorFileRead, StringMessageWithoutTimestamp) {
   TempDir dir;
   WriteText(dir / "e.json", R"({"message": "no time here"})");
