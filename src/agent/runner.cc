@@ -611,17 +611,19 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   } else {
     spdlog::debug("no cgroup for the workers ({}); leftovers are found through /proc", cg.message());
   }
-  // After the cgroup: a SIGKILLed ctrun's watchdog empties and removes it.
+  auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
+  if (!log_dir.ok())
+    return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
+  // After the cgroup and the run directory: a SIGKILLed ctrun's watchdog empties and removes the
+  // one, and removes the next attempt's directories made ahead (never used) from the other.
   std::optional<Watchdog> watchdog;
-  if (auto w = Watchdog::Start(cgroups ? cgroups->dir() : ""); w.ok()) {
+  std::function<void()> drop_ahead;
+  if (log_dir->files_enabled()) drop_ahead = [run_dir = log_dir->run_dir()] { logs::RemoveTreesMadeAhead(run_dir); };
+  if (auto w = Watchdog::Start(cgroups ? cgroups->dir() : "", std::move(drop_ahead)); w.ok()) {
     watchdog.emplace(std::move(w.value()));
   } else {
     spdlog::warn("cannot start the watchdog: {}", w.message());
   }
-
-  auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
-  if (!log_dir.ok())
-    return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
   // torchrun's default base (/tmp/torchelastic_XXXXXX) is never shown; ctrun names it when it
   // holds log files, and removes it at the end of a successful run that wrote none.
   const bool log_files = log_dir->files_enabled() && context.output_flags.redirects.AnySet();

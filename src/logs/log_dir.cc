@@ -1,5 +1,6 @@
 #include "logs/log_dir.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <thread>
@@ -21,6 +23,25 @@ namespace ctrun::logs {
 namespace fs = std::filesystem;
 
 namespace {
+
+// MakeAhead's trees: <run_dir>/.attempt_<n>.
+constexpr const char kAheadPrefix[] = ".attempt_";
+constexpr size_t kAheadPrefixSize = sizeof kAheadPrefix - 1;
+
+// The names in the directory open as `dirfd` but "." and ".." (none when it cannot be read).
+std::vector<std::string> NamesIn(int dirfd) {
+  std::vector<std::string> names;
+  const int fd = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (d == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return names;
+  }
+  while (const dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  ::closedir(d);
+  return names;
+}
 
 StatusOr<std::string> MakeTempDir(const std::string& tmpl) {
   std::string buf = tmpl;
@@ -135,7 +156,7 @@ void LogDir::MakeAhead(int attempt, int nproc) {
   std::unique_ptr<Ahead, AheadJoiner> a(new Ahead);
   a->attempt = attempt;
   a->nproc = nproc;
-  a->dir = run_dir_ + "/.attempt_" + std::to_string(attempt);
+  a->dir = run_dir_ + "/" + kAheadPrefix + std::to_string(attempt);
   Ahead* raw = a.get();
   // The thread inherits the caller's signal mask (ctrun's blocked signals stay blocked in it). It
   // runs niced: it starts beside the spawn of the attempt that asked for it, which it must not
@@ -170,6 +191,20 @@ Status LogDir::DropAhead() {
   const std::string dir = ahead_->dir;
   ahead_.reset();  // joins its thread
   return RemoveTree(dir);
+}
+
+void RemoveTreesMadeAhead(const std::string& run_dir) {
+  UniqueFd run(RetryOnEintr([&] { return ::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
+  if (!run) return;
+  for (const std::string& name : NamesIn(run.get())) {
+    if (name.size() <= kAheadPrefixSize || name.compare(0, kAheadPrefixSize, kAheadPrefix) != 0 ||
+        name.find_first_not_of("0123456789", kAheadPrefixSize) != std::string::npos)
+      continue;
+    UniqueFd tree(RetryOnEintr([&] { return ::openat(run.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
+    if (!tree) continue;
+    for (const std::string& rank : NamesIn(tree.get())) (void)::unlinkat(tree.get(), rank.c_str(), AT_REMOVEDIR);
+    (void)::unlinkat(run.get(), name.c_str(), AT_REMOVEDIR);
+  }
 }
 
 std::string LastLines(std::string_view text, int max_lines) {

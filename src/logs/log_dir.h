@@ -87,6 +87,12 @@ class LogDir {
   std::unique_ptr<Ahead, AheadJoiner> ahead_;  // the MakeAhead tree, with its thread
 };
 
+// Removes the trees MakeAhead made under run_dir (<run_dir>/.attempt_<n>, rank directories that no
+// worker ever used) with rmdir alone: anything not empty stays. For the watchdog of an agent that
+// died (SIGKILL) with one pending; the agent itself drops them through DropAhead. Single-threaded,
+// best effort, silent.
+void RemoveTreesMadeAhead(const std::string& run_dir);
+
 // The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the
 // failure summary of a worker whose stderr went straight to a file.
 std::string ReadFileTail(const std::string& path, size_t max_bytes = 8192, int max_lines = 20);

@@ -21,7 +21,7 @@ namespace {
 // state dies only when its I/O ends) before it gives up and leaves the directory.
 constexpr std::chrono::seconds kCgroupEmptyBudget{10};
 
-[[noreturn]] void WatchdogMain(int rfd, const std::string& cgroup_dir) {
+[[noreturn]] void WatchdogMain(int rfd, const std::string& cgroup_dir, const std::function<void()>& on_agent_death) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   for (int fd = 0; fd < 3; ++fd) {
     int nul = ::open("/dev/null", O_RDWR);
@@ -56,6 +56,7 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
   if (!clean) {
     groups.ForEach([](pid_t pgid) { ::kill(-pgid, SIGKILL); });
     if (!cgroup_dir.empty()) RemoveWorkerCgroup(cgroup_dir, kCgroupEmptyBudget);
+    if (on_agent_death) on_agent_death();
   }
   ::_exit(0);
 }
@@ -72,7 +73,7 @@ void PgidSet::Remove(pid_t pgid) {
     bits_[pgid / kWordBits] &= ~(Word{1} << (pgid % kWordBits));
 }
 
-StatusOr<Watchdog> Watchdog::Start(const std::string& cgroup_dir) {
+StatusOr<Watchdog> Watchdog::Start(const std::string& cgroup_dir, std::function<void()> on_agent_death) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2", errno);
   UniqueFd r(fds[0]), w(fds[1]);
@@ -80,7 +81,7 @@ StatusOr<Watchdog> Watchdog::Start(const std::string& cgroup_dir) {
   if (pid < 0) return Status::Errno("fork watchdog", errno);
   if (pid == 0) {
     w.reset();
-    WatchdogMain(r.release(), cgroup_dir);
+    WatchdogMain(r.release(), cgroup_dir, on_agent_death);
   }
   return Watchdog(std::move(w), pid);
 }

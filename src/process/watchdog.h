@@ -6,8 +6,9 @@
 // the agent). If the pipe reaches EOF without a prior 'Q' (clean shutdown), the agent died: the
 // watchdog SIGKILLs every registered group, then, when the workers run in a cgroup sub-tree
 // (sys/cgroup.h), kills everything left in it (cgroup.kill: descendants that left their group or
-// session too), waits until it is empty (bounded) and removes it, and exits. It ignores
-// INT/TERM/HUP/QUIT so a signal aimed at ctrun's group cannot take it first.
+// session too), waits until it is empty (bounded) and removes it, runs the agent's last cleanup
+// (`on_agent_death`, see Start), and exits. It ignores INT/TERM/HUP/QUIT so a signal aimed at
+// ctrun's group cannot take it first.
 //
 // The 'A' is written before a worker runs any code of its own: by the child between setpgid and
 // exec (cold), or by the warm spawner before it hands a spec to a waiting child, through
@@ -23,6 +24,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -73,8 +75,10 @@ class Watchdog {
  public:
   // Forks the watchdog. Call before starting workers and before any thread exists. cgroup_dir:
   // the workers' cgroup sub-tree (WorkerCgroups::dir()) to empty and remove if the agent dies;
-  // "" for none.
-  static StatusOr<Watchdog> Start(const std::string& cgroup_dir);
+  // "" for none. on_agent_death: what else the agent would have cleaned up, run in the watchdog
+  // process after the workers are gone (its copy of the agent's memory as of the fork, one
+  // thread; best effort, no reply); empty for nothing.
+  static StatusOr<Watchdog> Start(const std::string& cgroup_dir, std::function<void()> on_agent_death = {});
   Watchdog(Watchdog&&) = default;
   Watchdog& operator=(Watchdog&&) = default;
   ~Watchdog();  // clean shutdown ('Q' + close) unless released

@@ -195,6 +195,27 @@ TEST(LogDir, NothingIsMadeAheadWhenFilesAreOff) {
   EXPECT_TRUE(dir->DropAhead().ok());
 }
 
+// What a SIGKILLed agent's watchdog runs: the hidden trees made ahead go, nothing else does (an
+// attempt that ran, a tree someone wrote into, a name that is not MakeAhead's).
+TEST(LogDir, RemoveTreesMadeAheadTakesOnlyTheUnusedHiddenTrees) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  ASSERT_TRUE(dir->PrepareAttempt(0, 2).ok());
+  dir->MakeAhead(1, 64);
+  const std::string run = dir->run_dir();
+  for (const char* d : {"/.attempt_7/0", "/.attempt_x/0", "/.attempt_/0"}) fs::create_directories(run + d);
+  std::ofstream(run + "/.attempt_7/0/stdout.log") << "kept";
+  // Rank directories are made in order: the last one means the thread is done with the tree.
+  ASSERT_TRUE(ctrun::testing::WaitFor([&] { return fs::is_directory(run + "/.attempt_1/63"); }, std::chrono::seconds(10)));
+
+  RemoveTreesMadeAhead(run);
+  EXPECT_EQ(Entries(run), (std::vector<std::string>{".attempt_", ".attempt_7", ".attempt_x", "attempt_0"}));
+  EXPECT_EQ(Entries(run + "/.attempt_7"), (std::vector<std::string>{"0"}));
+  EXPECT_EQ(Entries(run + "/attempt_0"), (std::vector<std::string>{"0", "1"}));
+  RemoveTreesMadeAhead(tmp / "missing");  // silent
+}
+
 TEST(FileTail, LastLinesAndBytes) {
   EXPECT_EQ(LastLines("a\nb\nc\n", 2), "b\nc\n");
   EXPECT_EQ(LastLines("a\nb\nc", 2), "b\nc");

@@ -206,6 +206,30 @@ TEST(Hygiene, SigkillOfCtrunLeavesNoProcessOfTheJob) {
   EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\nbefore: " << before << "\n" << ReadFileOr(dir / "err");
 }
 
+// A SIGKILLed ctrun cannot drop the next attempt's directories it made ahead: its watchdog does,
+// so the run directory it leaves holds the attempts that ran, as after any other ending.
+TEST(Hygiene, SigkillOfCtrunLeavesNoTreeMadeAhead) {
+  TempDir dir;
+  const std::string marker = NewJobMarker();
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=3", "--log_dir", dir / "logs"},
+                              {"--env-file", dir / "env", "--hang"}),
+                        {MarkerEnv(marker)}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 3, 0); }, 20s)) << ReadFileOr(dir / "err");
+  const auto runs = DirEntries(dir / "logs");
+  ASSERT_EQ(runs.size(), 1u);
+  const std::string run = dir / ("logs/" + *runs.begin());
+  // Rank directories are made in order: the last one means the tree made ahead is complete.
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::is_directory(run + "/.attempt_1/2"); }, 10s));
+  job.Signal(SIGKILL);
+  EXPECT_EQ(job.Wait(10s), 128 + SIGKILL);
+  EXPECT_EQ(WaitJobGone(marker), std::vector<pid_t>{}) << Describe(ProcessesOfJob(marker));
+  EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(run + "/.attempt_1"); }, 10s)) << run << "/.attempt_1 is left";
+  const LogDirCheck logs = CheckLogDir(run, 3, /*redirected=*/false);
+  EXPECT_EQ(logs.attempts, 1);
+  EXPECT_EQ(logs.missing, std::vector<std::string>{});
+  EXPECT_EQ(logs.unexpected, std::vector<std::string>{});
+}
+
 // With a cgroup for the workers, the watchdog of a SIGKILLed ctrun also kills what left the
 // workers' process groups (a setsid daemon) and removes the cgroup: no ctrun-<pid> is left behind
 // for a later ctrun of the same pid to find.
