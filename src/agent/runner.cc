@@ -33,6 +33,7 @@
 #include "report/run_summary.h"
 #include "sys/cgroup.h"
 #include "sys/event_loop.h"
+#include "sys/high_fd.h"
 #include "sys/fqdn.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
@@ -601,6 +602,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   auto sigfd = SignalFd::Create(fd_signals);
   if (!sigfd.ok()) return SetUpFailed(OutcomeKind::kSetupError, sigfd.message());
   RaiseFdLimit();
+  // Before any thread of ctrun's own: see sys/high_fd.h.
+  if (!ReserveHighFds()) spdlog::debug("no room above fd {}: every child copies ctrun's whole fd table", kHighFdLine);
   if (Status s = BecomeChildSubreaper(); !s.ok()) spdlog::warn("{} (grandchildren may outlive ctrun)", s.message());
   std::unique_ptr<WorkerCgroups> cgroups;
   if (const std::string* off = context.env.Get("CTRUN_NO_CGROUP"); off && *off == "1") {

@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "logs/std_spec.h"
+#include "sys/high_fd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun::logs {
@@ -159,6 +160,7 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
 StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
   UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }));
   if (!fd) return Status::Errno("open " + path, errno);
+  MoveHigh(&fd);  // held while workers start: out of every spawned child's copy of the fd table
   return fd;
 }
 

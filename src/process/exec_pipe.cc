@@ -61,6 +61,7 @@ const char* ChildStageName(ChildStage stage) {
     case ChildStage::kDup: return "redirect stdio";
     case ChildStage::kPdeathsig: return "prctl(PR_SET_PDEATHSIG)";
     case ChildStage::kAffinity: return "sched_setaffinity";
+    case ChildStage::kUnshareFiles: return "take a file descriptor table of its own";
     case ChildStage::kExec: break;
   }
   return "exec";

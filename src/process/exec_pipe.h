@@ -18,7 +18,7 @@
 namespace ctrun {
 
 // The step of the child's set-up that failed.
-enum class ChildStage : int { kSetpgid = 1, kDup, kExec, kPdeathsig, kAffinity };
+enum class ChildStage : int { kSetpgid = 1, kDup, kExec, kPdeathsig, kAffinity, kUnshareFiles };
 
 // The record the child writes before _exit: the failing step and its errno.
 struct ChildError {

@@ -28,6 +28,7 @@
 #include "process/vfork_clone.h"
 #include "process/watchdog.h"
 #include "process/stdio_plumbing.h"
+#include "sys/high_fd.h"
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/pty.h"
@@ -158,13 +159,26 @@ struct ChildPlan {
   int extra_fd = -1, extra_target = 3;
   const CpuMask* affinity = nullptr;
   bool stop_before_exec = false;
+  // Made with CLONE_FILES (a vfork-style child whose descriptors all lie below the high-fd line):
+  // first of all it takes a table of its own with the agent's low fds alone (sys/high_fd.h).
+  bool unshare_files = false;
 };
+
+// Whether a child with this plan may share the agent's fd table until it takes its own below the
+// line: every descriptor it uses lies below it.
+bool MayShareFiles(const ChildPlan& p) {
+  if (!HighFdsReserved()) return false;
+  for (int fd : {p.in_fd, p.out_fd, p.err_fd, p.error_pipe, p.watchdog_fd, p.cgroup_procs_fd, p.extra_fd})
+    if (fd >= kHighFdLine) return false;
+  return true;
+}
 
 // The child's side: async-signal-safe calls only, then exec (or a record on the error pipe and
 // exit 127). Called in a fork()ed child, a clone3()d one and a vfork-style one (which shares our
 // memory: it writes nothing but its own stack and errno) alike.
 [[noreturn]] void ExecChild(const ChildPlan& p) {
   int ew = p.error_pipe;
+  if (p.unshare_files && !ChildUnshareBelowLine()) ReportChildFailure(ew, ChildStage::kUnshareFiles);
   if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
   // Before anything of the worker runs (and while we hold the pipe, so the watchdog cannot have
   // seen EOF yet): from here a SIGKILL of ctrun takes the whole group.
@@ -305,6 +319,11 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
   image->err_read.reset(errpipe[0]);
   image->err_write.reset(errpipe[1]);
+  // The agent's ends live above the high-fd line, out of every later child's copy of the table.
+  MoveHigh(&image->in.parent_end);
+  MoveHigh(&image->out.parent_end);
+  MoveHigh(&image->err.parent_end);
+  MoveHigh(&image->err_read);
 
   ChildPlan& plan = image->plan;
   plan.argv = image->argv.data();
@@ -356,6 +375,7 @@ struct PosixSpawner::VforkBatch {
       args.cgroup_dir_fd = c->cgroup_dir_fd;
       args.pidfd = &c->pidfd;
       args.pid = &c->pid;
+      args.share_files = c->plan.unshare_files = MayShareFiles(c->plan);
       const pid_t r = VforkClone(args, stack, ExecChildTrampoline, &c->plan);
       const int err = errno;
       std::lock_guard<std::mutex> lock(mu);
@@ -390,6 +410,7 @@ void PosixSpawner::Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* 
   out->error_pipe = std::move(image.err_read);
   out->proc.pid = pid;
   out->proc.pidfd = pidfd >= 0 ? UniqueFd(pidfd) : PidfdOpen(pid);
+  MoveHigh(&out->proc.pidfd);
   out->proc.stdout_pipe = std::move(image.out.parent_end);
   out->proc.stderr_pipe = std::move(image.err.parent_end);
   out->proc.stdin_pipe = std::move(image.in.parent_end);

@@ -75,6 +75,7 @@ pid_t VforkClone(const VforkCloneArgs& a, ChildStack& stack, void (*fn)(void*), 
   args.exit_signal = SIGCHLD;
   args.stack = reinterpret_cast<uintptr_t>(stack.base());
   args.stack_size = stack.size() & ~static_cast<size_t>(15);
+  if (a.share_files) args.flags |= CLONE_FILES;
   if (a.cgroup_dir_fd >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(a.cgroup_dir_fd);

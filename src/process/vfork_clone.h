@@ -8,6 +8,9 @@
 //    suspended until then (CLONE_VFORK). The child must only read memory (its own stack aside)
 //    and make system calls: no malloc, no locks, no stdio, nothing that touches glibc's per-thread
 //    state but errno (the suspended caller's, harmless). `fn` must exec or _exit, never return.
+//  - With share_files the child starts on the caller's fd table itself: every other thread of the
+//    process may open and close descriptors in it until the child takes a table of its own, so
+//    the child must read no descriptor but its own (held by the caller until the call returns).
 //  - Only the calling thread waits: another thread of the process runs on. Whoever calls this
 //    from a helper thread must keep that thread alive as long as the child lives, because
 //    PR_SET_PDEATHSIG fires when the thread that created the child exits, not the process.
@@ -48,6 +51,9 @@ struct VforkCloneArgs {
   int cgroup_dir_fd = -1;  // >= 0: the child starts in that cgroup (CLONE_INTO_CGROUP)
   int* pidfd = nullptr;    // required: receives the child's pidfd (CLONE_PIDFD)
   pid_t* pid = nullptr;    // required: receives the child's pid (CLONE_PARENT_SETTID)
+  // CLONE_FILES: the child shares the caller's fd table and must take its own before it changes
+  // any descriptor (sys/high_fd.h: ChildUnshareBelowLine).
+  bool share_files = false;
 };
 
 // Whether this build can make such a child at all (x86-64); the kernel may still refuse.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <sstream>
 
+#include "sys/high_fd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -166,6 +167,8 @@ Status WorkerCgroups::PrepareAttempt(int nproc) {
     if (!fd) return Status::Errno("open " + rd + "/cgroup.procs", errno);
     UniqueFd dir(RetryOnEintr([&] { return ::open(rd.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC); }));
     if (!dir) return Status::Errno("open " + rd, errno);
+    MoveHigh(&fd);  // kept for the whole job: out of every spawned child's copy of the fd table
+    MoveHigh(&dir);
     procs_.push_back(std::move(fd));
     dirs_.push_back(std::move(dir));
   }

@@ -3,6 +3,7 @@
 // CLONE_INTO_CGROUP, and fork + cgroup.procs where clone3 cannot place the child), including an
 // exec failure on each path.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "process/spawner.h"
 #include "process/watchdog.h"
 #include "sys/cgroup.h"
+#include "sys/high_fd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 
@@ -220,6 +222,50 @@ TEST_P(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
   // Both children were reaped by the spawner: nothing is left to wait for.
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
+}
+
+// No descriptor of the agent reaches a worker, wherever it lies (above the high-fd line, where the
+// agent keeps what it holds per worker, or below it) and CLOEXEC or not. A vfork-style child that
+// shared the agent's fd table took a table of its own before its dup2s, so the agent's own stdio is
+// untouched; and the agent's ends of the worker's pipes and its pidfd lie above the line.
+TEST_P(PosixSpawnerChild, SeesOnlyItsStdioWhateverTheAgentHolds) {
+  if (!ReserveHighFds()) GTEST_SKIP() << "no room above fd " << kHighFdLine << " or no close_range here";
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);  // not CLOEXEC, below the line
+  UniqueFd low_read(p[0]), low_write(p[1]);
+  UniqueFd high(::fcntl(p[0], F_DUPFD, kHighFdLine + 7));  // not CLOEXEC, above it
+  ASSERT_TRUE(high.valid());
+  struct stat out_before {}, out_after {}, in_before {}, in_after {};
+  ASSERT_EQ(::fstat(1, &out_before), 0);
+  ASSERT_EQ(::fstat(0, &in_before), 0);
+
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  SpawnSpec spec;
+  spec.argv = {"/bin/ls", "/proc/self/fd"};  // ls's own fds: its stdio and the directory it reads
+  spec.stdin_target = StdioTarget::DevNull();
+  spec.stdout_target = StdioTarget::Pipe();
+  spec.stderr_target = StdioTarget::Pipe();
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  // Checked first: a child that redirected its stdio in the agent's table would have left this
+  // process holding the write end of the pipe read below, which then never ends.
+  ASSERT_EQ(::fstat(1, &out_after), 0);
+  ASSERT_EQ(::fstat(0, &in_after), 0);
+  ASSERT_EQ(out_after.st_ino, out_before.st_ino);
+  ASSERT_EQ(out_after.st_dev, out_before.st_dev);
+  ASSERT_EQ(in_after.st_ino, in_before.st_ino);
+  EXPECT_GE(proc.stdout_pipe.get(), kHighFdLine);
+  EXPECT_GE(proc.stderr_pipe.get(), kHighFdLine);
+  EXPECT_GE(proc.pidfd.get(), kHighFdLine);
+  SetNonBlocking(proc.stdout_pipe.get(), false);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = RetryOnEintr([&] { return ::read(proc.stdout_pipe.get(), buf, sizeof buf); })) > 0) out.append(buf, n);
+  int st;
+  RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); });
+  EXPECT_EQ(out, "0\n1\n2\n3\n");
 }
 
 TEST_P(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
