@@ -29,12 +29,8 @@
 namespace ctrun {
 namespace {
 
-// Runs spec (stdout to a pipe) to its end; returns what it printed.
-std::string RunToEnd(PosixSpawner& sp, SpawnSpec spec) {
-  spec.stdout_target = StdioTarget::Pipe();
-  SpawnedProcess proc;
-  SpawnError err;
-  if (!sp.Spawn(spec, &proc, &err)) return "spawn failed: " + err.message;
+// What a started child prints on its stdout pipe until EOF; the child is reaped after.
+std::string ReadToEndAndReap(SpawnedProcess& proc) {
   SetNonBlocking(proc.stdout_pipe.get(), false);
   std::string out;
   char buf[4096];
@@ -43,6 +39,15 @@ std::string RunToEnd(PosixSpawner& sp, SpawnSpec spec) {
   int st;
   RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); });
   return out;
+}
+
+// Runs spec (stdout to a pipe) to its end; returns what it printed.
+std::string RunToEnd(PosixSpawner& sp, SpawnSpec spec) {
+  spec.stdout_target = StdioTarget::Pipe();
+  SpawnedProcess proc;
+  SpawnError err;
+  if (!sp.Spawn(spec, &proc, &err)) return "spawn failed: " + err.message;
+  return ReadToEndAndReap(proc);
 }
 
 // The hex mask of a "Sig...:" line of /proc/<pid>/status text.
@@ -258,14 +263,7 @@ TEST_P(PosixSpawnerChild, SeesOnlyItsStdioWhateverTheAgentHolds) {
   EXPECT_GE(proc.stdout_pipe.get(), kHighFdLine);
   EXPECT_GE(proc.stderr_pipe.get(), kHighFdLine);
   EXPECT_GE(proc.pidfd.get(), kHighFdLine);
-  SetNonBlocking(proc.stdout_pipe.get(), false);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = RetryOnEintr([&] { return ::read(proc.stdout_pipe.get(), buf, sizeof buf); })) > 0) out.append(buf, n);
-  int st;
-  RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); });
-  EXPECT_EQ(out, "0\n1\n2\n3\n");
+  EXPECT_EQ(ReadToEndAndReap(proc), "0\n1\n2\n3\n");
 }
 
 TEST_P(PosixSpawnerChild, PidfdComesWithTheChildOnEveryPath) {
