@@ -29,9 +29,11 @@ bool ReserveHighFds() {
   if (g_reserved.load()) return true;
   if (!CloseRangeWorks()) return false;
   // A descriptor at the line grows the table to hold it; closing it does not shrink the table.
-  const int probe = ::fcntl(0, F_DUPFD_CLOEXEC, kHighFdLine);
-  if (probe < 0) return false;  // EINVAL: RLIMIT_NOFILE <= the line; EBADF: no fd 0 to copy
-  ::close(probe);
+  // Any descriptor will do to copy there (fd 0 may be closed).
+  UniqueFd any(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!any) return false;
+  UniqueFd probe(::fcntl(any.get(), F_DUPFD_CLOEXEC, kHighFdLine));
+  if (!probe) return false;  // EINVAL: RLIMIT_NOFILE does not reach past the line
   g_reserved.store(true);
   return true;
 }
