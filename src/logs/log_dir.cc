@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -25,8 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // MakeAhead's trees: <run_dir>/.attempt_<n>.
-constexpr const char kAheadPrefix[] = ".attempt_";
-constexpr size_t kAheadPrefixSize = sizeof kAheadPrefix - 1;
+constexpr std::string_view kAheadPrefix = ".attempt_";
 
 // The names in the directory open as `dirfd` but "." and ".." (none when it cannot be read).
 std::vector<std::string> NamesIn(int dirfd) {
@@ -156,7 +156,7 @@ void LogDir::MakeAhead(int attempt, int nproc) {
   std::unique_ptr<Ahead, AheadJoiner> a(new Ahead);
   a->attempt = attempt;
   a->nproc = nproc;
-  a->dir = run_dir_ + "/" + kAheadPrefix + std::to_string(attempt);
+  a->dir = run_dir_ + "/" + std::string(kAheadPrefix) + std::to_string(attempt);
   Ahead* raw = a.get();
   // The thread inherits the caller's signal mask (ctrun's blocked signals stay blocked in it). It
   // runs niced: it starts beside the spawn of the attempt that asked for it, which it must not
@@ -197,8 +197,8 @@ void RemoveTreesMadeAhead(const std::string& run_dir) {
   UniqueFd run(RetryOnEintr([&] { return ::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
   if (!run) return;
   for (const std::string& name : NamesIn(run.get())) {
-    if (name.size() <= kAheadPrefixSize || name.compare(0, kAheadPrefixSize, kAheadPrefix) != 0 ||
-        name.find_first_not_of("0123456789", kAheadPrefixSize) != std::string::npos)
+    if (name.size() <= kAheadPrefix.size() || !name.starts_with(kAheadPrefix) ||
+        name.find_first_not_of("0123456789", kAheadPrefix.size()) != std::string::npos)
       continue;
     UniqueFd tree(RetryOnEintr([&] { return ::openat(run.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
     if (!tree) continue;
