@@ -629,7 +629,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   }
   // torchrun's default base (/tmp/torchelastic_XXXXXX) is never shown; ctrun names it when it
   // holds log files, and removes it at the end of a successful run that wrote none.
-  const bool log_files = log_dir->files_enabled() && context.output_flags.redirects.AnySet();
+  const bool log_files = log_dir->files_enabled() && context.output_flags.WritesLogFiles();
   if (log_files && log_dir->temporary_base())
     spdlog::info("worker log files: {} (no --log_dir given: a new directory, kept after the run)", log_dir->run_dir());
   EventLoop loop;

@@ -82,6 +82,11 @@ struct OutputFlags {
   bool prefix_inherit = false;  // --log-prefix inherit
   std::vector<std::string> duplicate_stdout;  // --duplicate-stdout-filters
   std::vector<std::string> duplicate_stderr;  // --duplicate-stderr-filters
+  // Whether workers' output goes to files in the log directory (when it is not /dev/null): the
+  // redirected or tee'd streams' logs and the attempts' filtered_<stream>.log files.
+  bool WritesLogFiles() const {
+    return redirects.AnySet() || !duplicate_stdout.empty() || !duplicate_stderr.empty();
+  }
 };
 
 // Errors name the flag (or the variable) and the bad value.

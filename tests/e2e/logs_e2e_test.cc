@@ -178,5 +178,25 @@ TEST(LogsE2E, DuplicateFiltersCopyMatchingLinesOfEveryRankToOneFilePerStream) {
   EXPECT_EQ(r.out.find("rank 0 line"), std::string::npos) << r.out;
 }
 
+// Without --log_dir the filtered files go to a fresh $TMPDIR/torchelastic_* base, which a
+// successful run without log files removes: with filters it must be kept and named, as with
+// --redirects, or the files the user asked for are gone when ctrun exits.
+TEST(LogsE2E, DuplicateFiltersWithoutLogDirKeepAndNameTheFreshDirectory) {
+  TempDir tmp;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--duplicate-stdout-filters", "line 1"},
+                            {"--print", "3"}),
+                      {"TMPDIR=" + tmp.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string base = RunDir(tmp.path());
+  ASSERT_FALSE(base.empty()) << "the fresh log directory was removed: " << r.err;
+  const std::string run = RunDir(base);
+  ASSERT_FALSE(run.empty()) << base;
+  EXPECT_NE(r.err.find("worker log files: " + run), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("worker log files are in " + run), std::string::npos) << r.err;
+  std::vector<std::string> out = SplitLines(ReadFileOr(run + "/attempt_0/filtered_stdout.log"));
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[r0] rank 0 line 1", "[r1] rank 1 line 1"}));
+}
+
 }  // namespace
 }  // namespace ctrun::testing
