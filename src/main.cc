@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
     const std::string* prefix_template = env.Get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     auto output_flags = ctrun::logs::ParseOutputFlags(config, prefix_template ? prefix_template->c_str() : nullptr);
     if (!output_flags.ok()) return ending.Usage(output_flags.message());
+    if (const std::string& w = output_flags->prefix.warning(); !w.empty()) spdlog::warn("{}", w);
 
     // Under Slurm's srun with no node flags: nodes, node rank and master from SLURM_*.
     std::string cluster_notice;

@@ -1,8 +1,8 @@
 #include "agent/worker_env.h"
 
-#include <algorithm>
 #include <utility>
 
+#include "base/py_template.h"
 #include "gpu/visible_devices.h"
 
 namespace ctrun {
@@ -10,43 +10,6 @@ namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
-  }
-  return s;
-}
-
-// --expand-placeholders: one left-to-right pass, so a value that itself contains "${" is never
-// expanded again; "$${name}" of a known name gives the literal "${name}", unknown names stay.
-std::string ExpandAll(const std::string& arg, const std::vector<std::pair<std::string, std::string>>& values) {
-  std::string out;
-  size_t i = 0;
-  while (i < arg.size()) {
-    const size_t open = arg.find("${", i);
-    if (open == std::string::npos) break;
-    const size_t close = arg.find('}', open);
-    if (close == std::string::npos) break;
-    const std::string name = arg.substr(open + 2, close - open - 2);
-    const auto it = std::find_if(values.begin(), values.end(), [&](const auto& kv) { return kv.first == name; });
-    const bool escaped = open > i && arg[open - 1] == '$';
-    if (it == values.end()) {
-      out.append(arg, i, close + 1 - i);
-    } else if (escaped) {
-      out.append(arg, i, open - 1 - i);
-      out.append(arg, open, close + 1 - open);
-    } else {
-      out.append(arg, i, open - i);
-      out += it->second;
-    }
-    i = close + 1;
-  }
-  out.append(arg, i, std::string::npos);
-  return out;
 }
 
 }  // namespace
@@ -113,21 +76,18 @@ std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::
     if (config.module) argv.push_back("-m");
   }
   argv.push_back(config.entrypoint);
-  for (const auto& a : config.args) {
-    std::string s = a;
-    if (s.find("${") == std::string::npos) {
-      // nothing to replace
-    } else if (!config.expand_placeholders) {
-      s = ReplaceAll(s, "${local_rank}", std::to_string(rank.local_rank));  // torchrun's only macro
-    } else {
-      s = ExpandAll(s, {{"local_rank", std::to_string(rank.local_rank)},
-                        {"rank", std::to_string(rank.global_rank)},
-                        {"world_size", std::to_string(rank.world_size)},
-                        {"master_addr", attempt.master_addr},
-                        {"master_port", std::to_string(attempt.master_port)}});
-    }
-    argv.push_back(std::move(s));
-  }
+  // torchrun's one macro, ${local_rank} (or $local_rank), through string.Template's
+  // safe_substitute as torchrun does; --expand-placeholders adds ctrun's.
+  const TemplateLookup lookup = [&](std::string_view name) -> std::optional<std::string> {
+    if (name == "local_rank") return std::to_string(rank.local_rank);
+    if (!config.expand_placeholders) return std::nullopt;
+    if (name == "rank") return std::to_string(rank.global_rank);
+    if (name == "world_size") return std::to_string(rank.world_size);
+    if (name == "master_addr") return attempt.master_addr;
+    if (name == "master_port") return std::to_string(attempt.master_port);
+    return std::nullopt;
+  };
+  for (const auto& a : config.args) argv.push_back(a.find('$') == std::string::npos ? a : SafeSubstitute(a, lookup));
   return argv;
 }
 

@@ -44,9 +44,10 @@ std::string OmpNotice(const LaunchConfig& config, const Environment& base_env);
 
 // Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
 // `executable` is ResolveEntrypoint's answer (agent/launch_checks.h): the interpreter when the
-// entrypoint runs under Python. `${local_rank}` in args is replaced per worker (torchrun's only
-// placeholder); with --expand-placeholders also `${rank}`, `${world_size}`, `${master_addr}` and
-// `${master_port}`, in one pass, and `$${name}` of those names gives a literal `${name}`.
+// entrypoint runs under Python. Args go through Python's string.Template.safe_substitute, as in
+// torchrun (base/py_template.h): `${local_rank}` or `$local_rank` is replaced per worker (torchrun's
+// only placeholder), `$$` gives `$`, anything else stays as written; with --expand-placeholders
+// also `rank`, `world_size`, `master_addr` and `master_port`, in one pass.
 std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
                                          const RankInfo& rank, const AttemptInfo& attempt);
 

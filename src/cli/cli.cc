@@ -186,7 +186,7 @@ constexpr std::array kOptions = {
     OptionDef{"expand_placeholders", 0, Kind::kFlag, "", "", "", Group::kCtrun,
               "Also replace ${rank}, ${world_size}, ${master_addr} and ${master_port} in ARGS per "
               "worker (torchrun replaces only ${local_rank}, and so does ctrun without this flag, so "
-              "Hydra's key=${world_size} passes through). With it, $${name} gives a literal ${name}."},
+              "Hydra's key=${world_size} passes through). $$ gives a literal $, as in torchrun."},
     // Health: hang detection, stacks of a hung rank, restart policy (src/health/).
     OptionDef{"heartbeat_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
               "A rank that sends no heartbeat for this long is hung: its stacks are saved, then the job "
@@ -844,8 +844,9 @@ constexpr std::array<std::string_view, 3> kHelpParagraphs = {
     "on PATH, with -u; so does a Python text file that is not executable (torchrun runs every "
     "entrypoint under Python); anything else is executed directly (--no-python: always). ARGS, and everything after ENTRYPOINT even "
     "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
-    "${local_rank} in ARGS is replaced per worker (torchrun's only placeholder; "
-    "--expand-placeholders adds ${rank}, ${world_size}, ${master_addr}, ${master_port}).",
+    "${local_rank} (or $local_rank) in ARGS is replaced per worker and $$ gives $, as torchrun's "
+    "string.Template does (its only placeholder; --expand-placeholders adds ${rank}, ${world_size}, "
+    "${master_addr}, ${master_port}).",
     "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
     "[env: PET_X] means the variable is used when the option is not given (the option wins); "
     "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off."};

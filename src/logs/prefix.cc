@@ -3,76 +3,49 @@
 namespace ctrun::logs {
 namespace {
 
-bool IsIdentStart(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9'); }
-
 std::string Pad(int v, int width) {
   std::string s = std::to_string(v);
   if (static_cast<int>(s.size()) < width) s.insert(0, static_cast<size_t>(width) - s.size(), '0');
   return s;
 }
 
+constexpr const char* kKnownNames = "role_name, rank, local_rank, host, node_rank, world_size";
+
+TemplateLookup LabelLookup(const RankLabel& l) {
+  return [&l](std::string_view name) -> std::optional<std::string> {
+    if (name == "role_name") return l.role;
+    if (name == "rank") return std::to_string(l.rank);
+    if (name == "local_rank") return std::to_string(l.local_rank);
+    if (name == "host") return l.host;
+    if (name == "node_rank") return std::to_string(l.node_rank);
+    if (name == "world_size") return std::to_string(l.world_size);
+    return std::nullopt;
+  };
+}
+
 }  // namespace
 
 StatusOr<std::string> RenderPrefixTemplate(std::string_view t, const RankLabel& l) {
-  std::string out;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] != '$') {
-      out.push_back(t[i]);
-      continue;
-    }
-    if (i + 1 < t.size() && t[i + 1] == '$') {
-      out.push_back('$');
-      ++i;
-      continue;
-    }
-    std::string_view name;
-    size_t next;
-    if (i + 1 < t.size() && t[i + 1] == '{') {
-      size_t close = t.find('}', i + 2);
-      if (close == std::string_view::npos) return Status::Error("prefix template: unclosed '${' in '" + std::string(t) + "'");
-      name = t.substr(i + 2, close - i - 2);
-      next = close;
-    } else {
-      size_t j = i + 1;
-      if (j < t.size() && IsIdentStart(t[j])) {
-        while (j < t.size() && IsIdentChar(t[j])) ++j;
-      }
-      name = t.substr(i + 1, j - i - 1);
-      next = j - 1;
-    }
-    if (name == "role_name") {
-      out += l.role;
-    } else if (name == "rank") {
-      out += std::to_string(l.rank);
-    } else if (name == "local_rank") {
-      out += std::to_string(l.local_rank);
-    } else if (name == "host") {
-      out += l.host;
-    } else if (name == "node_rank") {
-      out += std::to_string(l.node_rank);
-    } else if (name == "world_size") {
-      out += std::to_string(l.world_size);
-    } else {
-      return Status::Error("prefix template: unknown placeholder '$" + std::string(name) + "' in '" +
-                           std::string(t) +
-                           "' (known: role_name, rank, local_rank, host, node_rank, world_size)");
-    }
-    i = next;
-  }
-  return out;
+  auto r = Substitute(t, LabelLookup(l));
+  if (!r.ok()) return Status::Error("prefix template: " + r.message() + " in '" + std::string(t) + "' (known: " + kKnownNames + ")");
+  return r;
 }
 
 StatusOr<PrefixFormat> PrefixFormat::Choose(std::string_view log_prefix, const char* env_template,
                                             bool any_tee) {
-  auto checked = [](std::string t) -> StatusOr<PrefixFormat> {
-    auto r = RenderPrefixTemplate(t, RankLabel{});
-    if (!r.ok()) return r.status();
-    return PrefixFormat(Kind::kTemplate, std::move(t));
-  };
   if (log_prefix == "none" || log_prefix == "inherit") return PrefixFormat(Kind::kNone, {});
-  if (!log_prefix.empty()) return checked(std::string(log_prefix));
-  if (env_template != nullptr) return checked(env_template);
+  if (!log_prefix.empty()) {
+    auto r = RenderPrefixTemplate(log_prefix, RankLabel{});
+    if (!r.ok()) return r.status();
+    return PrefixFormat(Kind::kTemplate, std::string(log_prefix));
+  }
+  if (env_template != nullptr) {
+    // torchrun's variable: safe_substitute, as torchrun renders it; what stays as written is named.
+    PrefixFormat f(Kind::kSafeTemplate, env_template);
+    if (auto r = RenderPrefixTemplate(env_template, RankLabel{}); !r.ok())
+      f.warning_ = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: " + r.message() + "; it stays as written, as in torchrun";
+    return f;
+  }
   if (any_tee) return PrefixFormat(Kind::kTorchrunTee, {});
   return Default();
 }
@@ -87,6 +60,8 @@ std::string PrefixFormat::Render(const RankLabel& l) const {
       auto r = RenderPrefixTemplate(template_, l);
       return r.ok() ? *r : std::string();
     }
+    case Kind::kSafeTemplate:
+      return SafeSubstitute(template_, LabelLookup(l));
     case Kind::kDefault:
       break;
   }

@@ -137,6 +137,18 @@ TEST(LogsE2E, PrefixNoneAndCustomTemplate) {
   EXPECT_EQ(t.out, "<1/1> rank 1 line 0\n");
 }
 
+// torchrun renders TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with safe_substitute: a placeholder it
+// does not know stays as written and the run goes on. ctrun too, with one warning line.
+TEST(LogsE2E, TorchrunsPrefixVariableWithAnUnknownPlaceholderStillRuns) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--ranks-filter", "1"}, {"--print", "1"}),
+                      {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[$foo ${rank}] 100$ "});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[$foo 1] 100$ rank 1 line 0\n");
+  size_t warnings = 0;
+  for (const std::string& line : SplitLines(r.err)) warnings += line.find("unknown placeholder '$foo'") != std::string::npos;
+  EXPECT_EQ(warnings, 1u) << r.err;
+}
+
 TEST(LogsE2E, SingleWorkerInheritsTheConsole) {
   // One worker, no log options: the worker writes to ctrun's own stdout directly.
   TempDir d;

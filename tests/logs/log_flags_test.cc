@@ -97,6 +97,24 @@ TEST(Prefix, TemplateRendering) {
   EXPECT_FALSE(RenderPrefixTemplate("$", l).ok());
 }
 
+// torchrun renders its variable with safe_substitute: nothing in it can stop a run. ctrun does the
+// same and names what stays as written in one warning.
+TEST(Prefix, TorchrunsTemplateVariableIsRenderedSafelyWithAWarning) {
+  RankLabel l{"trainer", 13, 5, 16, 1, "node7", true};
+  auto f = PrefixFormat::Choose("", "[$foo ${rank}] 100$ ", /*any_tee=*/false);
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ(f->Render(l), "[$foo 13] 100$ ");
+  EXPECT_NE(f->warning().find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: prefix template: unknown placeholder '$foo'"),
+            std::string::npos)
+      << f->warning();
+  auto clean = PrefixFormat::Choose("", "[${rank}] ", false);
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->warning(), "");
+  EXPECT_EQ(clean->Render(l), "[13] ");
+  // --log-prefix is ctrun's own: a typo there stops the run before it starts.
+  EXPECT_FALSE(PrefixFormat::Choose("[$foo]", nullptr, false).ok());
+}
+
 TEST(Prefix, ChoiceAndDefaults) {
   RankLabel l{"default", 3, 3, 16, 0, "h", false};
   EXPECT_EQ(PrefixFormat::Default().Render(l), "[r03] ");
@@ -120,7 +138,8 @@ TEST(Prefix, ChoiceAndDefaults) {
   EXPECT_EQ(flag->Render(m), "gpu-node-2:9 ");
   EXPECT_EQ(PrefixFormat::Choose("none", "[rank${rank}]: ", true)->Render(m), "");
   EXPECT_FALSE(PrefixFormat::Choose("${bogus}", nullptr, false).ok());
-  EXPECT_FALSE(PrefixFormat::Choose("", "${bogus}", false).ok());
+  // torchrun's variable never stops a run (safe_substitute): see the test below.
+  EXPECT_EQ(PrefixFormat::Choose("", "${bogus}", false)->Render(m), "${bogus}");
 }
 
 TEST(Prefix, ColourKeepsTrailingSpacePlain) {

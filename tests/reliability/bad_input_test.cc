@@ -121,7 +121,6 @@ const std::vector<Row>& Table() {
       {"env", {"@W"}, {"PET_LOG_DIR=/proc/nope"}, 1, "cannot create the log directory: mkdir -p /proc/nope"},
       {"env", {"@W"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"}, 2, "for TORCH_ELASTIC_SHUTDOWN_TIMEOUT: not a number"},
       {"env", {"@W"}, {"CTRUN_LOG_LEVEL=chatty"}, 2, "invalid value 'chatty' for CTRUN_LOG_LEVEL"},
-      {"env", {"--tee=3", "@W"}, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${nope}"}, 2, "unknown placeholder '$nope'"},
       {"env", {"x.py"}, {"PYTHON_EXEC=/nonexistent/python"}, 2, "cannot execute /nonexistent/python"},
       // --- rendezvous configurations -----------------------------------------------------------
       {"rdzv", {"--rdzv_backend=zookeeper", "@W"}, {}, 2, "for --rdzv_backend: expected static, c10d, etcd or etcd-v2"},

@@ -125,11 +125,14 @@ TEST_F(EnvFixture, ExecutablesRunDirectly) {
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), std::vector<std::string>{"script.py"});
 }
 
+// torchrun: Template(arg).safe_substitute(local_rank=...); expected values checked with Python.
 TEST_F(EnvFixture, OnlyLocalRankIsReplacedByDefaultLikeTorchrun) {
   config.entrypoint = "./bin";
-  config.args = {"--local_rank=${local_rank}", "trainer.world=${world_size}", "${rank}", "$${local_rank}"};
+  config.args = {"--local_rank=${local_rank}", "trainer.world=${world_size}", "${rank}", "$${local_rank}",
+                 "--lr=$local_rank", "a$$b", "cost: $5"};
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
-            (std::vector<std::string>{"./bin", "--local_rank=2", "trainer.world=${world_size}", "${rank}", "$2"}));
+            (std::vector<std::string>{"./bin", "--local_rank=2", "trainer.world=${world_size}", "${rank}",
+                                      "${local_rank}", "--lr=2", "a$b", "cost: $5"}));
 }
 
 TEST_F(EnvFixture, ExpandPlaceholdersReplacesTheRestAndHasAnEscape) {
@@ -139,7 +142,7 @@ TEST_F(EnvFixture, ExpandPlaceholdersReplacesTheRestAndHasAnEscape) {
                  "${unknown}", "key=$${world_size}", "$$${rank}", "${rank"};
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
             (std::vector<std::string>{"./bin", "--local_rank=2", "--rank", "6", "8", "10.1.2.3:29511", "${unknown}",
-                                      "key=${world_size}", "$${rank}", "${rank"}));
+                                      "key=${world_size}", "$6", "${rank"}));
 }
 
 TEST_F(EnvFixture, ANonExecutablePythonTextFileRunsUnderPython) {
