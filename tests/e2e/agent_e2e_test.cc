@@ -122,9 +122,10 @@ TEST(CtrunE2E, MaxRestartsExhaustedPrintsSummaryAndRootCauseExitCode) {
 
 // Rank 0 dies of SIGPIPE at once (it wrote to a peer that went away); rank 1, the peer, is still
 // unwinding and writes its error file 300 ms later. It ends on its own and is the root cause.
+// ("$$$$": worker arguments go through string.Template as in torchrun, where "$$" is one '$'.)
 TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
   const std::string script = std::string("[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] || exit 0; "
-                                         "if [ \"$RANK\" = 0 ]; then kill -PIPE $$; fi; exec ") +
+                                         "if [ \"$RANK\" = 0 ]; then kill -PIPE $$$$; fi; exec ") +
                              FAKE_WORKER + " --sleep-ms 300 --error-file 'crashed at step 14' --exit 3";
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
                        script});
@@ -137,11 +138,12 @@ TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
 
 // Rank 1 has written its error file and is still exiting (a Python rank in interpreter shutdown)
 // when rank 0 dies of SIGPIPE: rank 1 is the root cause whatever ends it, so ctrun does not wait.
+// ("$$$$": see above.)
 TEST(CtrunE2E, ALostPeerIsNotWaitedForWhenThePeerHasRecordedItsError) {
   TempDir d;
   const std::string script = std::string("[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] || exit 0; if [ \"$RANK\" = 1 ]; then ") +
                              FAKE_WORKER + " --error-file 'crashed at step 14' && touch " + (d / "written") +
-                             " && exec sleep 30; fi; while [ ! -e " + (d / "written") + " ]; do sleep 0.01; done; kill -PIPE $$";
+                             " && exec sleep 30; fi; while [ ! -e " + (d / "written") + " ]; do sleep 0.01; done; kill -PIPE $$$$";
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
                        script}, {}, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
