@@ -211,12 +211,14 @@ class RealHooks final : public AgentHooks {
     }
   }
 
-  void OnWorkerExited(int, pid_t pid) override {
+  void OnWorkerExited(int local_rank, pid_t pid) override {
     auto it = pidfds_.find(pid);
     if (it != pidfds_.end()) {
       loop_.RemoveFd(it->second.get());
       pidfds_.erase(it);
     }
+    // Its last lines are in its pipes already: shown before the agent says anything of its exit.
+    relay_.CatchUp(local_rank);
   }
 
   void OnGroupGone(pid_t pgid) override {
@@ -500,8 +502,11 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
 }
 
 // The end of the run for the user: the failure summary (torchrun's layout), the agent's own error
-// file, the multi-node outcome. Returns how the run ended (job_outcome.h decides).
-RunOutcome Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks) {
+// file, the multi-node outcome. Returns how the run ended (job_outcome.h decides). The summary
+// goes to `console` (ctrun's stderr writer), behind every worker line already queued there, never
+// inside one.
+RunOutcome Report(const LaunchConfig& config, const RunContext& context, const Agent& agent, RealHooks& hooks,
+                  logs::ConsoleWriter& console) {
   // One reading of the OOM counter serves the per-worker verdicts and the summary's note.
   const std::optional<OomKillSample> oom_after = ReadOomKillSample();
   const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
@@ -511,7 +516,7 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
     // torchrun's host field is socket.getfqdn() ("localhost" where the host name maps to it).
     std::string text = FormatFailureSummary(EntrypointName(config), failures, Fqdn(context.hostname), opts);
     std::fflush(stdout);
-    std::fputs(text.c_str(), stderr);
+    console.WriteDiagnostic(text);
     if (const std::string* path = context.env.Get("TORCHELASTIC_ERROR_FILE"))
       if (Status s = WriteAgentErrorFile(*path, failures, opts); !s.ok())
         spdlog::warn("cannot write the agent's error file: {}", s.message());
@@ -701,10 +706,15 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (backend.rendezvous) FinishRendezvous(loop, &backend);
 
   // Every worker is gone; whatever is still in their pipes (or held open by an escaped
-  // descendant) is read now, bounded, so the last words of a crashing rank are never lost.
-  relay.FlushAll(loop.Now() + std::chrono::seconds(2));
+  // descendant) is read now, bounded, so the last words of a crashing rank are never lost, and
+  // all of it reaches the console before the summary, however slow its reader. A stopping signal
+  // (--signals-to-handle) cuts that wait short: readable on this signalfd of its own, which
+  // SIGCHLD does not wake. Without one the wait is for the reader alone, as a worker's would be.
+  auto stop_signals = SignalFd::Create(config.signals_to_handle);
+  const int stop_fd = stop_signals.ok() ? stop_signals->fd() : -1;
+  relay.FlushAll(loop.Now() + std::chrono::seconds(2), stop_fd);
 
-  RunOutcome outcome = Report(config, context, agent, hooks);
+  RunOutcome outcome = Report(config, context, agent, hooks, relay.stderr_console());
   recorder.Fill(&outcome);
   const int code = outcome.exit_code;
   // A fresh base is kept when it holds log files, or when the run failed: the summary names error
@@ -723,7 +733,13 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
   if (code == 0) spdlog::info("all workers finished successfully");
   // The lines just logged went through the relay's console writer: drain it before it goes.
-  relay.FlushAll(loop.Now() + std::chrono::seconds(1));
+  // What never reached the console is said (on stderr, when that one still works).
+  if (const size_t lost = relay.FlushAll(loop.Now() + std::chrono::seconds(1), stop_fd); lost > 0) {
+    spdlog::warn("{} bytes of output could not be written to the console: its reader went away, or a signal cut "
+                 "the final wait for it short",
+                 lost);
+    relay.stderr_console().Drain(loop.Now() + std::chrono::seconds(1));  // bounded, even after a signal
+  }
 
   // The watchdog was told to go when the agent was done; reaped here unless the drain did.
   if (watchdog_pid > 0 && !watchdog_reaped) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -30,6 +31,7 @@ ConsoleWriter::~ConsoleWriter() {
 
 void ConsoleWriter::WriteSomeLocked() {
   if (broken_) {
+    dropped_ += buffered();
     buf_.clear();
     head_ = 0;
     return;
@@ -42,6 +44,7 @@ void ConsoleWriter::WriteSomeLocked() {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     broken_ = true;  // EPIPE, EIO, ENOSPC...: discard from now on rather than block workers
+    dropped_ += buffered();
     buf_.clear();
     head_ = 0;
     return;
@@ -88,7 +91,7 @@ void ConsoleWriter::OnWritable() {
   if (notify) notify();
 }
 
-bool ConsoleWriter::Drain(TimePoint deadline) {
+bool ConsoleWriter::Drain(TimePoint deadline, int interrupt) {
   std::function<void()> notify;
   bool empty;
   {
@@ -98,8 +101,10 @@ bool ConsoleWriter::Drain(TimePoint deadline) {
       if (buffered() == 0) break;
       auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      pollfd p{out_fd(), POLLOUT, 0};
-      RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left.count())); });
+      pollfd p[2] = {{out_fd(), POLLOUT, 0}, {interrupt, POLLIN, 0}};
+      const int wait_ms = static_cast<int>(std::min<std::chrono::milliseconds::rep>(left.count(), 60'000));
+      RetryOnEintr([&] { return ::poll(p, interrupt >= 0 ? 2 : 1, wait_ms); });
+      if (interrupt >= 0 && (p[1].revents & POLLIN) != 0) break;
     }
     empty = buffered() == 0;
     if (std::this_thread::get_id() == loop_thread_) UpdateEpollLocked();

@@ -14,7 +14,7 @@
 //    or when reopening fails, writes are blocking on the original fd (disk speed is the limit;
 //    a stalled socket then stalls the loop: the documented trade-off).
 //  - EPIPE/EIO (reader gone, terminal hung up): the console is marked broken and all further
-//    output is discarded, so workers are never blocked by a dead console.
+//    output is discarded, so workers are never blocked by a dead console; dropped() counts it.
 //  - Threads: buffer access is guarded by the mutex; Commit/EPOLLOUT handling run on the loop's
 //    thread. WriteDiagnostic may be called from any thread.
 #pragma once
@@ -110,8 +110,12 @@ class ConsoleWriter {
   // Called on the loop thread when the buffer falls below high_water/2 after being above it.
   void SetOnDrained(std::function<void()> fn) { on_drained_ = std::move(fn); }
 
-  // Writes everything out, waiting (poll) at most until deadline. True when empty.
-  bool Drain(TimePoint deadline);
+  // Writes everything out, waiting (poll) at most until deadline, or until `interrupt` (an fd,
+  // say ctrun's signalfd; -1 none) is readable. True when empty.
+  bool Drain(TimePoint deadline, int interrupt = -1);
+  // Bytes discarded because the console broke (see the contract), so that the end of the run can
+  // say so. Under Lock(), or once no other thread writes.
+  size_t dropped() const { return dropped_; }
   // One line from ctrun itself (no trailing newline needed); any thread.
   void WriteDiagnostic(std::string_view line);
 
@@ -134,6 +138,7 @@ class ConsoleWriter {
   size_t head_ = 0;
   bool line_dirty_ = false;
   bool broken_ = false;
+  size_t dropped_ = 0;     // discarded because broken_
   bool armed_ = false;     // EPOLLOUT registered
   bool was_high_ = false;  // went over high water; on_drained_ owed
   std::function<void()> on_drained_;

@@ -314,6 +314,19 @@ bool OutputRelay::WorkerDrained(int local_rank) const {
   return it == streams_.end() || it->first.first != local_rank;
 }
 
+void OutputRelay::CatchUp(int local_rank) {
+  for (int k = 0; k < 2; ++k) {
+    // Bounded like DropWorker's reads: a descendant still writing cannot hold the loop here.
+    for (int i = 0; i < 64; ++i) {
+      StreamState* s = Find(local_rank, static_cast<Stream>(k));  // gone once EOF closed it
+      if (s == nullptr || (s->writer != nullptr && s->writer->over_high_water())) break;
+      if (!ReadOnce(*s) || !s->registered) break;
+      pollfd p{s->fd.get(), POLLIN, 0};
+      if (RetryOnEintr([&] { return ::poll(&p, 1, 0); }) <= 0) break;  // EAGAIN next: nothing more now
+    }
+  }
+}
+
 void OutputRelay::DropWorker(int local_rank) {
   for (int k = 0; k < 2; ++k) {
     StreamState* s = Find(local_rank, static_cast<Stream>(k));
@@ -329,7 +342,7 @@ void OutputRelay::DropWorker(int local_rank) {
   }
 }
 
-void OutputRelay::FlushAll(TimePoint deadline) {
+size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt) {
   auto now = [] { return TimePoint(std::chrono::steady_clock::now()); };
   std::vector<pollfd> fds;
   std::vector<std::pair<int, int>> keys;
@@ -354,8 +367,14 @@ void OutputRelay::FlushAll(TimePoint deadline) {
     }
   }
   while (!streams_.empty()) DropWorker(streams_.begin()->first.first);
-  out_->Drain(deadline);
-  if (err_) err_->Drain(deadline);
+  size_t lost = 0;
+  for (ConsoleWriter* w : {out_.get(), err_.get()}) {
+    if (w == nullptr) continue;
+    w->Drain(TimePoint::max(), interrupt);
+    auto lock = w->Lock();
+    lost += w->buffered() + w->dropped();
+  }
+  return lost;
 }
 
 bool OutputRelay::Idle() const {

@@ -99,9 +99,18 @@ class OutputRelay {
   // Reads what is available now from the rank's streams, flushes partial lines and closes them
   // (for pipes held open by orphaned grandchildren). Does not call the drained callback.
   void DropWorker(int local_rank);
-  // Shutdown: reads all streams to EOF, then drains the consoles, until the deadline at most;
-  // streams still open at the deadline are dropped. Runs its own poll(), not the EventLoop.
-  void FlushAll(TimePoint deadline);
+  // Reads what the rank's streams hold now, as the loop would (up to EOF, which closes the stream,
+  // or EAGAIN; stopping at the console's high water): for a worker that has just exited, whose
+  // every write is in its pipes already, so that its last lines reach the console before ctrun's
+  // words about its exit.
+  void CatchUp(int local_rank);
+  // Shutdown: reads all streams to EOF until `deadline` at most (streams still open then, held by
+  // an escaped descendant, are dropped), then writes everything read to the consoles, waiting as
+  // long as their readers take (a slow pipe reader or a paused terminal loses nothing, as workers
+  // writing there directly would not), unless `interrupt` (ctrun's signalfd; -1 none) becomes
+  // readable or a console breaks. Returns the bytes left unwritten or discarded since the start.
+  // Runs its own poll(), not the EventLoop.
+  size_t FlushAll(TimePoint deadline, int interrupt = -1);
   // No open stream and nothing buffered for the console.
   bool Idle() const;
 

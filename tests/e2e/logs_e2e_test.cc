@@ -1,15 +1,22 @@
 // Worker output through the real ctrun binary: ordering and completeness, crash tails, log-dir
 // layout across restarts, tee/redirect, filters and prefix templates.
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <regex>
+#include <thread>
 
+#include "base/unique_fd.h"
 #include "helpers/ctrun_command.h"
+#include "helpers/free_port.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -208,6 +215,123 @@ TEST(LogsE2E, DuplicateFiltersWithoutLogDirKeepAndNameTheFreshDirectory) {
   std::vector<std::string> out = SplitLines(ReadFileOr(run + "/attempt_0/filtered_stdout.log"));
   std::sort(out.begin(), out.end());
   EXPECT_EQ(out, (std::vector<std::string>{"[r0] rank 0 line 1", "[r1] rank 1 line 1"}));
+}
+
+// ctrun's stdout and stderr are one FIFO this test reads only when it chooses: a slow reader (a
+// pager, a slow ssh link, a paused terminal). All of the workers' output fits in ctrun's buffers,
+// so they finish; then nothing is read for a while.
+struct SlowReaderRun {
+  TempDir d;
+  UniqueFd read_end;
+  std::unique_ptr<BackgroundProcess> job;
+  std::vector<std::string> WithPidFile(std::vector<std::string> args) const {
+    args.insert(args.end(), {"--pid-file", d / "pids"});
+    return args;
+  }
+  explicit SlowReaderRun(const std::vector<std::string>& worker_args) {
+    const std::string fifo = d / "console";
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    read_end.reset(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // before the writers open it
+        job = std::make_unique<BackgroundProcess>(
+        Ctrun({"--standalone", "--nproc_per_node=2", "--master_port", std::to_string(FreePort())}, WithPidFile(worker_args)),
+        std::vector<std::string>{}, fifo,
+        fifo);
+  }
+  // A worker started (noting its pid first), so ctrun's watchdog was running (it is made before
+  // any worker); now nothing of ctrun's is left, the watchdog included, which goes only when the
+  // agent is done. ctrun is in its final drain.
+  bool AgentDone() { return !ReadPids(d / "pids").empty() && LiveDescendants(job->pid()).empty(); }
+  std::string ReadToEof() {
+    std::string out;
+    char buf[65536];
+    for (;;) {
+      pollfd p{read_end.get(), POLLIN, 0};
+      if (::poll(&p, 1, 30'000) <= 0) break;
+      const ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // The stimulus, not a synchronisation: a reader that stays away longer than ctrun's bounded
+  // waits for worker pipes (2 s) and for its own last lines (1 s) used to lose all it had not read.
+  static void StayAway() { std::this_thread::sleep_for(3500ms); }
+};
+
+// How many whole lines of `rank` there are when they run "rank R line 0", "line 1", ... in order
+// with none missing; -1 when one is missing or out of place. The rank's last line may be cut
+// short (a worker killed in the middle of a write): it is not counted.
+long ContiguousLines(const std::vector<std::string>& lines, int rank) {
+  const std::string prefix = "[r" + std::to_string(rank) + "] ";
+  const std::string head = prefix + "rank " + std::to_string(rank) + " line ";
+  long next = 0;
+  bool cut = false;
+  for (const std::string& l : lines) {
+    if (l.rfind(prefix, 0) != 0) continue;
+    const std::string want = head + std::to_string(next);
+    if (cut || (l != want && want.rfind(l, 0) != 0)) return -1;
+    if (l == want) ++next;
+    else cut = true;
+  }
+  return next;
+}
+
+TEST(LogsE2E, ASlowConsoleReaderGetsEveryLine) {
+  SlowReaderRun run({"--print", "5000"});
+  ASSERT_TRUE(WaitFor([&] { return run.AgentDone(); }, 30s));
+  SlowReaderRun::StayAway();
+  const std::string out = run.ReadToEof();
+  EXPECT_EQ(run.job->Wait(30s), 0) << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
+  const std::vector<std::string> lines = SplitLines(out);
+  EXPECT_EQ(ContiguousLines(lines, 0), 5000);
+  EXPECT_EQ(ContiguousLines(lines, 1), 5000);
+  EXPECT_EQ(out.find("could not be written to the console"), std::string::npos);
+}
+
+TEST(LogsE2E, ASlowConsoleReaderGetsTheFailureSummaryAfterTheWorkersLines) {
+  SlowReaderRun run({"--print", "5000", "--exit", "3"});
+  ASSERT_TRUE(WaitFor([&] { return run.AgentDone(); }, 30s));
+  SlowReaderRun::StayAway();
+  const std::string out = run.ReadToEof();
+  EXPECT_EQ(run.job->Wait(30s), 3);
+  const std::vector<std::string> lines = SplitLines(out);
+  // The rank that exited first had printed all its lines; the other, stopped by ctrun, may not
+  // have. None is lost or out of order.
+  const long r0 = ContiguousLines(lines, 0), r1 = ContiguousLines(lines, 1);
+  EXPECT_GE(r0, 0);
+  EXPECT_GE(r1, 0);
+  EXPECT_EQ(std::max(r0, r1), 5000);
+  size_t last_worker_line = 0, summary = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("[r", 0) == 0) last_worker_line = i;
+    if (summary == 0 && lines[i].find("FAILED") != std::string::npos) summary = i;
+  }
+  EXPECT_GT(summary, last_worker_line) << "the summary landed among the workers' lines";
+  EXPECT_EQ(out.find("could not be written to the console"), std::string::npos);
+}
+
+TEST(LogsE2E, AStoppingSignalEndsTheWaitForASlowConsoleAndSaysWhatWasLost) {
+  SlowReaderRun run({"--print", "5000"});
+  ASSERT_TRUE(WaitFor([&] { return run.AgentDone(); }, 30s));
+  run.job->Signal(SIGTERM);
+  const std::string out = run.ReadToEof();  // until ctrun exits and the FIFO's writers are gone
+  EXPECT_EQ(run.job->Wait(20s), 0);         // the job itself had succeeded
+  EXPECT_NE(out.find("bytes of output could not be written to the console"), std::string::npos)
+      << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
+}
+
+// A worker's last lines are in its pipes when its exit is seen: they come before ctrun's line
+// about that exit, not after it.
+TEST(LogsE2E, AFailedWorkersLastLinesPrecedeTheLineAboutItsExit) {
+  for (int i = 0; i < 5; ++i) {
+    SlowReaderRun run({"--print", "3", "--stderr", "ERR LINE", "--only-rank", "0", "--exit", "4", "--else-hang"});
+    const std::string out = run.ReadToEof();
+    ASSERT_EQ(run.job->Wait(30s), 4) << out;
+    const size_t exit_line = out.find("first exit: worker rank 0");
+    ASSERT_NE(exit_line, std::string::npos) << out;
+    EXPECT_LT(out.find("[r0] rank 0 line 2"), exit_line) << out;
+    EXPECT_LT(out.find("[r0] ERR LINE"), exit_line) << out;
+  }
 }
 
 }  // namespace
