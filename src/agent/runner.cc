@@ -622,6 +622,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   auto log_dir = logs::LogDir::Create(config.log_dir, config.run_id);
   if (!log_dir.ok())
     return SetUpFailed(OutcomeKind::kSetupError, "cannot create the log directory: " + log_dir.message());
+  if (!log_dir->notice().empty()) spdlog::warn("{}", log_dir->notice());
   // After the cgroup and the run directory: a SIGKILLed ctrun's watchdog empties and removes the
   // one, and removes the next attempt's directories made ahead (never used) from the other.
   std::optional<Watchdog> watchdog;

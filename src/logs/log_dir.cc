@@ -14,6 +14,8 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
@@ -47,6 +49,37 @@ StatusOr<std::string> MakeTempDir(const std::string& tmpl) {
   std::string buf = tmpl;
   if (::mkdtemp(buf.data()) == nullptr) return Status::Errno("mkdtemp " + tmpl, errno);
   return buf;
+}
+
+// torchrun's default base: mkdtemp("torchelastic_") in Python's tempfile.gettempdir(), the first
+// of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp and the working directory where one can be
+// made. A variable that names a symlink planted by another user is an error, never followed
+// (sys/safe_path.h). *notice: one line when a variable named a directory that could not be used.
+StatusOr<std::string> MakeTemporaryBase(std::string* notice) {
+  std::vector<std::pair<std::string, std::string>> candidates;  // (variable or "", directory)
+  for (const char* var : {"TMPDIR", "TEMP", "TMP"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') candidates.emplace_back(var, v);
+  }
+  for (const char* dir : {"/tmp", "/var/tmp", "/usr/tmp"}) candidates.emplace_back("", dir);
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (!ec) candidates.emplace_back("", cwd.string());
+  Status first_error = Status::Error("no temporary directory");
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto& [var, dir] = candidates[i];
+    if (std::string why = PlantedSymlink(dir); !why.empty())
+      return Status::Error((var.empty() ? dir : var + " " + dir) + ": not followed: " + why);
+    auto made = MakeTempDir(dir + "/torchelastic_XXXXXX");
+    if (made.ok()) {
+      if (i > 0 && !candidates[0].first.empty())
+        *notice = candidates[0].first + "=" + candidates[0].second + " cannot be used (" + first_error.message() +
+                  "); the log directory goes to " + dir + " instead, as Python's tempfile would";
+      return made;
+    }
+    if (i == 0) first_error = made.status();
+  }
+  return first_error;
 }
 
 Status MakeDirs(const std::string& path) {
@@ -91,16 +124,13 @@ void LogDir::AheadJoiner::operator()(Ahead* a) const {
 StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const std::string& run_id) {
   if (base && *base == kDevNull) return LogDir(kDevNull, "");
   std::string root;
+  std::string notice;
   const bool temporary = !base || base->empty();
   if (!temporary) {
     root = *base;
     if (Status s = MakeDirs(root); !s.ok()) return s;
   } else {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpdir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
-    if (std::string why = PlantedSymlink(tmpdir); !why.empty())
-      return Status::Error("TMPDIR " + tmpdir + ": not followed: " + why);
-    auto made = MakeTempDir(tmpdir + "/torchelastic_XXXXXX");
+    auto made = MakeTemporaryBase(&notice);
     if (!made.ok()) return made.status();
     root = std::move(*made);
   }
@@ -114,7 +144,9 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
   }
   auto run_dir = MakeTempDir(root + "/" + id + "_XXXXXX");
   if (!run_dir.ok()) return run_dir.status();
-  return LogDir(std::move(*run_dir), temporary ? root : "");
+  LogDir made(std::move(*run_dir), temporary ? root : "");
+  made.notice_ = std::move(notice);
+  return made;
 }
 
 Status LogDir::RemoveTemporaryBase() {

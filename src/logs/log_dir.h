@@ -50,8 +50,13 @@ struct AttemptPaths {
 
 class LogDir {
  public:
-  // Creates <base> if missing (mkdir -p) and the <run_id>_XXXXXX run directory inside it.
+  // Creates <base> if missing (mkdir -p) and the <run_id>_XXXXXX run directory inside it. Without
+  // a base, the fresh one goes where Python's tempfile would put it: $TMPDIR, $TEMP, $TMP, /tmp,
+  // /var/tmp, /usr/tmp, the working directory, the first that works (notice() says when a
+  // variable named one that did not).
   static StatusOr<LogDir> Create(const std::optional<std::string>& base, const std::string& run_id);
+  // One line for the user about where the fresh base went; "" when nothing needs saying.
+  const std::string& notice() const { return notice_; }
 
   // rm -rf attempt_<attempt>, then makes it and its nproc per-rank directories, or renames the
   // tree MakeAhead made for this attempt into place (waiting for its thread to finish).
@@ -84,6 +89,7 @@ class LogDir {
   bool TakeAhead(int attempt, int nproc, const std::string& dir);
   std::string run_dir_;
   std::string temp_base_;  // "" unless the base was made by Create
+  std::string notice_;
   std::unique_ptr<Ahead, AheadJoiner> ahead_;  // the MakeAhead tree, with its thread
 };
 

@@ -77,6 +77,31 @@ TEST(LogDir, DefaultBaseIsAFreshTorchelasticTempDir) {
   EXPECT_EQ(run.filename().string().rfind("none_", 0), 0u) << run;
 }
 
+// torchrun's base comes from Python's tempfile.gettempdir(), which passes over a $TMPDIR it cannot
+// write to ($TEMP, $TMP, /tmp, ... next): a stale TMPDIR must not stop a job torchrun would run.
+TEST(LogDir, AnUnusableTmpdirFallsBackLikePythonsTempfileAndSaysSo) {
+  TempDir tmp;
+  const std::string file = tmp / "a-file";
+  std::ofstream(file) << "x";
+  for (const std::string& bad : {tmp / "missing", file}) {
+    const char* old_temp = getenv("TEMP");
+    const std::string saved_temp = old_temp ? old_temp : "";
+    setenv("TEMP", tmp.path().c_str(), 1);
+    auto dir = CreateInTmpdir(bad);
+    if (old_temp) setenv("TEMP", saved_temp.c_str(), 1);
+    else unsetenv("TEMP");
+    ASSERT_TRUE(dir.ok()) << dir.message();
+    EXPECT_EQ(fs::path(dir->run_dir()).parent_path().parent_path(), fs::path(tmp.path())) << dir->run_dir();
+    EXPECT_NE(dir->notice().find("TMPDIR=" + bad + " cannot be used"), std::string::npos) << dir->notice();
+    EXPECT_NE(dir->notice().find("goes to " + tmp.path() + " instead"), std::string::npos) << dir->notice();
+    ASSERT_TRUE(dir->RemoveTemporaryBase().ok());
+  }
+  auto fine = CreateInTmpdir(tmp.path());
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(fine->notice(), "");
+  ASSERT_TRUE(fine->RemoveTemporaryBase().ok());
+}
+
 TEST(LogDir, DevNullDisablesFiles) {
   auto dir = LogDir::Create(std::string("/dev/null"), "x");
   ASSERT_TRUE(dir.ok());
