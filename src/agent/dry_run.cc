@@ -5,6 +5,7 @@
 #include <map>
 
 #include "agent/rank_plan.h"
+#include "agent/store_bind_error.h"
 
 namespace ctrun {
 namespace {
@@ -19,8 +20,9 @@ AttemptInfo FirstAttempt(const LaunchConfig& config) {
   info.restart_count = 0;
   info.use_agent_store = config.agent_store;
   if (!config.rdzv.multi_node) {
-    info.master_addr = config.standalone ? "127.0.0.1" : config.master_addr;
-    info.master_port = config.standalone ? 0 : config.master_port.value_or(29500);
+    const StoreBindContext where = SingleNodeStoreAddress(config);  // as the run binds it
+    info.master_addr = where.host;
+    info.master_port = where.port;
   }
   for (int i = 0; i < config.nproc_per_node; ++i) info.error_files.push_back("");
   return info;

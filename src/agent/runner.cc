@@ -324,7 +324,7 @@ class RealHooks final : public AgentHooks {
       info->use_agent_store = config_.agent_store;
       return Status::Ok();
     }
-    const StoreBindContext where = StoreAddress();
+    const StoreBindContext where = SingleNodeStoreAddress(config_);
     info->master_addr = where.host;
     const int wanted_port = where.port;
     if (!config_.agent_store) {
@@ -347,32 +347,6 @@ class RealHooks final : public AgentHooks {
     info->use_agent_store = true;
     info->master_port = store_->port();
     return Status::Ok();
-  }
-
-  // Where a single node's workers' store listens (MASTER_ADDR:MASTER_PORT) and the flags that chose
-  // it: --standalone, a free loopback port (or --local_addr); static, the endpoint rendezvous/
-  // settings resolved from --rdzv_endpoint or --master_addr:--master_port.
-  StoreBindContext StoreAddress() const {
-    StoreBindContext c;
-    c.run_id = config_.run_id;
-    c.entrypoint_name = std::filesystem::path(config_.entrypoint).filename().string();
-    if (config_.standalone) {
-      c.host = config_.local_addr.empty() ? "127.0.0.1" : config_.local_addr;
-      c.addr_flag = "--local_addr";
-      c.port_flag = "--master_port";
-      return c;
-    }
-    const bool endpoint = !config_.rdzv_endpoint.empty();
-    c.addr_flag = endpoint ? "--rdzv_endpoint" : "--master_addr";
-    c.port_flag = endpoint ? "--rdzv_endpoint" : "--master_port";
-    if (!config_.rdzv.endpoints.empty()) {
-      c.host = config_.rdzv.endpoints.front().host;
-      c.port = config_.rdzv.endpoints.front().port;
-    } else {
-      c.host = config_.master_addr;
-      c.port = config_.master_port.value_or(29500);
-    }
-    return c;
   }
 
   // The attempt's log directory (attempt_<n>, recreated) and every worker's output plan: what

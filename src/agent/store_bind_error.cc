@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "base/unique_fd.h"
 #include "config/rdzv_settings.h"
@@ -23,6 +24,29 @@ int ProbeBind(const addrinfo* ai) {
 }
 
 }  // namespace
+
+StoreBindContext SingleNodeStoreAddress(const LaunchConfig& config) {
+  StoreBindContext c;
+  c.run_id = config.run_id;
+  c.entrypoint_name = std::filesystem::path(config.entrypoint).filename().string();
+  if (config.standalone) {
+    c.host = config.local_addr.empty() ? "127.0.0.1" : config.local_addr;
+    c.addr_flag = "--local_addr";
+    c.port_flag = "--master_port";
+    return c;
+  }
+  const bool endpoint = !config.rdzv_endpoint.empty();
+  c.addr_flag = endpoint ? "--rdzv_endpoint" : "--master_addr";
+  c.port_flag = endpoint ? "--rdzv_endpoint" : "--master_port";
+  if (!config.rdzv.endpoints.empty()) {
+    c.host = config.rdzv.endpoints.front().host;
+    c.port = config.rdzv.endpoints.front().port;
+  } else {
+    c.host = config.master_addr;
+    c.port = config.master_port.value_or(29500);
+  }
+  return c;
+}
 
 std::string ExplainStoreBindFailure(const StoreBindContext& ctx, const std::string& detail) {
   const std::string where = "cannot host the workers' store on " + HostPort{ctx.host, ctx.port}.ToString() + ": ";

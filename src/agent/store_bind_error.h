@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "config/launch_config.h"
+
 namespace ctrun {
 
 struct StoreBindContext {
@@ -17,6 +19,12 @@ struct StoreBindContext {
   std::string run_id;           // this run's id
   std::string entrypoint_name;  // this run's entrypoint file name
 };
+
+// Where a single node's workers' store listens (MASTER_ADDR:MASTER_PORT) and the flags that chose
+// it: --standalone, a free loopback port (or --local_addr); static, the endpoint rendezvous/
+// settings resolved from --rdzv_endpoint or --master_addr:--master_port. The one answer for the
+// run and for --dry-run.
+StoreBindContext SingleNodeStoreAddress(const LaunchConfig& config);
 
 // "cannot host the workers' store on HOST:PORT: <what is wrong>: <what to do>"; `detail` is the
 // store's own message, used when no probe explains the failure.

@@ -258,5 +258,31 @@ TEST(DryRun, PrintsEveryRankWithItsCommandChangedEnvAndBinding) {
   EXPECT_NE(text.find("  binding: none\n"), std::string::npos);
 }
 
+// The dry run shows the MASTER_ADDR/MASTER_PORT the run would bind, whichever flags chose them.
+TEST(DryRun, ShowsTheStoreAddressTheRunWouldBind) {
+  const Environment base = Environment::FromEntries({"PATH=/bin"});
+  auto master = [&](const LaunchConfig& c) {
+    const std::string text = FormatDryRun(c, base, "/bin/train", "host1");
+    const size_t a = text.find("  env: MASTER_ADDR="), p = text.find("  env: MASTER_PORT=");
+    if (a == std::string::npos || p == std::string::npos) return std::string("?");
+    return text.substr(a + 19, text.find('\n', a) - a - 19) + " " + text.substr(p + 19, text.find('\n', p) - p - 19);
+  };
+  LaunchConfig c;
+  c.entrypoint = "/bin/train";
+  c.rdzv_endpoint = "localhost:29999";
+  c.rdzv.endpoints = {HostPort{"localhost", 29999}};
+  EXPECT_EQ(master(c), "localhost 29999");
+  LaunchConfig s;
+  s.entrypoint = "/bin/train";
+  s.standalone = true;
+  s.local_addr = "localhost";
+  EXPECT_EQ(master(s), "localhost <free port chosen at start>");
+  LaunchConfig m;
+  m.entrypoint = "/bin/train";
+  m.master_addr = "10.0.0.1";
+  m.master_port = 1234;
+  EXPECT_EQ(master(m), "10.0.0.1 1234");
+}
+
 }  // namespace
 }  // namespace ctrun
