@@ -64,6 +64,8 @@ class Ending {
     identity_.node_rank = config.node_rank;
   }
   void SetEvents(ctrun::EventSink* events) { targets_.events = events; }
+  // The --summary-file path was refused: the usage error is the one word about it.
+  void DropSummaryFile() { targets_.summary_file.clear(); }
   const ctrun::RunIdentity& identity() const { return identity_; }
 
   // "ctrun: error: <msg>", exit 2.
@@ -94,6 +96,10 @@ std::string ErrorText(const std::string& line) {
 
 int main(int argc, char** argv) {
   try {
+    // ctrun's line format from the first word on (a line logged before the flags are read, say
+    // about a --summary-file it cannot write, would otherwise take spdlog's default); the level
+    // follows --log-level once parsed. Best effort: a failure here leaves spdlog's default.
+    (void)ctrun::logs::SetupLogging(ctrun::LogLevel::kInfo);
     std::vector<std::string> args(argv, argv + argc);
     // The environment is read once; everything below looks values up in it.
     const ctrun::Environment env = ctrun::Environment::FromProcess();
@@ -124,7 +130,10 @@ int main(int argc, char** argv) {
       ending.SetEvents(events.get());
     }
     if (!config.summary_file.empty())
-      if (ctrun::Status s = ctrun::CheckSummaryPath(config.summary_file); !s.ok()) return ending.Usage(s.message());
+      if (ctrun::Status s = ctrun::CheckSummaryPath(config.summary_file); !s.ok()) {
+        ending.DropSummaryFile();
+        return ending.Usage(s.message());
+      }
     if (ctrun::Status s = ctrun::logs::SetupLogging(config.log_level); !s.ok()) return ending.Usage(s.message());
     const std::string* prefix_template = env.Get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     auto output_flags = ctrun::logs::ParseOutputFlags(config, prefix_template ? prefix_template->c_str() : nullptr);

@@ -96,6 +96,7 @@ const std::vector<Row>& Table() {
       {"cli", {"--virtual-local-rank=1", "@W"}, {}, 2, "option --virtual-local-rank takes no value"},
       {"cli", {"--standalone=yes", "@W"}, {}, 2, "option --standalone takes no value"},
       {"cli", {"--log-prefix=${bogus}", "@W"}, {}, 2, "unknown placeholder '$bogus'"},
+      {"cli", {"--summary-file=/nonexistent/dir/s.json", "@W"}, {}, 2, "cannot write --summary-file /nonexistent/dir/s.json"},
       {"cli", {"/nonexistent/prog"}, {}, 2, "cannot execute /nonexistent/prog: No such file or directory"},
       {"cli", {"/etc/ld.so.cache"}, {}, 2, "cannot execute /etc/ld.so.cache: Permission denied"},
       {"cli", {"/tmp"}, {}, 2, "cannot execute /tmp: is a directory"},
