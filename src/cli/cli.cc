@@ -25,8 +25,8 @@ constexpr const char* kUsageLines =
     "       ctrun [OPTIONS] -m MODULE [ARGS...]\n";
 
 enum class Kind { kValue, kFlag };
-// kHealth: ctrun extensions too, added after torchrun users' prefixes were settled: a prefix that
-// also matches another option means that option (--he is --help, as in torchrun).
+// kCtrun and kHealth: ctrun's extensions. An abbreviation that also matches a torchrun option means
+// that option (AbbreviationTier: --he is --help, --max is --max_restarts, as in torchrun).
 enum class Group { kNodes, kWorkers, kEntrypoint, kLogs, kSignals, kCtrun, kHealth };
 
 // One command-line option. Long spellings are derived from `dest`: "--" + dest with '_' -> '-',
@@ -325,8 +325,23 @@ struct LongMatch {
   std::string error;  // set when unknown or ambiguous
 };
 
+// How an option ranks when an abbreviation matches several: torchrun 1.13's own (and --help)
+// first, then those torchrun added in 2.x, then ctrun's, then the health group. A prefix that a
+// torchrun script uses (--max for --max_restarts, --no_ for --no_python, --t for --tee) keeps
+// meaning what it means in torchrun however many options ctrun adds.
+int AbbreviationTier(const OptionDef& def) {
+  static constexpr std::string_view kTorchrun2x[] = {"local_ranks_filter", "duplicate_stdout_filters",
+                                                     "duplicate_stderr_filters", "logs_specs", "signals_to_handle",
+                                                     "numa_binding", "virtual_local_rank", "event_log_handler"};
+  if (def.dest == "help") return 0;
+  if (def.group == Group::kHealth) return 3;
+  if (def.group == Group::kCtrun) return 2;
+  return std::find(std::begin(kTorchrun2x), std::end(kTorchrun2x), def.dest) != std::end(kTorchrun2x) ? 1 : 0;
+}
+
 // Exact spelling, else a unique prefix of the spellings (argparse's allow_abbrev); prefixes matching
-// two spellings of the same option are not ambiguous.
+// two spellings of the same option are not ambiguous, and among several options the one of the
+// lowest AbbreviationTier wins when it is alone there.
 LongMatch ResolveLong(std::string_view name) {
   std::vector<const OptionDef*> hits;
   std::vector<std::string> hit_names;
@@ -340,10 +355,12 @@ LongMatch ResolveLong(std::string_view name) {
         }
       }
     }
-  if (hits.size() > 1 && std::count_if(hits.begin(), hits.end(), [](const OptionDef* d) {
-                           return d->group != Group::kHealth;
-                         }) == 1)
-    return {*std::find_if(hits.begin(), hits.end(), [](const OptionDef* d) { return d->group != Group::kHealth; }), ""};
+  if (hits.size() > 1) {
+    int best = 4;
+    for (const OptionDef* d : hits) best = std::min(best, AbbreviationTier(*d));
+    const auto at_best = [&](const OptionDef* d) { return AbbreviationTier(*d) == best; };
+    if (std::count_if(hits.begin(), hits.end(), at_best) == 1) return {*std::find_if(hits.begin(), hits.end(), at_best), ""};
+  }
   if (hits.size() == 1) return {hits[0], ""};
   if (hits.empty()) return {nullptr, "unrecognized option '" + std::string(name) + "'" + Suggestion(name)};
   std::string list;

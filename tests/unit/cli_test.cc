@@ -272,6 +272,16 @@ std::vector<FlagCase> FlagSpellingCases() {
                    EXPECT_EQ(c.max_restarts, 4);
                  }});
   all.push_back({"abbreviation_flag", {"--standal"}, [](const LaunchConfig& c) { EXPECT_TRUE(c.standalone); }});
+  // Abbreviations torchrun 1.13 accepts keep their meaning beside ctrun's extra options
+  // (--max_run_time, --no-agent-store, --tty, --report-bindings, --log-level, ...).
+  all.push_back({"abbreviations_torchrun_takes", {"--max=3", "--no_", "--t", "2", "--re", "1", "--log", "/tmp/x"},
+                 [](const LaunchConfig& c) {
+                   EXPECT_EQ(c.max_restarts, 3);
+                   EXPECT_TRUE(c.no_python);
+                   EXPECT_EQ(c.tee, "2");
+                   EXPECT_EQ(c.redirects, "1");
+                   EXPECT_EQ(c.log_dir, std::optional<std::string>("/tmp/x"));
+                 }});
   all.push_back({"value_starting_with_negative_number", {"--rdzv-id", "-7"},
                  [](const LaunchConfig& c) { EXPECT_EQ(c.run_id, "-7"); }});
   return all;
