@@ -864,7 +864,8 @@ constexpr std::array<std::string_view, 3> kHelpParagraphs = {
     "${local_rank} (or $local_rank) in ARGS is replaced per worker and $$ gives $, as torchrun's "
     "string.Template does (its only placeholder; --expand-placeholders adds ${rank}, ${world_size}, "
     "${master_addr}, ${master_port}).",
-    "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2). "
+    "Every --foo-bar option is also accepted as --foo_bar, and as any unique prefix (--nnode=2; a "
+    "prefix of a torchrun option and of ctrun's own means the torchrun one: --max is --max_restarts). "
     "[env: PET_X] means the variable is used when the option is not given (the option wins); "
     "for on/off options PET_X=1 turns it on and PET_X=0 leaves it off."};
 
