@@ -148,7 +148,11 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
       if (files && !(is_out ? p.duplicate_stdout : p.duplicate_stderr).empty()) RelayForDuplicates(&sp);
       if (c.output_timeout > 0) RelayForOutputTimeout(&sp);
-      if (is_out && in.pty_window && sp.target.kind == StdioTarget::Kind::kPipe && sp.console)
+      // Not for a stream also copied into a file (--tee, the duplicate filters): the file must hold
+      // what a worker writes when it is not at a terminal (no colour codes, no redrawn progress
+      // bars), as under torchrun, whose tee'd workers write to files.
+      if (is_out && in.pty_window && sp.target.kind == StdioTarget::Kind::kPipe && sp.console && sp.tee_file.empty() &&
+          !sp.duplicated)
         sp.target = PtyFor(*in.pty_window, w.prefix);
     }
     w.in = !in.forward_stdin ? StdioTarget::Inherit() : lr == 0 ? StdioTarget::Pipe() : StdioTarget::DevNull();

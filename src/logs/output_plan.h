@@ -17,7 +17,9 @@
 // still has its tail (OutputRelay::StderrTail).
 // With a pty window (ctrun's console is a terminal, --tty): a stdout piped with console lines
 // becomes a pty instead (Pty(rows, cols - prefix width)), so the worker line-buffers and sees a
-// terminal as wide as what is left of the console's line after the prefix. Stderr always stays
+// terminal as wide as what is left of the console's line after the prefix; except a stdout also
+// copied into a file (tee, duplicate filters), whose file must get what a worker writes to a
+// non-terminal. Stderr always stays
 // a pipe: its tail for the failure summary and its own console stream (ctrun's fd 2) are kept,
 // and C's stderr is unbuffered anyway.
 // With duplicate filters for a stream (and files on), every rank's stream of that kind goes

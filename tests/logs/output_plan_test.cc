@@ -234,10 +234,18 @@ TEST(OutputPlan, PtyOnlyWhereTheConsoleShowsTheStream) {
   auto p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
   EXPECT_EQ(p[0].out.target.kind, Kind::kFile);
   c = LaunchConfig{};
-  c.tee = "1";  // console and file: a pty, the relay writes the exact bytes to the file
+  c.tee = "1";  // console and file: a pipe, so the file gets no colour codes or redrawn bars
+  p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPipe);
+  EXPECT_EQ(p[0].out.tee_file, "/L/run/attempt_0/0/stdout.log");
+  c = LaunchConfig{};
+  c.duplicate_stdout_filters = {"loss"};  // matching lines copied to a file: a pipe too
+  p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kPipe);
+  c = LaunchConfig{};
+  c.tee = "2";  // only stderr is tee'd: stdout, on the console alone, still gets its pty
   p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
   EXPECT_EQ(p[0].out.target.kind, Kind::kPty);
-  EXPECT_EQ(p[0].out.tee_file, "/L/run/attempt_0/0/stdout.log");
   c = LaunchConfig{};
   c.local_ranks_filter = "0";  // rank 1 hidden: /dev/null
   p = PlanWithInputs(c, 2, WindowSize{24, 80}, false);
