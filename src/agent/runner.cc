@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -435,9 +434,9 @@ void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
   backend->hosted_store.reset();
 }
 
-std::string EntrypointName(const LaunchConfig& config) {
-  return std::filesystem::path(config.entrypoint).filename().string();
-}
+// The summary's title, as torchrun names the entrypoint: the script, module or program as given
+// on the command line (the first argument after the interpreter's flags), not its file name alone.
+std::string EntrypointName(const LaunchConfig& config) { return config.entrypoint; }
 
 std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {

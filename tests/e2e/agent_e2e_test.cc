@@ -114,7 +114,8 @@ TEST(CtrunE2E, MaxRestartsExhaustedPrintsSummaryAndRootCauseExitCode) {
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
                      {"--only-rank", "1", "--exit", "7", "--stderr", "something broke"}));
   EXPECT_EQ(r.exit_code, 7) << r.err;
-  EXPECT_NE(r.err.find("ctrun_fake_worker FAILED"), std::string::npos) << r.err;
+  // Titled with the entrypoint as given (here a full path), as torchrun titles it.
+  EXPECT_NE(r.err.find("\n" + std::string(FAKE_WORKER) + " FAILED\n"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Root Cause (first observed failure):"), std::string::npos);
   EXPECT_NE(r.err.find("exitcode  : 7"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.err;
