@@ -44,6 +44,19 @@ int CpuCount() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// One line when --nproc_per_node=cpu (or auto without GPUs) counted fewer CPUs than the machine
+// has online: torchrun's os.cpu_count() would start one worker per online CPU.
+std::string CpuCountNotice(const ctrun::LaunchConfig& config, const ctrun::GpuInventory& gpus) {
+  using Kind = ctrun::NprocSpec::Kind;
+  const bool by_cpu = config.nproc.kind == Kind::kCpu || (config.nproc.kind == Kind::kAuto && gpus.count() <= 0);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!by_cpu || online <= config.nproc_per_node) return "";
+  return "--nproc_per_node=" + std::string(config.nproc.kind == Kind::kCpu ? "cpu" : "auto") + ": " +
+         std::to_string(config.nproc_per_node) + (config.nproc_per_node == 1 ? " worker" : " workers") +
+         ", one per CPU this process may run on (of " +
+         std::to_string(online) + " online; torchrun would start " + std::to_string(online) + ")";
+}
+
 std::string Hostname() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -162,6 +175,7 @@ int main(int argc, char** argv) {
     if (!gpus.ok()) return ending.Usage(gpus.message());
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok())
       return ending.Usage(s.message());
+    if (std::string notice = CpuCountNotice(config, gpus.value()); !notice.empty()) spdlog::info("{}", notice);
     if (ctrun::Status s = ctrun::CheckWorkerLimits(config.nproc_per_node, ctrun::ReadSystemLimits()); !s.ok())
       return ending.Usage(s.message());
     if (ctrun::Status s = ctrun::CheckGpuFlags(config, ctx.env); !s.ok()) return ending.Usage(s.message());

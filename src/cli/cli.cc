@@ -83,7 +83,7 @@ constexpr std::array kOptions = {
               "--master-addr). IPv6 as [::1] or ::1."},
     // --- Workers ---
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
-              "Workers per node: a count; cpu (one per CPU); gpu (one per visible GPU, counted at run "
+              "Workers per node: a count; cpu (one per CPU this process may run on: its affinity); gpu (one per visible GPU, counted at run "
               "time through NVML, else /proc/driver/nvidia or sysfs, after CUDA_VISIBLE_DEVICES and "
               "--gpus; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
     OptionDef{"max_restarts", 0, Kind::kValue, "PET_MAX_RESTARTS", "N", "0", Group::kWorkers,

@@ -248,6 +248,20 @@ TEST(FirstMinuteE2E, OnlyLocalRankIsReplacedUnlessAskedAndTheEscapeWorks) {
 
 // --- 7. accepted but wrong ---------------------------------------------------------------------
 
+// --nproc_per_node=cpu counts the CPUs ctrun may run on; torchrun's os.cpu_count() counts them
+// all. The difference is said, not silent.
+TEST(FirstMinuteE2E, NprocCpuCountsTheAffinityAndSaysWhenTorchrunWouldDiffer) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs two online CPUs";
+  if (::access("/usr/bin/taskset", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/taskset (util-linux)";
+  TempDir d;
+  std::vector<std::string> argv{"/usr/bin/taskset", "-c", "0"};
+  for (const std::string& a : Ctrun({"--standalone", "--nproc_per_node=cpu"}, {"--env-file", d / "env"})) argv.push_back(a);
+  RunResult r = RunCommand(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "env.0"), "LOCAL_WORLD_SIZE"), "1");
+  EXPECT_TRUE(Contains(r.err, "--nproc_per_node=cpu: 1 worker, one per CPU this process may run on (of ")) << r.err;
+}
+
 TEST(FirstMinuteE2E, LocalAddrIsMasterAddrOfAStandaloneJob) {
   TempDir d;
   const RunResult r = RunCommand(Ctrun({"--standalone", "--local_addr=localhost"}, {"--env-file", d / "env"}));
