@@ -103,17 +103,32 @@ std::string FindPython(const Environment& env) {
 
 namespace {
 
-bool IsPythonText(const std::string& path) {
+// The first 4 KiB of a file; "" when it cannot be read.
+std::string FileHead(const std::string& path) {
   UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
-  if (!fd) return false;
+  if (!fd) return "";
   char buf[4096];
   const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
-  if (n <= 0) return false;
-  const std::string head(buf, static_cast<size_t>(n));
-  if (head.find('\0') != std::string::npos) return false;
-  if (head.rfind("#!", 0) != 0) return true;
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+bool HasShebang(const std::string& head) { return head.rfind("#!", 0) == 0; }
+
+// Text (no NUL) that Python could run: no #! line, or one that names python.
+bool IsPythonText(const std::string& head) {
+  if (head.empty() || head.find('\0') != std::string::npos) return false;
+  if (!HasShebang(head)) return true;
   const std::string first_line = head.substr(0, head.find('\n'));
   return first_line.find("python") != std::string::npos;
+}
+
+// The interpreter a #! line names ("/usr/bin/env" for "#!/usr/bin/env python3"); "" without one.
+std::string ShebangInterpreter(const std::string& head) {
+  if (!HasShebang(head)) return "";
+  const std::string line = head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);
+  const size_t begin = line.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  return line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
 }
 
 }  // namespace
@@ -123,8 +138,14 @@ std::string ClassifyEntrypoint(LaunchConfig* c) {
   if (c->no_python || c->module || UsesPython(*c)) return "";
   struct stat st;
   if (::stat(c->entrypoint.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  if (::access(c->entrypoint.c_str(), X_OK) == 0 || !IsPythonText(c->entrypoint)) return "";
+  const std::string head = FileHead(c->entrypoint);
+  if (!IsPythonText(head)) return "";
+  const bool executable = ::access(c->entrypoint.c_str(), X_OK) == 0;
+  if (executable && HasShebang(head)) return "";  // the kernel runs it with its interpreter
   c->python_text_entrypoint = true;
+  if (executable)
+    return c->entrypoint + " is a text file without a #! line (the kernel cannot execute it): it runs under "
+                           "Python, as torchrun runs every entrypoint";
   return c->entrypoint + " is not executable and is a text file: it runs under Python, as torchrun runs "
                          "every entrypoint (chmod +x it, or --no-python, to execute it directly)";
 }
@@ -145,6 +166,11 @@ Status CheckExecutable(const std::string& shown, const std::string& path) {
   if (S_ISDIR(st.st_mode)) return Status::Error("cannot execute " + shown + ": is a directory");
   if (::access(path.c_str(), X_OK) != 0)
     return Status::Error("cannot execute " + shown + ": " + std::strerror(errno) + " (is it executable? chmod +x)");
+  // A script whose interpreter is missing fails its exec with ENOENT, which would name the script.
+  if (const std::string interp = ShebangInterpreter(FileHead(path));
+      !interp.empty() && interp[0] == '/' && ::access(interp.c_str(), X_OK) != 0)
+    return Status::Error("cannot execute " + shown + ": the interpreter its #! line names, " + interp + ": " +
+                         std::strerror(errno));
   return Status::Ok();
 }
 
@@ -165,8 +191,12 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
     return python_exec;
   }
   std::string resolved = ResolveExecutable(c.entrypoint, env.Get("PATH"));
-  if (resolved.find('/') == std::string::npos)
-    return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH");
+  if (resolved.find('/') == std::string::npos) {
+    struct stat st;
+    const bool here = ::stat(c.entrypoint.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH" +
+                         (here ? " (the working directory has one: give it as ./" + c.entrypoint + ")" : ""));
+  }
   if (Status s = CheckExecutable(c.entrypoint, resolved); !s.ok()) return s;
   return resolved;
 }

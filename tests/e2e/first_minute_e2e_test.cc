@@ -232,6 +232,46 @@ TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
   EXPECT_TRUE(Contains(r.err, "is not executable and is a text file: it runs under Python")) << r.err;
 }
 
+// An executable text file without a #! line cannot be exec'd (ENOEXEC); torchrun runs every
+// entrypoint under Python, and so does ctrun for this one.
+TEST(FirstMinuteE2E, ExecutableTextWithoutShebangRunsUnderPythonLikeTorchrun) {
+  TempDir d;
+  const std::string py = FakePython(d);
+  std::ofstream(d / "train") << "import os\n";
+  ASSERT_EQ(::chmod((d / "train").c_str(), 0755), 0);
+  const RunResult r =
+      RunCommand({CTRUN_BINARY, "--standalone", d / "train", "x"}, {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", d / "train", "x"}));
+  EXPECT_TRUE(Contains(r.err, "is a text file without a #! line (the kernel cannot execute it): it runs under Python"))
+      << r.err;
+}
+
+// A script whose #! interpreter is missing would fail its exec with ENOENT, which reads as if the
+// script itself were missing: the one line names the interpreter instead, before any worker.
+TEST(FirstMinuteE2E, AMissingShebangInterpreterIsNamed) {
+  TempDir d;
+  std::ofstream(d / "run") << "#!/nonexistent/bin/interp -x\necho hi\n";
+  ASSERT_EQ(::chmod((d / "run").c_str(), 0755), 0);
+  const RunResult r = RunCommand({CTRUN_BINARY, "--standalone", d / "run"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(SplitLines(r.err), (std::vector<std::string>{"ctrun: error: cannot execute " + (d / "run") +
+                                                        ": the interpreter its #! line names, /nonexistent/bin/interp: "
+                                                        "No such file or directory"}));
+}
+
+// A bare name is looked up in PATH; one that only the working directory has gets a hint.
+TEST(FirstMinuteE2E, ABareNameFoundOnlyInTheWorkingDirectoryGetsAHint) {
+  TempDir d;
+  std::ofstream(d / "mytool") << "#!/bin/sh\nexit 0\n";
+  ASSERT_EQ(::chmod((d / "mytool").c_str(), 0755), 0);
+  const RunResult r = RunCommand({"/bin/sh", "-c", "cd \"$1\" && exec \"$2\" --standalone mytool", "sh", d.path(),
+                                  CTRUN_BINARY});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(SplitLines(r.err), (std::vector<std::string>{"ctrun: error: cannot execute mytool: command not found in PATH "
+                                                        "(the working directory has one: give it as ./mytool)"}));
+}
+
 // --- 6. placeholders ---------------------------------------------------------------------------
 
 TEST(FirstMinuteE2E, OnlyLocalRankIsReplacedUnlessAskedAndTheEscapeWorks) {
