@@ -858,7 +858,7 @@ constexpr std::array<std::string_view, 3> kHelpParagraphs = {
     "reports the root cause. A drop-in replacement for torchrun: its flags, defaults and PET_ "
     "variables work unchanged.",
     "ENTRYPOINT: a path ending in .py (and -m MODULE) runs under $PYTHON_EXEC, else the first python3 "
-    "on PATH, with -u; so does a Python text file that is not executable (torchrun runs every "
+    "on PATH, with -u; so does a Python text file that is not executable or has no #! line (torchrun runs every "
     "entrypoint under Python); anything else is executed directly (--no-python: always). ARGS, and everything after ENTRYPOINT even "
     "when it looks like an option, go to the workers unchanged; '--' ends ctrun's options. "
     "${local_rank} (or $local_rank) in ARGS is replaced per worker and $$ gives $, as torchrun's "
