@@ -46,7 +46,8 @@ StatusOr<StdSpec> StdSpec::Parse(std::string_view text, std::string_view flag) {
     t = comma == std::string_view::npos ? std::string_view() : t.substr(comma + 1);
     if (comma != std::string_view::npos && Trim(t).empty()) return Bad(flag, text, "trailing ','");
     size_t colon = item.find(':');
-    if (colon == std::string_view::npos) return Bad(flag, text, "expected LOCAL_RANK:0-3 in a map");
+    if (colon == std::string_view::npos)
+      return Bad(flag, text, item == Trim(text) ? "expected 0-3 or a map like 0:3,1:0" : "expected LOCAL_RANK:0-3 in a map");
     auto rank = ParseRank(Trim(item.substr(0, colon)));
     auto value = ParseStdValue(Trim(item.substr(colon + 1)));
     if (!rank) return Bad(flag, text, "bad local rank '" + std::string(item.substr(0, colon)) + "'");

@@ -43,6 +43,12 @@ TEST(StdSpec, BadSpecsNameTheFlag) {
   }
 }
 
+// A lone bad value is told the whole grammar, not the map's alone.
+TEST(StdSpec, ALoneBadValueIsToldBothForms) {
+  EXPECT_NE(StdSpec::Parse("4", "-r").message().find("(expected 0-3 or a map like 0:3,1:0)"), std::string::npos);
+  EXPECT_NE(StdSpec::Parse("0:1,x", "-r").message().find("(expected LOCAL_RANK:0-3 in a map)"), std::string::npos);
+}
+
 TEST(StdSpec, CoveredByComparesEveryRank) {
   auto covered = [](const char* a, const char* b) { return StdSpec::Parse(a)->CoveredBy(*StdSpec::Parse(b)); };
   EXPECT_TRUE(covered("0", "0"));
