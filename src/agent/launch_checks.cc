@@ -122,15 +122,6 @@ bool IsPythonText(const std::string& head) {
   return first_line.find("python") != std::string::npos;
 }
 
-// The interpreter a #! line names ("/usr/bin/env" for "#!/usr/bin/env python3"); "" without one.
-std::string ShebangInterpreter(const std::string& head) {
-  if (!HasShebang(head)) return "";
-  const std::string line = head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);
-  const size_t begin = line.find_first_not_of(" \t");
-  if (begin == std::string::npos) return "";
-  return line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
-}
-
 }  // namespace
 
 std::string ClassifyEntrypoint(LaunchConfig* c) {
@@ -166,11 +157,6 @@ Status CheckExecutable(const std::string& shown, const std::string& path) {
   if (S_ISDIR(st.st_mode)) return Status::Error("cannot execute " + shown + ": is a directory");
   if (::access(path.c_str(), X_OK) != 0)
     return Status::Error("cannot execute " + shown + ": " + std::strerror(errno) + " (is it executable? chmod +x)");
-  // A script whose interpreter is missing fails its exec with ENOENT, which would name the script.
-  if (const std::string interp = ShebangInterpreter(FileHead(path));
-      !interp.empty() && interp[0] == '/' && ::access(interp.c_str(), X_OK) != 0)
-    return Status::Error("cannot execute " + shown + ": the interpreter its #! line names, " + interp + ": " +
-                         std::strerror(errno));
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
 #include "process/exec_pipe.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,7 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <string>
 
+#include "base/unique_fd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -53,6 +57,23 @@ bool AwaitChildExit(int pipe_fd, TimePoint deadline) {
     if (r == 0) return true;   // EOF: the child closed its files
     if (r < 0) return false;   // cannot tell: the caller leaves the child to the reaper
   }
+}
+
+std::string ExplainExecError(const std::string& exe, int err) {
+  const std::string plain = std::strerror(err);
+  if (err != ENOENT || exe.empty()) return plain;
+  UniqueFd fd(RetryOnEintr([&] { return ::open(exe.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
+  if (!fd) return plain;  // the file itself is missing: ENOENT says it
+  char buf[256];
+  const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+  const std::string head(buf, static_cast<size_t>(std::max<ssize_t>(n, 0)));
+  if (head.rfind("\x7f" "ELF", 0) == 0) return plain + " (its ELF interpreter, the dynamic loader it names, is missing)";
+  if (head.rfind("#!", 0) != 0) return plain;
+  const std::string line = head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);
+  const size_t begin = line.find_first_not_of(" \t");
+  if (begin == std::string::npos) return plain;
+  return "the interpreter its #! line names, " + line.substr(begin, line.find_first_of(" \t\r", begin) - begin) +
+         ": " + plain;
 }
 
 const char* ChildStageName(ChildStage stage) {

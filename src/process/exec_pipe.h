@@ -50,4 +50,10 @@ bool AwaitChildExit(int pipe_fd, TimePoint deadline);
 // "setpgid", "redirect stdio", "prctl(PR_SET_PDEATHSIG)", "exec", "sched_setaffinity".
 const char* ChildStageName(ChildStage stage);
 
+// Why execve(exe) failed with `err`, for the user: strerror(err), except for ENOENT on a file that
+// exists, where the missing file is the interpreter its #! line names ("the interpreter its #!
+// line names, /x/y: No such file or directory") or, for an ELF binary, its dynamic loader. Reads
+// the file's first bytes: parent side only, after the exec failed.
+std::string ExplainExecError(const std::string& exe, int err);
+
 }  // namespace ctrun

@@ -105,6 +105,7 @@ class PosixSpawner final : public Spawner {
   struct PendingChild {
     pid_t pid = -1;
     std::string argv0;
+    std::string exe;  // the path exec'd, for the explanation of a failure
     UniqueFd error_pipe;  // read end of the CLOEXEC error pipe
     bool stopped_before_exec = false;  // SpawnSpec::stop_before_exec: its exec is not waited for
     SpawnedProcess proc;

@@ -406,6 +406,7 @@ bool PosixSpawner::VforkEligible(const SpawnSpec& spec) const {
 void PosixSpawner::Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* out) {
   out->pid = pid;
   out->argv0 = image.argv0;
+  out->exe = image.plan.exe;
   out->stopped_before_exec = image.plan.stop_before_exec;
   out->error_pipe = std::move(image.err_read);
   out->proc.pid = pid;
@@ -471,7 +472,7 @@ bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProce
   error->err = ce.err;
   if (ce.stage == ChildStage::kExec) {
     error->shell_code = (ce.err == ENOENT) ? 127 : 126;
-    error->message = "cannot execute " + child.argv0 + ": " + std::strerror(ce.err);
+    error->message = "cannot execute " + child.argv0 + ": " + ExplainExecError(child.exe, ce.err);
   } else {
     error->shell_code = 1;
     error->message =

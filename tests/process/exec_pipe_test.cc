@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
+#include <fstream>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -85,6 +88,24 @@ TEST(ExecPipe, ReportChildFailureWritesTheRecordAndExits127) {
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 127);
+}
+
+TEST(ExecPipe, ExplainExecErrorNamesAMissingShebangInterpreter) {
+  char dir[] = "/tmp/ctrun_exec_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string script = std::string(dir) + "/run";
+  {
+    std::ofstream(script) << "#!  /no/such/interp -u\nprint(1)\n";
+  }
+  EXPECT_EQ(ExplainExecError(script, ENOENT), "the interpreter its #! line names, /no/such/interp: No such file or directory");
+  EXPECT_EQ(ExplainExecError(script, EACCES), "Permission denied");  // only ENOENT is ambiguous
+  EXPECT_EQ(ExplainExecError(std::string(dir) + "/missing", ENOENT), "No such file or directory");
+  {
+    std::ofstream(script) << "plain text\n";
+  }
+  EXPECT_EQ(ExplainExecError(script, ENOENT), "No such file or directory");
+  ::unlink(script.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace
