@@ -72,7 +72,7 @@ class RendezvousLog {
   virtual void WatchMembers(const std::vector<std::string>& ids) = 0;
   virtual void SetOnLost(std::function<void(const std::string& id)> on_lost) = 0;
 
-  // A short description for messages, e.g. "c10d store at 10.0.0.1:29400".
+  // A short description for messages, e.g. "store at 10.0.0.1:29400".
   virtual std::string Describe() const = 0;
 };
 

@@ -44,7 +44,7 @@ StoreLog::~StoreLog() {
   // The clients go with their pending callbacks, none of which runs.
 }
 
-std::string StoreLog::Describe() const { return "c10d store at " + ops_->where(); }
+std::string StoreLog::Describe() const { return "store at " + ops_->where(); }
 
 void StoreLog::Defer(std::function<void()> fn) {
   const uint64_t key = next_deferred_++;

@@ -85,7 +85,7 @@ class StoreLog final : public RendezvousLog {
   void WatchMembers(const std::vector<std::string>& ids) override;
   void SetOnLost(std::function<void(const std::string& id)> on_lost) override;
 
-  std::string Describe() const override;  // "c10d store at HOST:PORT"
+  std::string Describe() const override;  // "store at HOST:PORT" (c10d and static alike)
 
   // Store keys (tests).
   std::string EntryKey(uint64_t index) const { return base_ + "log/" + std::to_string(index); }

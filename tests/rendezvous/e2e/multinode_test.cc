@@ -284,7 +284,7 @@ TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
   ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 2; }, seconds(30))) << agents.Err("n1");
   agents["host"].Signal(SIGKILL);
   EXPECT_EQ(agents.Wait("n1", seconds(30)), 3) << agents.Err("n1");
-  EXPECT_NE(agents.Err("n1").find("lost the rendezvous (c10d store at 127.0.0.1:" + std::to_string(port)),
+  EXPECT_NE(agents.Err("n1").find("lost the rendezvous (store at 127.0.0.1:" + std::to_string(port)),
             std::string::npos)
       << agents.Err("n1");
   EXPECT_NE(agents.Err("n1").find("the rendezvous failed"), std::string::npos) << "in the summary\n"

@@ -314,7 +314,7 @@ TEST_F(StoreLogTest, ErrorsReachTheCallbacks) {
   server_.reset();
   ASSERT_TRUE(RunUntil([&] { return wait.has_value(); }));
   EXPECT_FALSE(wait->ok());
-  EXPECT_EQ(log->Describe().rfind("c10d store at 127.0.0.1:", 0), 0u) << log->Describe();
+  EXPECT_EQ(log->Describe().rfind("store at 127.0.0.1:", 0), 0u) << log->Describe();
 }
 
 }  // namespace
