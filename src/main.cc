@@ -68,6 +68,7 @@ class Ending {
  public:
   explicit Ending(const ctrun::Environment& env) : start_(std::chrono::system_clock::now()) {
     targets_.github_actions = ctrun::UnderGithubActions(env);
+    if (const std::string* f = env.Get("TORCHELASTIC_ERROR_FILE")) targets_.agent_error_file = *f;
     identity_.version = ctrun::VersionNumber();
     identity_.hostname = Hostname();
   }

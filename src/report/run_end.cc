@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "report/error_file.h"
 #include "report/github_annotation.h"
 #include "report/summary_file.h"
 
@@ -28,6 +29,15 @@ int ReportRunEnd(const RunOutcome& outcome, const RunIdentity& identity, const R
   if (!targets.summary_file.empty())
     if (Status s = WriteSummaryFile(targets.summary_file, outcome, identity); !s.ok())
       spdlog::warn("{}", s.message());
+  if (!targets.agent_error_file.empty() &&
+      (outcome.kind == OutcomeKind::kSetupError || outcome.kind == OutcomeKind::kRendezvousError)) {
+    ErrorFileRecord r;
+    r.message = outcome.root_cause.empty() ? "ctrun exited with code " + std::to_string(outcome.exit_code)
+                                           : outcome.root_cause;
+    r.timestamp = std::chrono::duration_cast<std::chrono::seconds>(outcome.end.time_since_epoch()).count();
+    if (Status s = WriteErrorFile(targets.agent_error_file, r); !s.ok())
+      spdlog::warn("cannot write the agent's error file: {}", s.message());
+  }
   if (targets.github_actions && outcome.exit_code != 0) {
     const std::string line = GithubErrorAnnotation(
         AnnotationTitle(outcome), outcome.root_cause.empty() ? "ctrun exited with code " + std::to_string(outcome.exit_code)

@@ -17,6 +17,10 @@ struct RunEndTargets {
   EventSink* events = nullptr;     // null = none
   bool github_actions = false;     // print the annotation (UnderGithubActions)
   std::FILE* annotation_out = stdout;  // where the runner reads workflow commands
+  // ctrun's own TORCHELASTIC_ERROR_FILE ("" = none). Written here for a set-up or rendezvous error,
+  // as torchrun's @record on its main writes the exception that ends it; a worker failure's
+  // record was written by the failure report already.
+  std::string agent_error_file;
 };
 
 // Reports `outcome` to every target and returns outcome.exit_code. A summary file that cannot be

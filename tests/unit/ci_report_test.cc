@@ -2,7 +2,9 @@
 // the summary file's document, the recorder that feeds it, the job outcome decision and the
 // dry-run text. Pure functions and in-memory sinks, plus one real events file in a temp dir.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -177,6 +179,25 @@ TEST(RunEnd, AnnotationOnlyOnFailureAndOnlyUnderActions) {
   std::fclose(out);
   EXPECT_EQ(testing::ReadFileOr(out_path),
             "::error title=ctrun%3A worker_failure (exit 3)::rank 1 (local_rank 1, pid 11) exited with code 3\n");
+}
+
+// torchrun's @record on its main writes the exception that ends it to TORCHELASTIC_ERROR_FILE.
+// ctrun writes its own set-up and rendezvous errors there; a worker failure's record comes from
+// the failure report, and a usage error (torchrun: SystemExit) writes none.
+TEST(RunEnd, SetUpAndRendezvousErrorsGoToCtrunsOwnErrorFile) {
+  testing::TempDir d;
+  RunEndTargets t;
+  t.agent_error_file = d / "agent.json";
+  EXPECT_EQ(ReportRunEnd(EarlyOutcome(OutcomeKind::kSetupError, "cannot create the log directory: x"), {}, t), 1);
+  const json j = json::parse(testing::ReadFileOr(t.agent_error_file));
+  EXPECT_EQ(j["message"]["message"], "cannot create the log directory: x");
+  ::unlink(t.agent_error_file.c_str());
+  EXPECT_EQ(ReportRunEnd(EarlyOutcome(OutcomeKind::kRendezvousError, "join timeout"), {}, t), 3);
+  EXPECT_EQ(json::parse(testing::ReadFileOr(t.agent_error_file))["message"]["message"], "join timeout");
+  ::unlink(t.agent_error_file.c_str());
+  EXPECT_EQ(ReportRunEnd(EarlyOutcome(OutcomeKind::kUsageError, "bad flag"), {}, t), 2);
+  EXPECT_EQ(ReportRunEnd(FailedOutcome(), {}, t), 3);
+  EXPECT_FALSE(std::filesystem::exists(t.agent_error_file));
 }
 
 TEST(RunRecorder, KeepsTheLastAttemptsWorkersAndTheDeadlinesRanks) {
