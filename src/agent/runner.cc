@@ -692,7 +692,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   recorder.Fill(&outcome);
   const int code = outcome.exit_code;
   // A fresh base is kept when it holds log files, or when the run failed: the summary names error
-  // files and saved stacks in it. A successful run's base holds nothing anyone will read: removed.
+  // files and saved stacks in it, and its attempt directories show what ran. A successful run's
+  // base holds nothing anyone will read: removed.
   const bool keep_base = log_files || code != 0;
   if (log_dir->temporary_base() && !keep_base) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
@@ -700,7 +701,11 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     // A kept run directory holds only attempts that ran.
     if (Status s = log_dir->DropAhead(); !s.ok()) spdlog::warn("{}", s.message());
     if (log_dir->temporary_base())
-      spdlog::info("{} are in {}", log_files ? "worker log files" : "error files of this run", log_dir->run_dir());
+      spdlog::info("{} {}", log_files                              ? "worker log files are in"
+                            : logs::HoldsAFile(log_dir->run_dir()) ? "error files of this run are in"
+                                                                   : "no worker wrote an error file; this run's log "
+                                                                     "directory is kept:",
+                   log_dir->run_dir());
   }
   if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.

@@ -239,6 +239,13 @@ void RemoveTreesMadeAhead(const std::string& run_dir) {
   }
 }
 
+bool HoldsAFile(const std::string& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (!it->is_directory(ec) || it->is_symlink(ec)) return true;
+  return false;
+}
+
 std::string LastLines(std::string_view text, int max_lines) {
   if (max_lines <= 0) return {};
   size_t end = text.size();

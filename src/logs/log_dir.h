@@ -99,6 +99,11 @@ class LogDir {
 // best effort, silent.
 void RemoveTreesMadeAhead(const std::string& run_dir);
 
+// Whether anything but directories lies under `dir` (an error file, a saved stack, a log): false
+// for a tree of empty directories, or when it cannot be read. Symlinks are not followed. For the
+// end-of-run line that names a kept run directory.
+bool HoldsAFile(const std::string& dir);
+
 // The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the
 // failure summary of a worker whose stderr went straight to a file.
 std::string ReadFileTail(const std::string& path, size_t max_bytes = 8192, int max_lines = 20);

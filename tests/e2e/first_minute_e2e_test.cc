@@ -408,13 +408,25 @@ TEST(FirstMinuteE2E, TheFreshLogDirectoryIsNamedAtStartAndEndOrRemoved) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::is_empty(tmp2.path())) << "an unlisted directory was left in " << tmp2.path();
 
-  // A failed run keeps it, and names it: the summary points at error files in it.
+  // A failed run that left an error file keeps it, and names it: the summary points there.
   TempDir tmp3;
-  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--exit", "3"}),
+  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--exit", "3", "--error-file", "boom"}),
                  {"TMPDIR=" + tmp3.path()});
   ASSERT_EQ(r.exit_code, 3) << r.err;
   EXPECT_TRUE(Contains(r.err, "error files of this run are in " + (tmp3 / "torchelastic_"))) << r.err;
   EXPECT_FALSE(fs::is_empty(tmp3.path()));
+
+  // A failed run that wrote no error file keeps it too (its attempts show what ran), and says so
+  // without claiming error files that do not exist.
+  TempDir tmp4;
+  r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--exit", "3"}),
+                 {"TMPDIR=" + tmp4.path()});
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_FALSE(Contains(r.err, "error files of this run are in")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "no worker wrote an error file; this run's log directory is kept: " +
+                                  (tmp4 / "torchelastic_")))
+      << r.err;
+  EXPECT_FALSE(fs::is_empty(tmp4.path()));
 }
 
 // --- compatibility details -----------------------------------------------------------------------

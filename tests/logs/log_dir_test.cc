@@ -102,6 +102,15 @@ TEST(LogDir, AnUnusableTmpdirFallsBackLikePythonsTempfileAndSaysSo) {
   ASSERT_TRUE(fine->RemoveTemporaryBase().ok());
 }
 
+TEST(LogDir, HoldsAFileSeesFilesAtAnyDepthAndNotEmptyDirectories) {
+  TempDir tmp;
+  fs::create_directories(tmp / "run/attempt_0/1");
+  EXPECT_FALSE(HoldsAFile(tmp / "run"));
+  EXPECT_FALSE(HoldsAFile(tmp / "missing"));
+  std::ofstream(tmp / "run/attempt_0/1/error.json") << "{}";
+  EXPECT_TRUE(HoldsAFile(tmp / "run"));
+}
+
 TEST(LogDir, DevNullDisablesFiles) {
   auto dir = LogDir::Create(std::string("/dev/null"), "x");
   ASSERT_TRUE(dir.ok());
