@@ -556,6 +556,7 @@ warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
   warm::WarmOptions o;
   o.preload = config.warm_preload;
   if (!config.numa_binding.empty()) o.cold_reason = "per-worker NUMA binding is requested";
+  o.max_attempts = config.rdzv.multi_node ? -1 : config.max_restarts + 1;
   o.log = [](int level, const std::string& msg) {
     if (level >= 1) spdlog::warn("{}", msg);
     else if (level == 0) spdlog::info("{}", msg);

@@ -99,12 +99,42 @@ def script_imports(path):
     return names
 
 
+def installed_elsewhere(name, script_dir):
+    """Whether the top-level module `name` resolves, with the worker's sys.path[0] (the script's
+    directory), to code outside the script's directory and the working directory: an installed
+    package, which reads nothing rank-specific at import. The script's own modules are left to the
+    worker, as a cold start would import them: they may read RANK or LOCAL_RANK at import, and a
+    module of the same name in the server's working directory must not shadow them."""
+    import importlib.util
+    saved = sys.path[0]
+    sys.path[0] = script_dir
+    try:
+        spec = importlib.util.find_spec(name.split(".")[0])
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path[0] = saved
+    if spec is None:
+        return False
+    where = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
+    if where is None and spec.submodule_search_locations:
+        where = list(spec.submodule_search_locations)[0]
+    if where is None:
+        return spec.origin in ("built-in", "frozen")
+    where = os.path.realpath(where)
+    for own in {script_dir, os.path.realpath(os.getcwd())}:
+        if where == own or where.startswith(own + os.sep):
+            return False
+    return True
+
+
 def preload():
     mods = []
     for name in PRELOAD:
         if name == "@script":
             if TARGET and not TARGET.startswith("-m:"):
-                mods += [(m, False) for m in script_imports(TARGET)]
+                script_dir = os.path.dirname(os.path.realpath(TARGET))
+                mods += [(m, False) for m in script_imports(TARGET) if installed_elsewhere(m, script_dir)]
         else:
             mods.append((name, True))
     for name, required in mods:
@@ -188,27 +218,56 @@ def make_stdio():
     sys.stderr = sys.__stderr__ = one(2, "w")
 
 
+def apply_omp_num_threads(value):
+    # torch reads OMP_NUM_THREADS when its thread pool first starts, in the child: only a value
+    # other than the server's needs telling (set_num_threads starts OpenMP: ~20 ms).
+    torch = sys.modules.get("torch")
+    if torch is not None and value != SERVER_ENV.get("OMP_NUM_THREADS", "") and value.isdigit() and int(value) > 0:
+        torch.set_num_threads(int(value))
+
+
+def apply_distributed_debug(_value):
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and hasattr(dist, "set_debug_level_from_env"):
+        try:
+            dist.set_debug_level_from_env()
+        except Exception:
+            pass
+
+
+def apply_torch_logs(_value):
+    logs = sys.modules.get("torch._logging")
+    if logs is not None and hasattr(logs, "_init_logs"):
+        try:
+            logs._init_logs()
+        except Exception:
+            pass
+
+
+# Variables the preloaded modules read once at import, and how a worker applies its own value:
+# at the start from its environment, and again whenever the script sets one (a cold script that
+# sets OMP_NUM_THREADS before `import torch` gets that many threads; here torch is imported already).
+REREAD = {"OMP_NUM_THREADS": apply_omp_num_threads, "TORCH_DISTRIBUTED_DEBUG": apply_distributed_debug,
+          "TORCH_LOGS": apply_torch_logs}
+
+
+class RereadingEnviron(type(os.environ)):
+    """os.environ of a worker: a write of a REREAD variable is applied as an import would read it."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        action = REREAD.get(key)
+        if action is not None:
+            action(value)
+
+
 def reread_environment(env):
     """What libraries read at import time, read again from the worker's environment."""
     torch = sys.modules.get("torch")
     if torch is not None:
-        # torch reads OMP_NUM_THREADS when its thread pool first starts, in the child: only a value
-        # other than the server's needs telling (set_num_threads starts OpenMP: ~20 ms).
-        n = env.get("OMP_NUM_THREADS", "")
-        if n != SERVER_ENV.get("OMP_NUM_THREADS", "") and n.isdigit() and int(n) > 0:
-            torch.set_num_threads(int(n))
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and hasattr(dist, "set_debug_level_from_env"):
-            try:
-                dist.set_debug_level_from_env()
-            except Exception:
-                pass
-        logs = sys.modules.get("torch._logging")
-        if logs is not None and hasattr(logs, "_init_logs"):
-            try:
-                logs._init_logs()
-            except Exception:
-                pass
+        for key, action in REREAD.items():
+            if key == "OMP_NUM_THREADS" or key in env:
+                action(env.get(key, ""))
     # Generators: fresh entropy in every child (every rank and every attempt differ).
     import random
     random.seed()
@@ -242,13 +301,57 @@ def exit_code_of(e):
     return 1
 
 
+WORKER_MODULES_AFTER = set()  # sys.modules as forked: what was there is the server's
+
+
+def is_own_code(mod, roots):
+    f = getattr(mod, "__file__", None)
+    if not isinstance(f, str):
+        return False
+    f = os.path.realpath(f)
+    return any(f.startswith(r + os.sep) for r in roots)
+
+
+def release_worker_modules():
+    """What interpreter shutdown does to the worker's own code, and only to it: the globals of
+    __main__, then of the modules of its own it imported (under the script's directory or the
+    working directory), are released, so a file opened at module level and never closed is flushed
+    and closed and objects with __del__ run it; then the cycles are collected. Library modules are left alone, preloaded
+    or not (gc.freeze keeps the collection off the preloaded objects): tearing them down is the
+    copy-on-write storm and the slow exit this avoids."""
+    roots = {os.path.realpath(p) for p in (sys.path[0] or os.getcwd(), os.getcwd())}
+    own = [m for n, m in list(sys.modules.items())
+           if n not in WORKER_MODULES_AFTER and n != "__main__" and is_own_code(m, roots)]
+    main = sys.modules.get("__main__")
+    if main is not None:
+        own.insert(0, main)
+    for mod in own:  # __main__ first: its objects use the modules it imported
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        # Newest name first, so an object goes while what it was built from (an imported module,
+        # its class) is still there for its __del__; dunder names stay.
+        for k in reversed(list(d)):
+            if not (k.startswith("__") and k.endswith("__")):
+                try:
+                    d[k] = None
+                except Exception:
+                    pass
+    gc.collect()
+
+
 def finish(code, kill_with=0):
-    """Interpreter shutdown without the teardown: threads, atexit, flush, then os._exit."""
+    """Interpreter shutdown without the teardown: threads, atexit, the worker's own modules
+    released, stdout/stderr flushed, then os._exit."""
     try:
         threading._shutdown()
     except BaseException:
         pass
     atexit._run_exitfuncs()
+    try:
+        release_worker_modules()
+    except BaseException:
+        pass
     for f in (sys.stdout, sys.stderr):
         try:
             if f is not None:
@@ -271,6 +374,7 @@ def run_worker(spec):
         env.setdefault(k, v)
     os.environ.clear()
     os.environ.update(env)
+    os.environ.__class__ = RereadingEnviron  # the same object: every reference to it sees the writes
     make_stdio()
     rest = argv[1 + spec["nflags"]:]
     sys.orig_argv = list(argv)
@@ -325,6 +429,7 @@ def worker_main(sock):
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != spec["parent"]:
         os._exit(128 + signal.SIGKILL)
     sock.close()
+    WORKER_MODULES_AFTER.update(sys.modules)
     # fds 0-2, then the heartbeat channel (when ctrun gives one) at its cold-start number.
     targets = [0, 1, 2, spec.get("extra_fd_target", 3)]
     for fd, target in zip(fds, targets):

@@ -139,6 +139,7 @@ bool WarmSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* 
 
 void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
   last_warm_ = 0;
+  ++attempts_;
   results->clear();
   results->resize(specs.size());
   std::vector<bool> warm(specs.size(), false);
@@ -153,8 +154,9 @@ void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Spa
           warm[i] = Hand(c, specs[i], &(*results)[i].process);
         }
       }
-      // The next attempt's children, forked while this one runs.
-      if (server_ && Send(json{{"op", "fork"}, {"n", specs.size()}}.dump()).ok())
+      // The next attempt's children, forked while this one runs, when there can be one.
+      const bool another = options_.max_attempts < 0 || attempts_ < options_.max_attempts;
+      if (another && server_ && Send(json{{"op", "fork"}, {"n", specs.size()}}.dump()).ok())
         server_->pending += specs.size();
     }
   }

@@ -49,6 +49,9 @@ struct WarmOptions {
   Duration fork_wait = std::chrono::seconds(30);    // children and check replies
   // Why workers must start cold for the whole job (e.g. per-worker CPU binding), or "".
   std::string cold_reason;
+  // How many attempts the job can have (max_restarts + 1 on one node); -1 unbounded (a multi-node
+  // job restarts on membership changes). No children are forked ahead for an attempt past it.
+  int max_attempts = -1;
   std::function<void(int level, const std::string& msg)> log;  // 1 warning, 0 info, -1 debug
 };
 
@@ -113,6 +116,7 @@ class WarmSpawner final : public Spawner {
   bool disabled_ = false;
   std::set<std::string> warned_;
   size_t last_warm_ = 0;
+  int attempts_ = 0;  // SpawnMany calls: the attempts started
 };
 
 // The embedded server script (generated from warm_server.py at build time).

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -206,7 +207,7 @@ TEST_F(Warm, WithoutACgroupTheServerOutlivesAFailedAttempt) {
 
 TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
   BackgroundProcess ctrun(
-      Ctrun(2, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--grandchild", "--sleep", "60"})), kPythonEnv,
+      Ctrun(2, 1, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--grandchild", "--sleep", "60"})), kPythonEnv,
       dir_ / "out.txt", dir_ / "err.txt");
   ASSERT_TRUE(WaitFor([&] { return ReadProbe(dir_.path(), 0, 1).is_object() && ReadProbe(dir_.path(), 0, 0).is_object(); },
                       30s));
@@ -225,6 +226,93 @@ TEST_F(Warm, NothingSurvivesSigkillOfCtrun) {
   ctrun.Signal(SIGKILL);
   EXPECT_EQ(ctrun.Wait(10s), 128 + SIGKILL);
   for (pid_t p : procs) EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(p); }, 10s)) << "pid " << p << " survived";
+}
+
+// Children are forked ahead for the next attempt only when there can be one: with
+// --max_restarts=0 the job is the watchdog, the server and the two workers, all along.
+TEST_F(Warm, NoChildrenAreForkedAheadWhenNoAttemptCanFollow) {
+  for (const int max_restarts : {1, 0}) {
+    TempDir d;
+    BackgroundProcess ctrun(Ctrun(2, max_restarts, {"--warm", "--warm-preload=json"}, Probe(d.path(), {"--sleep", "2"})),
+                            kPythonEnv, d / "out.txt", d / "err.txt");
+    ASSERT_TRUE(WaitFor([&] { return ReadProbe(d.path(), 0, 1).is_object() && ReadProbe(d.path(), 0, 0).is_object(); },
+                        30s))
+        << ReadFileOr(d / "err.txt");
+    if (max_restarts == 1) {
+      // The positive control: the next attempt's two children appear beside the four.
+      EXPECT_TRUE(WaitFor([&] { return LiveDescendants(ctrun.pid()).size() >= 6; }, 10s)) << ReadFileOr(d / "err.txt");
+    } else {
+      size_t most = 0;
+      // Until the workers end (2 s of sleep): never more than the watchdog, the server, two workers.
+      WaitFor([&] {
+        const size_t n = LiveDescendants(ctrun.pid()).size();
+        most = std::max(most, n);
+        return n < 4;
+      }, 10s);
+      EXPECT_EQ(most, 4u) << ReadFileOr(d / "err.txt");
+    }
+    EXPECT_EQ(ctrun.Wait(30s), 0) << ReadFileOr(d / "err.txt");
+  }
+}
+
+// A cold worker's interpreter shutdown closes the files its script left open (flushing them) and
+// runs its objects' __del__; a warm worker, which ends through os._exit, must too.
+TEST_F(Warm, ScriptFilesLeftOpenAreFlushedAndDelRunsAsCold) {
+  std::ofstream(dir_ / "unclosed.py") << "import os, sys\n"
+                                         "class Bye:\n"
+                                         "    def __del__(self):\n"
+                                         "        print('del ran', os.getpid() > 0, file=sys.stderr)\n"
+                                         "log = open(sys.argv[1] + '/out' + os.environ['RANK'], 'w')\n"
+                                         "log.write('written, never closed\\n')\n"
+                                         "bye = Bye()\n";
+  for (const bool warm : {false, true}) {
+    TempDir out;
+    std::vector<std::string> flags;
+    if (warm) flags = {"--warm", "--warm-preload=json"};
+    RunResult r = RunCommand(Ctrun(2, 0, flags, {dir_ / "unclosed.py", out.path()}), kPythonEnv, 60s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    for (int rank = 0; rank < 2; ++rank)
+      EXPECT_EQ(ReadFileOr(out / ("out" + std::to_string(rank))), "written, never closed\n") << (warm ? "warm" : "cold");
+    EXPECT_EQ(CountOf(r.err, "del ran True"), 2) << r.err;
+  }
+}
+
+// --warm-preload=@script preloads the script's installed imports, never its own modules (they may
+// read RANK or LOCAL_RANK at import), and resolves them from the script's directory, not from the
+// working directory, where a module of the same name must not shadow the script's.
+TEST_F(Warm, ScriptPreloadLeavesTheScriptsOwnModulesToTheWorker) {
+  std::filesystem::create_directories(dir_ / "sub");
+  std::ofstream(dir_ / "sub/helperx.py") << "import os\nWHO = 'sub'\nLOCAL_RANK = os.environ.get('LOCAL_RANK')\n";
+  std::ofstream(dir_ / "helperx.py") << "WHO = 'cwd'\nLOCAL_RANK = None\n";
+  std::ofstream(dir_ / "sub/t.py") << "import json\nimport helperx\nimport os\n"
+                                      "print('helper', helperx.WHO, helperx.LOCAL_RANK, os.environ['LOCAL_RANK'])\n";
+  std::vector<std::string> argv{"/bin/sh", "-c", "cd \"$1\" && shift && exec \"$@\"", "sh", dir_.path()};
+  for (const std::string& a : Ctrun(2, 0, {"--warm", "--warm-preload=json,@script", "--log-prefix", "none"}, {"sub/t.py"}))
+    argv.push_back(a);
+  RunResult r = RunCommand(argv, kPythonEnv, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(StartedWarm(r)) << r.err;
+  EXPECT_EQ(CountOf(r.out, "helper sub 0 0\n"), 1) << r.out;
+  EXPECT_EQ(CountOf(r.out, "helper sub 1 1\n"), 1) << r.out;
+}
+
+// torch is imported in the server already: a script that sets OMP_NUM_THREADS or
+// TORCH_DISTRIBUTED_DEBUG before `import torch` still gets what a cold import would read.
+TEST_F(Warm, VariablesTheScriptSetsBeforeImportingTorchApplyAsCold) {
+  std::ofstream(dir_ / "omp.py") << "import os\n"
+                                    "os.environ['OMP_NUM_THREADS'] = '2'\n"
+                                    "os.environ['TORCH_DISTRIBUTED_DEBUG'] = 'DETAIL'\n"
+                                    "import torch\nimport torch.distributed as dist\n"
+                                    "print('threads', torch.get_num_threads(), dist.get_debug_level())\n";
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> flags{"--log-prefix", "none"};
+    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=torch,torch.distributed"});
+    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "omp.py"}), kPythonEnv, 120s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(r.out, "threads 2 DebugLevel.DETAIL\n") << (warm ? "warm" : "cold");
+  }
 }
 
 TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
