@@ -169,7 +169,9 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
     if (python_exec.empty())
       return Status::Error("cannot run " + c.entrypoint + ": no python3 on PATH (set PYTHON_EXEC)");
     if (Status s = CheckExecutable(python_exec, python_exec); !s.ok()) return s;
-    if (!c.module) {
+    // A script path with a placeholder (${local_rank}) names a file per worker: each worker's
+    // interpreter reports its own if missing.
+    if (!c.module && c.entrypoint.find('$') == std::string::npos) {
       struct stat st;
       if (::stat(c.entrypoint.c_str(), &st) != 0)
         return Status::Error("cannot open " + c.entrypoint + ": " + std::strerror(errno));

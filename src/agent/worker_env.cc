@@ -75,7 +75,6 @@ std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::
     argv.push_back("-u");
     if (config.module) argv.push_back("-m");
   }
-  argv.push_back(config.entrypoint);
   // torchrun's one macro, ${local_rank} (or $local_rank), through string.Template's
   // safe_substitute as torchrun does; --expand-placeholders adds ctrun's.
   const TemplateLookup lookup = [&](std::string_view name) -> std::optional<std::string> {
@@ -87,7 +86,11 @@ std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::
     if (name == "master_port") return std::to_string(attempt.master_port);
     return std::nullopt;
   };
-  for (const auto& a : config.args) argv.push_back(a.find('$') == std::string::npos ? a : SafeSubstitute(a, lookup));
+  const auto substituted = [&](const std::string& a) { return a.find('$') == std::string::npos ? a : SafeSubstitute(a, lookup); };
+  // Under Python the script (or module) is one of the interpreter's arguments, which torchrun
+  // substitutes too; a program run directly is not.
+  argv.push_back(UsesPython(config) ? substituted(config.entrypoint) : config.entrypoint);
+  for (const auto& a : config.args) argv.push_back(substituted(a));
   return argv;
 }
 

@@ -145,6 +145,19 @@ TEST_F(EnvFixture, ExpandPlaceholdersReplacesTheRestAndHasAnEscape) {
                                       "key=${world_size}", "$6", "${rank"}));
 }
 
+// torchrun substitutes every argument of the interpreter, the script's path included; a program
+// run directly is its entrypoint, which torchrun does not substitute.
+TEST_F(EnvFixture, APythonScriptPathIsSubstitutedLikeItsArguments) {
+  config.entrypoint = "w${local_rank}.py";
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), (std::vector<std::string>{"py", "-u", "w2.py"}));
+  config.entrypoint = "mod_$local_rank";
+  config.module = true;
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), (std::vector<std::string>{"py", "-u", "-m", "mod_2"}));
+  config = LaunchConfig{};
+  config.entrypoint = "./bin${local_rank}";
+  EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), (std::vector<std::string>{"./bin${local_rank}"}));
+}
+
 TEST_F(EnvFixture, ANonExecutablePythonTextFileRunsUnderPython) {
   config.entrypoint = "./train";
   config.python_text_entrypoint = true;
