@@ -163,7 +163,8 @@ TEST_F(WarmNative, ChangedBinaryRestartsTheServer) {
 }
 
 TEST_F(WarmNative, NothingSurvivesSigkillOfCtrun) {
-  BackgroundProcess ctrun(Ctrun(2, 0, {"--warm"}, Fake(dir_.path(), {"--sleep-ms", "60000"})), {}, dir_ / "out.txt",
+  // One restart left: the next attempt's children are forked ahead (none are when no attempt can follow).
+  BackgroundProcess ctrun(Ctrun(2, 1, {"--warm"}, Fake(dir_.path(), {"--sleep-ms", "60000"})), {}, dir_ / "out.txt",
                           dir_ / "err.txt");
   ASSERT_TRUE(WaitFor(
       [&] { return ReadObservation(dir_.path(), 0, 0).is_object() && ReadObservation(dir_.path(), 0, 1).is_object(); },
