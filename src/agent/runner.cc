@@ -497,7 +497,8 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
   if (!agent.crash_loop().empty()) spdlog::error("{}", agent.crash_loop());
   if (agent.multi_node() && agent.job_end() && agent.ended_by_signal() == 0) {
     const rdzv::JobEnd& end = *agent.job_end();
-    if (end.cause && !end.cause_is_local && failures.empty())
+    // end.cause is the last round's failure: a job that then succeeded on a restart has one too.
+    if (end.exit_code != 0 && end.cause && !end.cause_is_local && failures.empty())
       spdlog::error("the job failed on another node: {}", end.cause->Describe());
     else if (!end.rendezvous_error && end.exit_code != 0 && !end.cause)
       spdlog::error("{}", end.message);
