@@ -195,6 +195,10 @@ Status ResolveSettings(LaunchConfig* c) {
   if (s.backend != "static" && s.backend != "c10d" && s.backend != "etcd")
     return Status::Error("--rdzv_backend=" + c->rdzv_backend + ": unknown backend (static, c10d, etcd, etcd-v2)");
   if (Status st = ApplyConf(c->rdzv_conf, &s); !st.ok()) return st;
+  // torchrun's LaunchConfig sets rdzv_configs["timeout"] = 900 when none is given, and the static
+  // backend waits that long for the other nodes (c10d's join_timeout keeps its 600).
+  if (s.backend == "static" && !c->rdzv_conf.count("timeout") && !c->rdzv_conf.count("join_timeout"))
+    s.join_timeout = 900;
   if (s.backend == "static") {
     if (c->min_nodes != c->max_nodes)
       return Status::Error("--nnodes=" + std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes) +

@@ -65,6 +65,22 @@ TEST(ResolveSettings, StaticUsesMasterAddrAndPortLikeTorchrun) {
   EXPECT_EQ(c.rdzv.endpoints[0].port, 29500);
 }
 
+// torchrun sets rdzv_configs["timeout"] = 900 when it is missing; the static backend waits that
+// long for the other nodes, c10d's join_timeout stays 600.
+TEST(ResolveSettings, StaticWaitsTorchrunsNineHundredSecondsUnlessTold) {
+  LaunchConfig c = Multi("static", 2, 2);
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.join_timeout, 900);
+  c = Multi("static", 2, 2);
+  c.rdzv_conf = {{"timeout", "30"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.join_timeout, 30);
+  c = Multi("c10d", 1, 2);
+  c.rdzv_endpoint = "127.0.0.1:29400";
+  ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
+  EXPECT_EQ(c.rdzv.join_timeout, 600);
+}
+
 TEST(ResolveSettings, StaticRefusesRangesAndOutOfRangeNodeRanks) {
   LaunchConfig c = Multi("static", 1, 2);
   auto s = ResolveSettings(&c);
