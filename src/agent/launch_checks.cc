@@ -189,4 +189,13 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
   return resolved;
 }
 
+std::string MultiNodeRestartFlagsNotice(const LaunchConfig& c) {
+  if (!c.rdzv.multi_node) return "";
+  std::string what;
+  if (c.restart_backoff > 0) what = "--restart-backoff";
+  if (c.heartbeat_timeout > 0) what += std::string(what.empty() ? "" : " and ") + "the crash-loop guard (--crash-loop-limit)";
+  if (what.empty()) return "";
+  return what + ": ignored in a multi-node job, which restarts when its rendezvous says so (single node only)";
+}
+
 }  // namespace ctrun

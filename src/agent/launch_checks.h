@@ -49,4 +49,9 @@ std::string ClassifyEntrypoint(LaunchConfig* config);
 // entrypoint does not run under Python.
 std::string PythonNotice(const LaunchConfig& config, const std::string& python_exec, const Environment& env);
 
+// One warning line when flags that only shape single-node restarts are given to a multi-node job
+// (its restarts are the rendezvous's): --restart-backoff, and the crash-loop guard that
+// --heartbeat-timeout turns on; "" otherwise.
+std::string MultiNodeRestartFlagsNotice(const LaunchConfig& c);
+
 }  // namespace ctrun

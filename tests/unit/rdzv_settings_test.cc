@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/launch_checks.h"
+
 namespace ctrun::rdzv {
 namespace {
 
@@ -79,6 +81,21 @@ TEST(ResolveSettings, StaticWaitsTorchrunsNineHundredSecondsUnlessTold) {
   c.rdzv_endpoint = "127.0.0.1:29400";
   ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
   EXPECT_EQ(c.rdzv.join_timeout, 600);
+}
+
+// Restart flags of one node are not silently ignored in a multi-node job.
+TEST(ResolveSettings, MultiNodeSaysItIgnoresSingleNodeRestartFlags) {
+  LaunchConfig c = Multi("static", 2, 2);
+  c.restart_backoff = 5;
+  c.heartbeat_timeout = 30;
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(MultiNodeRestartFlagsNotice(c),
+            "--restart-backoff and the crash-loop guard (--crash-loop-limit): ignored in a multi-node job, which "
+            "restarts when its rendezvous says so (single node only)");
+  LaunchConfig one;
+  one.restart_backoff = 5;
+  ASSERT_TRUE(ResolveSettings(&one).ok());
+  EXPECT_EQ(MultiNodeRestartFlagsNotice(one), "");
 }
 
 TEST(ResolveSettings, StaticRefusesRangesAndOutOfRangeNodeRanks) {
