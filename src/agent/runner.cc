@@ -693,10 +693,11 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   RunOutcome outcome = Report(config, context, agent, hooks, relay.stderr_console());
   recorder.Fill(&outcome);
   const int code = outcome.exit_code;
-  // A fresh base is kept when it holds log files, or when the run failed: the summary names error
-  // files and saved stacks in it, and its attempt directories show what ran. A successful run's
-  // base holds nothing anyone will read: removed.
-  const bool keep_base = log_files || code != 0;
+  // A fresh base is kept when it holds log files, or when the run failed after an attempt ran (or
+  // with a file in it): the summary names error files and saved stacks there, and its attempt
+  // directories show what ran. A successful run's base, or that of a run that failed before any
+  // worker (a rendezvous that never completed), holds nothing anyone will read: removed.
+  const bool keep_base = log_files || (code != 0 && (outcome.attempts > 0 || logs::HoldsAFile(log_dir->run_dir())));
   if (log_dir->temporary_base() && !keep_base) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
   } else {

@@ -256,7 +256,13 @@ void Rendezvous::OnJoinTimeout() {
     msg += ": " + std::to_string(s.members.size()) + " node(s) joined round " + std::to_string(s.round);
     if (!s.members.empty()) msg += " (" + Members() + ")";
     msg += ", need at least " + std::to_string(options_.params.min_nodes);
-    if (options_.params.static_ranks) msg += "; missing node rank(s): " + MissingRanks();
+    if (options_.params.static_ranks) {
+      const std::string missing = MissingRanks();
+      // Every rank this node expects joined, yet the round never completed: another node expects
+      // more (a different --nnodes).
+      msg += missing.empty() ? "; no node rank is missing: check that every node gives the same --nnodes"
+                             : "; missing node rank(s): " + missing;
+    }
     if (std::string b = JoinBlocker(s, self_, options_.params); !b.empty()) msg += "; this node could not join: " + b;
   }
   Enqueue(Transition::Leave(self_id_));

@@ -2,10 +2,12 @@
 // through the static or c10d rendezvous, running the fake worker. Every wait polls against a
 // deadline; every agent and worker is checked gone at the end.
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -252,15 +254,19 @@ TEST(MultiNode, JoinTimeoutNamesWhoJoinedAndExits3) {
   TempDir dir;
   Agents agents(dir);
   const int port = FreePort();
+  const std::string tmp = dir / "tmp";
+  std::filesystem::create_directories(tmp);
   agents.Start("n0",
                {"--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                 "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_conf=join_timeout=1"},
-               {});
+               {}, {"TMPDIR=" + tmp});
   EXPECT_EQ(agents.Wait("n0", seconds(20)), 3);
   const std::string err = agents.Err("n0");
   EXPECT_NE(err.find("rendezvous timed out after 1 s"), std::string::npos) << err;
   EXPECT_NE(err.find("1 node(s) joined round 0"), std::string::npos) << err;
   EXPECT_NE(err.find("need at least 2"), std::string::npos) << err;
+  // No worker ever ran: the fresh log directory holds nothing and is not left behind.
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "left in TMPDIR after a rendezvous that never completed";
 }
 
 TEST(MultiNode, AnAgentWithoutTheTokenIsRefused) {
