@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -152,6 +153,7 @@ StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoo
   o.token = RendezvousToken(c);
   o.connect_timeout = Seconds(r.join_timeout);
   o.op_timeout = Seconds(r.read_timeout);
+  o.on_unreachable = [](const std::string& what) { spdlog::warn("rendezvous: {}", what); };
   auto log = StoreLog::Create(loop, o);
   if (!log.ok()) return log.status();
   return std::unique_ptr<RendezvousLog>(std::move(log.value()));

@@ -24,10 +24,11 @@ StatusOr<std::unique_ptr<StoreLog>> StoreLog::Create(EventLoop& loop, const Stor
   c.token = opts.token;
   c.connect_timeout = opts.connect_timeout;
   c.op_timeout = opts.op_timeout;
-  auto ops = store::AsyncStoreClient::Create(loop, c);
-  if (!ops.ok()) return ops.status();
   auto waiter = store::AsyncStoreClient::Create(loop, c);
   if (!waiter.ok()) return waiter.status();
+  c.on_unreachable = opts.on_unreachable;  // one of the two connections is enough to say it
+  auto ops = store::AsyncStoreClient::Create(loop, c);
+  if (!ops.ok()) return ops.status();
   return std::unique_ptr<StoreLog>(
       new StoreLog(loop, "ctrun/rdzv/" + opts.run_id + "/", std::move(*ops), std::move(*waiter)));
 }

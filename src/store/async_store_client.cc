@@ -236,6 +236,7 @@ void AsyncStoreClient::StartConnect() {
   connect_deadline_ = DeadlineAfter(loop_.Now(), opts_.connect_timeout);
   backoff_ = kConnectMinBackoff;
   addr_index_ = 0;
+  said_unreachable_ = false;
   last_connect_error_ = "no attempt finished";
   connect_timer_ = loop_.AddTimer(connect_deadline_, [this, g = Guard()] {
     if (g.expired()) return;
@@ -285,6 +286,11 @@ void AsyncStoreClient::OnConnectError(int err) {
   }
   if (++addr_index_ < addrs_.size()) return TryConnect();
   addr_index_ = 0;
+  if (!said_unreachable_ && opts_.on_unreachable) {
+    said_unreachable_ = true;
+    opts_.on_unreachable("cannot reach " + where_ + " yet (" + last_connect_error_ + "); retrying for up to " +
+                         SecondsText(opts_.connect_timeout));
+  }
   // Sleep, at most until the connect deadline, whose own timer then gives up.
   const TimePoint now = loop_.Now();
   if (now >= connect_deadline_) return OnConnectDeadline();

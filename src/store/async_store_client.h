@@ -54,6 +54,9 @@ struct AsyncClientOptions {
   Duration connect_timeout = Seconds(60);  // how long refused/unreachable connects are retried
   Duration op_timeout = Seconds(30);       // reply deadline of each request once sent
   size_t max_value_bytes = 256u << 20;     // a longer value in a reply is a protocol error
+  // Called once per connect, at its first failed attempt that will be retried (refused,
+  // unreachable), with one line for the user; the retries go on silently until connect_timeout.
+  std::function<void(const std::string&)> on_unreachable;
 };
 
 class AsyncStoreClient {
@@ -201,6 +204,7 @@ class AsyncStoreClient {
   std::string rbuf_;
   size_t rbuf_off_ = 0;
   bool got_reply_ = false;  // any reply byte on this connection (for error hints)
+  bool said_unreachable_ = false;  // on_unreachable was called for the current connect
 
   struct Ready {
     WaitId wait_id = 0;

@@ -269,6 +269,23 @@ TEST(MultiNode, StaticNodesThatDisagreeOnNnodesAreToldToCheckIt) {
   EXPECT_NE(agents.Err("n1").find("missing node rank(s): 2"), std::string::npos) << agents.Err("n1");
 }
 
+// A node whose rendezvous store is not up yet says so at once (once), not only at the timeout.
+TEST(MultiNode, AnUnreachableRendezvousStoreIsSaidOnceAtTheStart) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();  // nobody listens there
+  agents.Start("n1", {"--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                      "--rdzv_conf=timeout=2"},
+               {});
+  EXPECT_EQ(agents.Wait("n1", seconds(20)), 3) << agents.Err("n1");
+  const std::string err = agents.Err("n1");
+  EXPECT_EQ(CountOf(err, "rendezvous: cannot reach 127.0.0.1:" + std::to_string(port) + " yet (Connection refused); "
+                         "retrying for up to 2 s"),
+            1)
+      << err;
+  EXPECT_NE(err.find("rendezvous timed out after 2 s"), std::string::npos) << err;
+}
+
 TEST(MultiNode, JoinTimeoutNamesWhoJoinedAndExits3) {
   TempDir dir;
   Agents agents(dir);
