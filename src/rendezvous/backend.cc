@@ -122,7 +122,8 @@ StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig&
   if (std::optional<PortHolder> holder = FindPortHolder(ep.port))
     return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
                          DescribePortHolder(holder, c.run_id,
-                                            std::filesystem::path(c.entrypoint).filename().string(), port_flag));
+                                            std::filesystem::path(c.entrypoint).filename().string(), port_flag,
+                                            /*single_node=*/false));
   return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
                        server.message() + " (pick another " + port_flag + ")");
 }

@@ -95,8 +95,8 @@ std::optional<PortHolder> FindPortHolder(int port, const std::string& proc_root)
 }
 
 std::string DescribePortHolder(const std::optional<PortHolder>& holder, const std::string& own_run_id,
-                               const std::string& entrypoint_name, const std::string& port_flag) {
-  const std::string pick = "pick another " + port_flag + ", or --standalone for a free one";
+                               const std::string& entrypoint_name, const std::string& port_flag, bool single_node) {
+  const std::string pick = "pick another " + port_flag + (single_node ? ", or --standalone for a free one" : "");
   if (!holder) return "the port is in use: " + pick;
   if (holder->pid == 0) return "the port is in use by a process this user cannot see: " + pick;
   const std::string who = "pid " + std::to_string(holder->pid) + " (" + holder->command + ")";

@@ -33,8 +33,10 @@ std::vector<unsigned long> SocketInodesOnPort(const std::string& proc_net_tcp, i
 // (run id 'none') that is still running: stop it (kill 42) or pick another --master_port".
 // entrypoint_name: this run's entrypoint file name, to tell "this job" apart when run ids are
 // the default "none".
-// port_flag: the flag that chose the port, for "pick another <port_flag>".
+// port_flag: the flag that chose the port, for "pick another <port_flag>". single_node: whether
+// "--standalone for a free one" is advice that applies (not for a multi-node rendezvous store).
 std::string DescribePortHolder(const std::optional<PortHolder>& holder, const std::string& own_run_id,
-                               const std::string& entrypoint_name, const std::string& port_flag);
+                               const std::string& entrypoint_name, const std::string& port_flag,
+                               bool single_node = true);
 
 }  // namespace ctrun

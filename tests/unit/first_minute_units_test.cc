@@ -51,6 +51,9 @@ TEST(PortOwner, NamesARunOfTheSameJobAndOtherHolders) {
             "for a free one");
   EXPECT_EQ(DescribePortHolder(std::nullopt, "none", "t", "--master_port"),
             "the port is in use: pick another --master_port, or --standalone for a free one");
+  // --standalone cannot help a multi-node job's rendezvous store.
+  EXPECT_EQ(DescribePortHolder(std::nullopt, "none", "t", "--master_port", /*single_node=*/false),
+            "the port is in use: pick another --master_port");
 }
 
 TEST(WorkerLimits, RefusesWhatThePidFdAndProcessLimitsCannotTakeWithTheNumbers) {
