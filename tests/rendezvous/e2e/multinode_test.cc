@@ -250,25 +250,6 @@ TEST(MultiNode, AnAgentStoppedBySignalLeavesAndTheOtherGoesOnAlone) {
   ExpectAllGone(dir / "pids");
 }
 
-// Two static nodes that disagree on --nnodes: every rank node 0 expects has joined, yet the round
-// never completes; the timeout says what to check instead of an empty list of missing ranks.
-TEST(MultiNode, StaticNodesThatDisagreeOnNnodesAreToldToCheckIt) {
-  TempDir dir;
-  Agents agents(dir);
-  const int port = FreePort();
-  for (int node : {0, 1})
-    agents.Start("n" + std::to_string(node),
-                 {"--nnodes=" + std::to_string(node == 0 ? 2 : 3), "--node_rank=" + std::to_string(node),
-                  "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port), "--rdzv_conf=timeout=2"},
-                 {});
-  EXPECT_EQ(agents.Wait("n0", seconds(20)), 3) << agents.Err("n0");
-  EXPECT_EQ(agents.Wait("n1", seconds(20)), 3) << agents.Err("n1");
-  EXPECT_NE(agents.Err("n0").find("no node rank is missing: check that every node gives the same --nnodes"),
-            std::string::npos)
-      << agents.Err("n0");
-  EXPECT_NE(agents.Err("n1").find("missing node rank(s): 2"), std::string::npos) << agents.Err("n1");
-}
-
 // A node whose rendezvous store is not up yet says so at once (once), not only at the timeout.
 TEST(MultiNode, AnUnreachableRendezvousStoreIsSaidOnceAtTheStart) {
   TempDir dir;
