@@ -226,29 +226,25 @@ def apply_omp_num_threads(value):
         torch.set_num_threads(int(value))
 
 
-def apply_distributed_debug(_value):
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and hasattr(dist, "set_debug_level_from_env"):
-        try:
-            dist.set_debug_level_from_env()
-        except Exception:
-            pass
-
-
-def apply_torch_logs(_value):
-    logs = sys.modules.get("torch._logging")
-    if logs is not None and hasattr(logs, "_init_logs"):
-        try:
-            logs._init_logs()
-        except Exception:
-            pass
+def rereader(module, function):
+    """An action that calls module.function() (which reads the environment again), when that module
+    is loaded and has it; its failure changes nothing."""
+    def apply(_value):
+        fn = getattr(sys.modules.get(module), function, None)
+        if fn is not None:
+            try:
+                fn()
+            except Exception:
+                pass
+    return apply
 
 
 # Variables the preloaded modules read once at import, and how a worker applies its own value:
 # at the start from its environment, and again whenever the script sets one (a cold script that
 # sets OMP_NUM_THREADS before `import torch` gets that many threads; here torch is imported already).
-REREAD = {"OMP_NUM_THREADS": apply_omp_num_threads, "TORCH_DISTRIBUTED_DEBUG": apply_distributed_debug,
-          "TORCH_LOGS": apply_torch_logs}
+REREAD = {"OMP_NUM_THREADS": apply_omp_num_threads,
+          "TORCH_DISTRIBUTED_DEBUG": rereader("torch.distributed", "set_debug_level_from_env"),
+          "TORCH_LOGS": rereader("torch._logging", "_init_logs")}
 
 
 class RereadingEnviron(type(os.environ)):
