@@ -41,7 +41,7 @@ StatusOr<PrefixFormat> PrefixFormat::Choose(std::string_view log_prefix, const c
   }
   if (env_template != nullptr) {
     // torchrun's variable: safe_substitute, as torchrun renders it; what stays as written is named.
-    PrefixFormat f(Kind::kSafeTemplate, env_template);
+    PrefixFormat f(Kind::kTemplate, env_template);
     if (auto r = RenderPrefixTemplate(env_template, RankLabel{}); !r.ok())
       f.warning_ = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: " + r.message() + "; it stays as written, as in torchrun";
     return f;
@@ -56,11 +56,9 @@ std::string PrefixFormat::Render(const RankLabel& l) const {
       return {};
     case Kind::kTorchrunTee:
       return "[" + l.role + std::to_string(l.local_rank) + "]:";
-    case Kind::kTemplate: {
-      auto r = RenderPrefixTemplate(template_, l);
-      return r.ok() ? *r : std::string();
-    }
-    case Kind::kSafeTemplate:
+    case Kind::kTemplate:
+      // A --log-prefix passed the strict check in Choose (every name known, no stray '$'), so
+      // rendering it safely gives the same text; torchrun's variable is rendered safely anyway.
       return SafeSubstitute(template_, LabelLookup(l));
     case Kind::kDefault:
       break;

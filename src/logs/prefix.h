@@ -37,7 +37,7 @@ StatusOr<std::string> RenderPrefixTemplate(std::string_view tmpl, const RankLabe
 
 class PrefixFormat {
  public:
-  enum class Kind { kDefault, kTorchrunTee, kTemplate, kSafeTemplate, kNone };
+  enum class Kind { kDefault, kTorchrunTee, kTemplate, kNone };
 
   // log_prefix: the --log-prefix value ("" = not given); env_template: the value of
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE or nullptr; any_tee: --tee is not "0".
