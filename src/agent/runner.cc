@@ -697,17 +697,18 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // with a file in it): the summary names error files and saved stacks there, and its attempt
   // directories show what ran. A successful run's base, or that of a run that failed before any
   // worker (a rendezvous that never completed), holds nothing anyone will read: removed.
-  const bool keep_base = log_files || (code != 0 && (outcome.attempts > 0 || logs::HoldsAFile(log_dir->run_dir())));
+  // Looked at once, and only where it decides something: a failed run's fresh base without log files.
+  const bool error_files = log_dir->temporary_base() && !log_files && code != 0 && logs::HoldsAFile(log_dir->run_dir());
+  const bool keep_base = log_files || (code != 0 && (outcome.attempts > 0 || error_files));
   if (log_dir->temporary_base() && !keep_base) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
   } else {
     // A kept run directory holds only attempts that ran.
     if (Status s = log_dir->DropAhead(); !s.ok()) spdlog::warn("{}", s.message());
     if (log_dir->temporary_base())
-      spdlog::info("{} {}", log_files                              ? "worker log files are in"
-                            : logs::HoldsAFile(log_dir->run_dir()) ? "error files of this run are in"
-                                                                   : "no worker wrote an error file; this run's log "
-                                                                     "directory is kept:",
+      spdlog::info("{} {}", log_files     ? "worker log files are in"
+                            : error_files ? "error files of this run are in"
+                                          : "no worker wrote an error file; this run's log directory is kept:",
                    log_dir->run_dir());
   }
   if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
