@@ -1,6 +1,5 @@
 #include "agent/launch_checks.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +9,6 @@
 #include <fstream>
 
 #include "agent/worker_env.h"
-#include "base/unique_fd.h"
 #include "sys/posix_util.h"
 #include "gpu/visible_devices.h"
 
@@ -103,15 +101,6 @@ std::string FindPython(const Environment& env) {
 
 namespace {
 
-// The first 4 KiB of a file; "" when it cannot be read.
-std::string FileHead(const std::string& path) {
-  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
-  if (!fd) return "";
-  char buf[4096];
-  const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
 bool HasShebang(const std::string& head) { return head.rfind("#!", 0) == 0; }
 
 // Text (no NUL) that Python could run: no #! line, or one that names python.
@@ -129,7 +118,7 @@ std::string ClassifyEntrypoint(LaunchConfig* c) {
   if (c->no_python || c->module || UsesPython(*c)) return "";
   struct stat st;
   if (::stat(c->entrypoint.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  const std::string head = FileHead(c->entrypoint);
+  const std::string head = ReadFileHead(c->entrypoint, 4096);
   if (!IsPythonText(head)) return "";
   const bool executable = ::access(c->entrypoint.c_str(), X_OK) == 0;
   if (executable && HasShebang(head)) return "";  // the kernel runs it with its interpreter

@@ -1,6 +1,5 @@
 #include "process/exec_pipe.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,7 +10,6 @@
 #include <cstring>
 #include <string>
 
-#include "base/unique_fd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -62,11 +60,7 @@ bool AwaitChildExit(int pipe_fd, TimePoint deadline) {
 std::string ExplainExecError(const std::string& exe, int err) {
   const std::string plain = std::strerror(err);
   if (err != ENOENT || exe.empty()) return plain;
-  UniqueFd fd(RetryOnEintr([&] { return ::open(exe.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
-  if (!fd) return plain;  // the file itself is missing: ENOENT says it
-  char buf[256];
-  const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
-  const std::string head(buf, static_cast<size_t>(std::max<ssize_t>(n, 0)));
+  const std::string head = ReadFileHead(exe, 256);  // "": the file itself is missing, ENOENT says it
   if (head.rfind("\x7f" "ELF", 0) == 0) return plain + " (its ELF interpreter, the dynamic loader it names, is missing)";
   if (head.rfind("#!", 0) != 0) return plain;
   const std::string line = head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);

@@ -36,6 +36,15 @@ bool ReadFile(const std::string& path, std::string* out) {
   }
 }
 
+std::string ReadFileHead(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); }));
+  if (!fd) return "";
+  std::string head(max_bytes, '\0');
+  const ssize_t n = RetryOnEintr([&] { return ::read(fd.get(), head.data(), head.size()); });
+  head.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return head;
+}
+
 namespace {
 struct rlimit g_original_nofile;
 bool g_nofile_raised = false;

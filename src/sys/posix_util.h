@@ -25,6 +25,9 @@ auto RetryOnEintr(Fn&& fn) -> decltype(fn()) {
 bool WriteAll(int fd, const void* buf, size_t len);
 // Reads a whole (small) file; false if it cannot be opened.
 bool ReadFile(const std::string& path, std::string* out);
+// The first bytes of a file, at most max_bytes (one read); "" when it cannot be opened or read.
+// For sniffing what a file is (a #! line, an ELF header, text).
+std::string ReadFileHead(const std::string& path, size_t max_bytes);
 bool SetNonBlocking(int fd, bool on);
 
 // Raises this process's soft RLIMIT_NOFILE to the hard limit (at most 1<<20): the agent holds a
