@@ -99,6 +99,12 @@ def script_imports(path):
     return names
 
 
+def under(path, roots):
+    """Whether the real path `path` is one of the directories `roots` or lies below one: the
+    script's own code (its directory, the working directory) rather than an installed package."""
+    return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+
 def installed_elsewhere(name, script_dir):
     """Whether the top-level module `name` resolves, with the worker's sys.path[0] (the script's
     directory), to code outside the script's directory and the working directory: an installed
@@ -121,11 +127,7 @@ def installed_elsewhere(name, script_dir):
         where = list(spec.submodule_search_locations)[0]
     if where is None:
         return spec.origin in ("built-in", "frozen")
-    where = os.path.realpath(where)
-    for own in {script_dir, os.path.realpath(os.getcwd())}:
-        if where == own or where.startswith(own + os.sep):
-            return False
-    return True
+    return not under(os.path.realpath(where), {script_dir, os.path.realpath(os.getcwd())})
 
 
 def preload():
@@ -302,10 +304,7 @@ WORKER_MODULES_AFTER = set()  # sys.modules as forked: what was there is the ser
 
 def is_own_code(mod, roots):
     f = getattr(mod, "__file__", None)
-    if not isinstance(f, str):
-        return False
-    f = os.path.realpath(f)
-    return any(f.startswith(r + os.sep) for r in roots)
+    return isinstance(f, str) and under(os.path.realpath(f), roots)
 
 
 def release_worker_modules():
