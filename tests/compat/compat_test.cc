@@ -8,6 +8,7 @@
 #include <memory>
 #include <regex>
 
+#include "helpers/free_port.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -66,7 +67,9 @@ TEST(Compat, GlooAllReduceWithFourWorkers) {
 TEST(Compat, GlooAllReduceAcrossTwoNodesWithARestart) {
   if (!HaveTorch()) GTEST_SKIP() << "no torch";
   TempDir d;
-  const std::string port = std::to_string(20000 + getpid() % 20000);
+  // A port nobody holds now (a pid-derived one could be an ephemeral port another test's sockets
+  // took, and the agents would then dial a stranger's listener).
+  const std::string port = std::to_string(FreePort());
   std::vector<std::string> env = kPyEnv;
   env.push_back("CTRUN_TEST_FAIL_UNTIL_ATTEMPT=1");
   std::vector<std::unique_ptr<BackgroundProcess>> nodes;
