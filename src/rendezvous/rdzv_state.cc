@@ -321,9 +321,26 @@ std::optional<State> Apply(const State& s, const Transition& t, const Params& p)
   return std::nullopt;
 }
 
+std::string ParamsMismatch(const Params& mine, const Params& job) {
+  auto nnodes = [](const Params& p) {
+    return p.min_nodes == p.max_nodes ? std::to_string(p.max_nodes)
+                                      : std::to_string(p.min_nodes) + ":" + std::to_string(p.max_nodes);
+  };
+  auto backend = [](const Params& p) { return p.static_ranks ? "static" : "an elastic one (c10d or etcd)"; };
+  std::string out;
+  auto add = [&](const std::string& clause) { out += (out.empty() ? "" : "; ") + clause; };
+  if (nnodes(mine) != nnodes(job)) add("--nnodes=" + nnodes(mine) + " here, " + nnodes(job) + " in the job");
+  if (mine.max_restarts != job.max_restarts)
+    add("--max_restarts=" + std::to_string(mine.max_restarts) + " here, " + std::to_string(job.max_restarts) +
+        " in the job");
+  if (mine.static_ranks != job.static_ranks)
+    add(std::string("the rendezvous backend is ") + backend(mine) + " here, " + backend(job) + " in the job");
+  return out;
+}
+
 std::string Encode(const State& s) {
   Json j;
-  j["v"] = 1;
+  j["v"] = 2;
   j["round"] = s.round;
   j["phase"] = PhaseName(s.phase);
   j["members"] = Json::array();
@@ -338,6 +355,8 @@ std::string Encode(const State& s) {
   j["exit_code"] = s.exit_code;
   j["message"] = s.message;
   j["writer"] = s.writer;
+  j["params"] = {{"min", s.params.min_nodes}, {"max", s.params.max_nodes}, {"restarts", s.params.max_restarts},
+                 {"static", s.params.static_ranks}, {"from", s.params_from}};
   return j.dump();
 }
 
@@ -345,7 +364,9 @@ StatusOr<State> Decode(std::string_view text) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error("rendezvous state is not a JSON object");
   try {
-    if (IntAt<int>(j, "v") != 1) return Status::Error("rendezvous state has an unknown version");
+    if (const int v = IntAt<int>(j, "v"); v != 2)
+      return Status::Error("rendezvous state has format version " + std::to_string(v) +
+                           ", this ctrun reads version 2: every node of a job must run the same ctrun release");
     State s;
     s.round = IntAt<uint64_t>(j, "round");
     const std::string phase = j.at("phase").get<std::string>();
@@ -363,6 +384,12 @@ StatusOr<State> Decode(std::string_view text) {
     s.exit_code = IntAt<int>(j, "exit_code");
     s.message = j.at("message").get<std::string>();
     s.writer = j.at("writer").get<std::string>();
+    const Json& p = j.at("params");
+    s.params.min_nodes = IntAt<int>(p, "min");
+    s.params.max_nodes = IntAt<int>(p, "max");
+    s.params.max_restarts = IntAt<int>(p, "restarts");
+    s.params.static_ranks = p.at("static").get<bool>();
+    s.params_from = p.at("from").get<std::string>();
     return s;
   } catch (const Json::exception& e) {
     return Status::Error(std::string("malformed rendezvous state: ") + e.what());

@@ -57,6 +57,22 @@ struct Cause {
   std::string Describe() const;
 };
 
+// The job's rules. Every agent must apply the same ones: the first agent to reach the
+// rendezvous writes its own into entry 0 (State::params), and an agent whose flags differ is
+// refused (ParamsMismatch) instead of making decisions the others would not make.
+struct Params {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  bool static_ranks = false;  // static backend: node ranks are the declared ones
+
+  bool operator==(const Params&) const = default;
+};
+
+// "" when `mine` equals the job's; else one clause naming every flag that differs, as
+// "--nnodes=2 here, 3 in the job; --max_restarts=0 here, 3 in the job".
+std::string ParamsMismatch(const Params& mine, const Params& job);
+
 enum class Phase { kJoin, kRun, kClosed };
 const char* PhaseName(Phase p);
 
@@ -73,19 +89,14 @@ struct State {
   int exit_code = 0;                  // kClosed: the code every agent exits with
   std::string message;                // kClosed: the agreed outcome in words
   std::string writer;                 // "<node id>#<seq>": makes every entry's value unique
+  Params params;                      // the job's rules, fixed by entry 0's writer
+  std::string params_from;            // that writer's node id, for messages
 
   bool operator==(const State&) const = default;
   const NodeDesc* FindMember(std::string_view id) const;
   bool IsWaiting(std::string_view id) const;
   // kRun: the node rank of `id`, or -1.
   int NodeRank(std::string_view id) const;
-};
-
-struct Params {
-  int min_nodes = 1;
-  int max_nodes = 1;
-  int max_restarts = 0;
-  bool static_ranks = false;  // static backend: node ranks are the declared ones
 };
 
 struct Transition {

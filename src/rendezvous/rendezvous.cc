@@ -27,6 +27,8 @@ Rendezvous::Rendezvous(std::unique_ptr<RendezvousLog> log, TimerQueue& timers, R
   log_->StartLiveness(self_id_, options_.liveness);
   State initial;
   initial.writer = "init";
+  initial.params = options_.params;  // the job's rules if this agent creates the log
+  initial.params_from = self_id_;
   log_->Head(Encode(initial), [this, alive](StatusOr<LogEntry> head) {
     if (!alive.expired()) OnHead(std::move(head));
   });
@@ -93,8 +95,16 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
     Fatal("entry " + std::to_string(index) + " of the rendezvous log: " + state.message());
     return;
   }
-  if (!head_) first_index_ = index;
+  const bool first = !head_;
+  if (first) first_index_ = index;
   head_ = std::move(state.value());
+  if (first) {
+    if (std::string diff = ParamsMismatch(options_.params, head_->params); !diff.empty()) {
+      Fatal("this node's flags differ from those of the job it is joining (" + log_->Describe() + "): " + diff +
+            ", set by the first node to arrive (" + head_->params_from + "); every node of a job must give the same values");
+      return;
+    }
+  }
   head_index_ = index;
   std::weak_ptr<bool> alive = alive_;
   log_->Wait(index + 1, [this, alive, next = index + 1](StatusOr<std::string> v) {

@@ -267,6 +267,38 @@ TEST(MultiNode, AnUnreachableRendezvousStoreIsSaidOnceAtTheStart) {
   EXPECT_NE(err.find("rendezvous timed out after 2 s"), std::string::npos) << err;
 }
 
+// A static node that gives another --nnodes than the running job is refused at once with the
+// difference named, and the job runs on at its size (the node with the smaller count used to
+// decide the job's size when it arrived first).
+TEST(MultiNode, AStaticNodeWithAnotherNnodesIsRefusedAndTheJobRunsOn) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  auto flags = [&](const std::string& nnodes, int node) {
+    return std::vector<std::string>{"--nnodes=" + nnodes, "--node_rank=" + std::to_string(node),
+                                    "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                                    kFastConf + ",keep_alive_interval=0.2", "--shutdown-timeout=5"};
+  };
+  const std::vector<std::string> worker{"--pid-file", dir / "pids", "--hang"};
+  for (int node : {0, 1}) agents.Start("n" + std::to_string(node), flags("2", node), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 2; }, seconds(30))) << agents.Err("n0");
+  agents.Start("n2", flags("3", 2), worker);
+  EXPECT_EQ(agents.Wait("n2", seconds(30)), 3) << agents.Err("n2");
+  const std::string err = agents.Err("n2");
+  EXPECT_NE(err.find("this node's flags differ from those of the job it is joining (store at 127.0.0.1:" +
+                     std::to_string(port) + "): --nnodes=3 here, 2 in the job, set by the first node to arrive ("),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(ReadPids(dir / "pids").size(), 2u) << "the refused node started no worker";
+  EXPECT_TRUE(ProcessAlive(agents["n0"].pid())) << agents.Err("n0");
+  EXPECT_TRUE(ProcessAlive(agents["n1"].pid())) << agents.Err("n1");
+  agents["n1"].Signal(SIGTERM);
+  agents["n0"].Signal(SIGTERM);
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 128 + SIGTERM) << agents.Err("n1");
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 128 + SIGTERM) << agents.Err("n0");
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, JoinTimeoutNamesWhoJoinedAndExits3) {
   TempDir dir;
   Agents agents(dir);

@@ -91,6 +91,43 @@ TEST_F(RendezvousTest, TwoNodesGetContiguousRanksAndNodeZerosStore) {
   EXPECT_EQ(b.rounds[0].master_port, 5000);
 }
 
+// The job's rules are the first node's; a node with other flags is refused before it joins,
+// whatever the order, instead of completing rounds by its own count.
+TEST_F(RendezvousTest, ANodeWhoseFlagsDifferFromTheJobsIsRefusedAndNamesThem) {
+  options_.params = Params{2, 2, 0, true};
+  Node& a = Add("1");
+  a.JoinNow();
+  Settle();
+  options_.params = Params{3, 3, 1, true};
+  Node& b = Add("2");
+  b.JoinNow();
+  Settle();
+  ASSERT_TRUE(b.end);
+  EXPECT_TRUE(b.end->rendezvous_error);
+  EXPECT_EQ(b.end->exit_code, kExitRendezvous);
+  EXPECT_NE(b.end->message.find("--nnodes=3 here, 2 in the job"), std::string::npos) << b.end->message;
+  EXPECT_NE(b.end->message.find("--max_restarts=1 here, 0 in the job"), std::string::npos) << b.end->message;
+  EXPECT_NE(b.end->message.find("set by the first node to arrive (1)"), std::string::npos) << b.end->message;
+  EXPECT_TRUE(b.rounds.empty());
+  EXPECT_FALSE(a.end) << "the job's own node keeps waiting for a node with its flags";
+  EXPECT_TRUE(a.rounds.empty());
+}
+
+TEST_F(RendezvousTest, AnElasticRangeAndABackendThatDifferAreNamedToo) {
+  options_.params = Params{1, 4, 3, false};
+  Add("1").JoinNow();
+  Settle();
+  options_.params = Params{2, 4, 3, true};
+  Node& b = Add("2");
+  b.JoinNow();
+  Settle();
+  ASSERT_TRUE(b.end);
+  EXPECT_NE(b.end->message.find("--nnodes=2:4 here, 1:4 in the job"), std::string::npos) << b.end->message;
+  EXPECT_NE(b.end->message.find("the rendezvous backend is static here, an elastic one (c10d or etcd) in the job"),
+            std::string::npos)
+      << b.end->message;
+}
+
 TEST_F(RendezvousTest, AFailureOnOneNodeRestartsEveryNodeWithOneJobWideCount) {
   options_.params = Params{2, 2, 3, false};
   auto nodes = Start(2);
