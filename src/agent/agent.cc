@@ -110,6 +110,8 @@ void Agent::OnRoundStopping(const std::string& why) {
 void Agent::OnJobEnd(const rdzv::JobEnd& end) {
   job_end_ = end;
   if (end.rendezvous_error) hooks_.Log(2, end.message);
+  // A success that is not the plain one (a node left after the others had finished) says why.
+  if (end.exit_code == 0 && end.message != rdzv::kEveryNodeSucceeded) hooks_.Log(0, "the job ended: " + end.message);
   switch (state_) {
     case AgentState::kRunning:
       BeginStopping(StopReason::kRemote, SIGTERM);

@@ -152,7 +152,7 @@ std::optional<State> ApplySucceed(const State& in, const Transition& t) {
     return std::nullopt;
   State s = in;
   s.done.push_back(t.id);
-  if (s.done.size() == s.members.size()) Close(&s, 0, "every worker on every node succeeded");
+  if (s.done.size() == s.members.size()) Close(&s, 0, std::string(kEveryNodeSucceeded));
   return s;
 }
 
@@ -167,6 +167,13 @@ std::optional<State> ApplyGone(const State& in, const std::string& id, const cha
   EraseId(&s.expected, id);
   if (s.phase == Phase::kRun && m) {
     EraseId(&s.members, id);
+    EraseId(&s.done, id);
+    // Every node left has finished its workers: the job is over, not a new round (which would
+    // start those nodes' finished workers again, at a smaller size).
+    if (!s.members.empty() && s.done.size() == s.members.size()) {
+      Close(&s, 0, "every worker on every remaining node succeeded (node " + host + " " + how + " before its workers ended)");
+      return s;
+    }
     std::vector<std::string> expected = Ids(s.members, s.waiting);
     StartNextRound(&s, std::move(expected), "node " + host + " " + how);
     return s;

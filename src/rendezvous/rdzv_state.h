@@ -12,6 +12,7 @@
 //   kRun(r) --node joined / left / lost------> kJoin(r+1)   (a membership change: not counted)
 //   kRun(r) --failure, no restarts left------> kClosed      (exit code of the root cause)
 //   kRun(r) --every member succeeded---------> kClosed      (exit code 0)
+//   kRun(r) --a node left / lost, every other member had succeeded--> kClosed (exit code 0)
 // A kJoin round remembers which nodes it `expected` (the previous round's members still alive),
 // so a restart completes as soon as they are all back, without waiting for the last-call window.
 //
@@ -72,6 +73,9 @@ struct Params {
 // "" when `mine` equals the job's; else one clause naming every flag that differs, as
 // "--nnodes=2 here, 3 in the job; --max_restarts=0 here, 3 in the job".
 std::string ParamsMismatch(const Params& mine, const Params& job);
+
+// kClosed's message when every member of the last round succeeded.
+inline constexpr std::string_view kEveryNodeSucceeded = "every worker on every node succeeded";
 
 enum class Phase { kJoin, kRun, kClosed };
 const char* PhaseName(Phase p);

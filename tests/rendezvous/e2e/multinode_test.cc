@@ -331,6 +331,28 @@ TEST(MultiNode, AnAgentWithoutTheTokenIsRefused) {
   EXPECT_TRUE(ReadPids(dir / "pids").empty()) << "no worker started";
 }
 
+// A node whose workers all succeeded is done: when the last node still running is stopped by a
+// signal, it ends with 0 instead of starting its finished workers again at the smaller size.
+TEST(MultiNode, ANodeThatFinishedIsNotRestartedWhenTheLastRunningNodeLeaves) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  agents.Start("done", C10d(port, "1:2", 2, {}, "is_host=1"), {"--pid-file", dir / "pids.done"});
+  agents.Start("busy", C10d(port, "1:2", 2, {}, "is_host=0"), {"--pid-file", dir / "pids.busy", "--hang"});
+  ASSERT_TRUE(WaitFor([&] { return agents.Err("done").find("all workers on this node succeeded") != std::string::npos; },
+                      seconds(30)))
+      << agents.Err("done") << agents.Err("busy");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids.busy").size() == 2; }, seconds(30))) << agents.Err("busy");
+  agents["busy"].Signal(SIGTERM);
+  EXPECT_EQ(agents.Wait("busy", seconds(30)), 128 + SIGTERM) << agents.Err("busy");
+  EXPECT_EQ(agents.Wait("done", seconds(30)), 0) << agents.Err("done");
+  EXPECT_EQ(ReadPids(dir / "pids.done").size(), 2u) << "the finished node started its workers again\n"
+                                                    << agents.Err("done");
+  EXPECT_NE(agents.Err("done").find("every worker on every remaining node succeeded"), std::string::npos)
+      << agents.Err("done");
+  ExpectAllGone(dir / "pids.busy");
+}
+
 TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
   TempDir dir;
   Agents agents(dir);

@@ -130,6 +130,27 @@ TEST(RdzvState, JobSucceedsWhenEveryMemberSucceeded) {
   EXPECT_EQ(s.exit_code, 0);
 }
 
+// A node that leaves (or is lost) after every other member's workers succeeded ends the job: a
+// new round would start the finished workers again at the smaller size.
+TEST(RdzvState, ANodeGoneAfterTheOthersSucceededEndsTheJobInsteadOfARound) {
+  Params p = Elastic(1, 3);
+  for (const auto kind : {Transition::Kind::kLeave, Transition::Kind::kLost}) {
+    State s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+    s = Must(Apply(s, Transition::Succeed(0, "a"), p));
+    const Transition gone = kind == Transition::Kind::kLeave ? Transition::Leave("c") : Transition::Lost("c");
+    State restarted = Must(Apply(s, gone, p));  // b has not succeeded: the survivors restart
+    EXPECT_EQ(restarted.phase, Phase::kJoin);
+    EXPECT_EQ(restarted.round, 1u);
+    s = Must(Apply(s, Transition::Succeed(0, "b"), p));
+    s = Must(Apply(s, gone, p));
+    EXPECT_EQ(s.phase, Phase::kClosed);
+    EXPECT_EQ(s.exit_code, 0);
+    EXPECT_EQ(s.round, 0u);
+    EXPECT_NE(s.message.find("every worker on every remaining node succeeded (node host-c "), std::string::npos)
+        << s.message;
+  }
+}
+
 TEST(RdzvState, NewcomerRestartsTheJobWithoutCountingWhenThereIsRoom) {
   Params p = Elastic(2, 3, 0);
   State s = JoinAll(State{}, p, {Node("a"), Node("b")});
