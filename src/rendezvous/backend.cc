@@ -21,6 +21,9 @@
 namespace ctrun::rdzv {
 namespace {
 
+// A rendezvous backend that cannot be reached yet (its requests are being retried).
+void SayUnreachable(const std::string& what) { spdlog::warn("rendezvous: {}", what); }
+
 // Numeric form of every address of `host` (getaddrinfo; blocking, once at start-up).
 std::vector<std::string> Resolve(const std::string& host) {
   std::vector<std::string> out;
@@ -143,6 +146,7 @@ StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoo
     // One attempt stays short (the client's default): a write caught in an etcd leader change is
     // only freed by resending it; read_timeout bounds the whole operation with its retries.
     o.etcd.retry_deadline = Seconds(r.read_timeout);
+    o.etcd.on_unreachable = SayUnreachable;
     auto log = EtcdLog::Create(&loop, std::move(o));
     if (!log.ok()) return log.status();
     return std::unique_ptr<RendezvousLog>(std::move(log.value()));
@@ -154,7 +158,7 @@ StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoo
   o.token = RendezvousToken(c);
   o.connect_timeout = Seconds(r.join_timeout);
   o.op_timeout = Seconds(r.read_timeout);
-  o.on_unreachable = [](const std::string& what) { spdlog::warn("rendezvous: {}", what); };
+  o.on_unreachable = SayUnreachable;
   auto log = StoreLog::Create(loop, o);
   if (!log.ok()) return log.status();
   return std::unique_ptr<RendezvousLog>(std::move(log.value()));

@@ -240,8 +240,14 @@ void EtcdClient::OnAttemptDone(uint64_t id, HttpResult r) {
   c.transfer = 0;
   if (!r.error.ok()) {
     if (r.permanent) return FinishCall(id, r.error);
+    if (!said_unreachable_ && options_.on_unreachable) {
+      said_unreachable_ = true;
+      options_.on_unreachable("cannot reach etcd at " + Describe() + " yet (" + r.error.message() +
+                              "); retrying for up to " + SecondsText(options_.retry_deadline));
+    }
     return RetryCall(c, r.error.message());
   }
+  said_unreachable_ = false;  // an answer: the next outage is said again
   const std::string where = "etcd " + c.path + " at " + endpoints_[c.endpoint] + ": ";
   EtcdAnswer answer = ClassifyEtcdAnswer(r.status, r.body);
   switch (answer.verdict) {

@@ -54,6 +54,9 @@ struct EtcdOptions {
   Duration request_timeout = Seconds(2);  // one HTTP attempt on one endpoint (see above)
   Duration connect_timeout = Seconds(2);
   Duration retry_deadline = Seconds(30);  // failing over and retrying stops after this
+  // Called once per outage, from the loop: a request reached no endpoint and is being retried
+  // ("cannot reach etcd at ... yet (why); retrying for up to N s"). An answer ends the outage.
+  std::function<void(const std::string&)> on_unreachable;
 };
 
 enum class EtcdSortOrder { kNone, kAscend, kDescend };
@@ -169,6 +172,7 @@ class EtcdClient {
 
   std::string token_;  // empty: none (no user, or auth not enabled on the server)
   bool have_token_ = false;
+  bool said_unreachable_ = false;  // on_unreachable was called for the current outage
   bool authenticating_ = false;
   std::vector<TokenWaiter> token_waiters_;
 

@@ -267,6 +267,21 @@ TEST(MultiNode, AnUnreachableRendezvousStoreIsSaidOnceAtTheStart) {
   EXPECT_NE(err.find("rendezvous timed out after 2 s"), std::string::npos) << err;
 }
 
+// The same for etcd: said once when the first request cannot reach it, then the timeout.
+TEST(MultiNode, AnUnreachableEtcdIsSaidOnceAtTheStart) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();  // nobody listens there
+  agents.Start("n1", {"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                      "--rdzv_conf=read_timeout=2"},
+               {});
+  EXPECT_EQ(agents.Wait("n1", seconds(20)), 3) << agents.Err("n1");
+  const std::string err = agents.Err("n1");
+  EXPECT_EQ(CountOf(err, "rendezvous: cannot reach etcd at http://127.0.0.1:" + std::to_string(port) + " yet ("), 1)
+      << err;
+  EXPECT_NE(err.find("retrying for up to 2"), std::string::npos) << err;
+}
+
 // A static node that gives another --nnodes than the running job is refused at once with the
 // difference named, and the job runs on at its size (the node with the smaller count used to
 // decide the job's size when it arrived first).
