@@ -41,7 +41,9 @@ void Agent::AttachRendezvous(rdzv::Rendezvous* rendezvous) {
 
 void Agent::AttachHealth(health::Monitor* monitor) {
   health_ = monitor;
-  health_->SetOnHang([this](int local_rank, const std::string& why) { OnRankHung(local_rank, why); });
+  health_->SetOnHang([this](int local_rank, const std::string& why, const std::vector<int>& also_silent) {
+    OnRankHung(local_rank, why, also_silent);
+  });
 }
 
 void Agent::Start() {
@@ -286,6 +288,15 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
     if (health_) health_->WorkerExited(w->rank.local_rank);
     if (state_ == AgentState::kRunning) {
+      if (!status.success() && w->capturing && w->hang.empty()) {
+        // A rank silent beside the hung one, ended while its stacks were taken (the capture can
+        // end a process it interrupts): a consequence of the hang, not a failure of its own.
+        RecordFailure(*w, /*stopped_by_ctrun=*/true);
+        failures_.back().stop_sent.reset();
+        EmitWorkerExit(*w, "stopped");
+        hooks_.Log(1, Label(*w) + " " + status.ToString() + " during its stack capture");
+        return;
+      }
       EmitWorkerExit(*w, status.success() ? "succeeded" : "failed");
       if (!status.success()) {
         OnFailureWhileRunning(*w);
@@ -437,34 +448,61 @@ void Agent::StopForFailure(const Worker& w, const std::string& what, int exit_co
   BeginStopping(StopReason::kFailure, SIGTERM);
 }
 
-void Agent::OnRankHung(int local_rank, const std::string& why) {
-  if (state_ != AgentState::kRunning) return;
-  Worker* w = nullptr;
+Agent::Worker* Agent::RunningLocal(int local_rank) {
   for (auto& x : workers_)
-    if (x.rank.local_rank == local_rank && !x.exited) w = &x;
+    if (x.rank.local_rank == local_rank && !x.exited) return &x;
+  return nullptr;
+}
+
+// "; ranks 0 and 3 had fallen silent too": the other ranks of a hang, in the blamed rank's verdict.
+std::string Agent::SilentClause(const std::vector<Worker*>& silent) {
+  if (silent.empty()) return "";
+  std::string out = silent.size() == 1 ? "; rank " : "; ranks ";
+  for (size_t i = 0; i < silent.size(); ++i) {
+    if (i > 0) out += i + 1 == silent.size() ? " and " : ", ";
+    out += std::to_string(silent[i]->rank.global_rank);
+  }
+  return out + " had fallen silent too";
+}
+
+void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent) {
+  if (state_ != AgentState::kRunning) return;
+  Worker* w = RunningLocal(local_rank);
   if (!w) return;
-  w->hang = why;
+  std::vector<Worker*> silent;
+  nlohmann::json silent_ranks = nlohmann::json::array();
+  for (int r : also_silent)
+    if (Worker* x = RunningLocal(r)) {
+      silent.push_back(x);
+      silent_ranks.push_back(x->rank.global_rank);
+    }
+  w->hang = why + SilentClause(silent);
   w->hung_at = std::chrono::system_clock::now();
   events_->Emit(events::kHeartbeatMiss, {{"rank", w->rank.global_rank},
                                          {"local_rank", local_rank},
                                          {"pid", w->pid},
                                          {"attempt", attempt_},
-                                         {"why", why}});
+                                         {"why", why},
+                                         {"also_silent", silent_ranks}});
   const std::string who = Label(*w) + " ";
   if (config_.stack_timeout <= 0 || !health_) {
-    hooks_.Log(2, who + why + "; stopping the workers");
-    StopForFailure(*w, why, kExitHung);
+    hooks_.Log(2, who + w->hang + "; stopping the workers");
+    StopForFailure(*w, w->hang, kExitHung);
     return;
   }
-  hooks_.Log(2, who + why + "; saving its stacks (at most " + health::FormatSeconds(Seconds(config_.stack_timeout)) +
-                    "), then stopping the workers");
-  w->capturing = true;
-  health_->CaptureStacks(local_rank, w->pid, [this, pid = w->pid](const std::string& summary) {
-    OnStacksSaved(pid, summary);
-  });
+  hooks_.Log(2, who + w->hang + "; saving " + (silent.empty() ? "its stacks" : "their stacks") + " (at most " +
+                    health::FormatSeconds(Seconds(config_.stack_timeout)) + "), then stopping the workers");
+  silent.insert(silent.begin(), w);
+  for (Worker* x : silent) {
+    x->capturing = true;
+    health_->CaptureStacks(x->rank.local_rank, x->pid, [this, pid = x->pid](const std::string& summary) {
+      OnStacksSaved(pid, summary);
+    });
+  }
 }
 
-// The capture of a hung rank's stacks ended (saved, cut at its bound, or impossible).
+// One rank's capture ended (saved, cut at its bound, or impossible). Once every capture of the
+// hang has ended, the attempt is stopped for the hung rank.
 void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   Worker* w = FindWorker(pid);
   if (!w) return;  // another attempt by now
@@ -474,12 +512,17 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   for (auto& f : failures_)
     if (f.pid == pid) f.stacks = summary;
   hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
+  if (CapturingWorker()) return;  // the other silent ranks' captures are still running
   if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile), or over
     if (state_ == AgentState::kStopping) CheckStopped();  // it may have waited for this capture only
     return;
   }
-  if (w->exited) RecordFailure(*w, /*stopped_by_ctrun=*/false);  // it ended during the capture
-  StopForFailure(*w, w->hang, kExitHung);
+  Worker* hung = nullptr;
+  for (auto& x : workers_)
+    if (!x.hang.empty()) hung = &x;
+  if (!hung) return;
+  if (hung->exited) RecordFailure(*hung, /*stopped_by_ctrun=*/false);  // it ended during the capture
+  StopForFailure(*hung, hung->hang, kExitHung);
 }
 
 void Agent::BeginStopping(StopReason reason, int sig) {

@@ -16,10 +16,13 @@
 // restart counting, exit code) is tested with fakes, without forking.
 //
 // Health (health/monitor.h, attached with AttachHealth): a rank that misses a heartbeat or output
-// deadline is that attempt's failure. Its stacks are captured first (bounded, asynchronous; the
-// state stays Running meanwhile, so a worker that fails on its own during the capture is handled
-// as usual), then the attempt is stopped like any failure; the hung rank is the root cause, with
-// its verdict ("hung: no heartbeat for 92 s (last beat at step 1200)") and the stacks' location.
+// deadline is that attempt's failure. Its stacks, and those of the ranks that had fallen silent
+// with it (also_silent, see health/hang_watcher.h), are captured first (bounded, asynchronous, all
+// at once; the state stays Running meanwhile, so a worker that fails on its own during the capture
+// is handled as usual, while a silent rank that dies of its capture is not a failure of its own),
+// then the attempt is stopped like any failure; the hung rank is the root cause, with its verdict
+// ("hung: no heartbeat for 92 s (last beat at step 1200); rank 0 had fallen silent too") and the
+// stacks' location.
 // Single node, a failed attempt with restarts left waits the RestartPolicy's back-off (state
 // Backoff; a terminating signal then ends the run at once) or, in a crash loop, ends the run with
 // the last attempt's root cause and crash_loop() set.
@@ -224,7 +227,9 @@ class Agent final : public rdzv::RendezvousListener {
   void RecordFailure(const Worker& w, bool stopped_by_ctrun);
   bool DiedOfOurSignal(const ExitStatus& status) const;
   Worker* FindWorker(pid_t pid);
-  const Worker* CapturingWorker() const;  // the rank whose stacks are being saved, if any
+  const Worker* CapturingWorker() const;  // a rank whose stacks are being saved, if any
+  Worker* RunningLocal(int local_rank);     // the attempt's worker of local_rank, unless it exited
+  static std::string SilentClause(const std::vector<Worker*>& silent);
   bool AllExited() const;                 // every leader of the attempt was reaped
   static std::string Label(const Worker& w);  // "worker rank 3 (local_rank 1, pid 4242)"
   void CancelTimers();
@@ -234,7 +239,7 @@ class Agent final : public rdzv::RendezvousListener {
   void SignalToStop(pid_t pgid, int sig);
   void ArmGrace(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
-  void OnRankHung(int local_rank, const std::string& why);
+  void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
   void OnStacksSaved(pid_t pid, const std::string& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
   void OnFailureWhileRunning(const Worker& w);

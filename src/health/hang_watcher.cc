@@ -112,12 +112,12 @@ void HangWatcher::OnBeatTimer(int local_rank) {
     return;
   }
   if (r.beats == 0) {
-    Hung(local_rank, "hung: no first heartbeat within " + FormatSeconds(now - started_));
+    Hung(local_rank, "hung: no first heartbeat within " + FormatSeconds(now - started_), Channel::kBeat);
     return;
   }
   std::string why = "hung: no heartbeat for " + FormatSeconds(now - r.last_beat);
   if (r.last_step) why += " (last beat at step " + std::to_string(*r.last_step) + ")";
-  Hung(local_rank, why);
+  Hung(local_rank, why, Channel::kBeat);
 }
 
 void HangWatcher::OnOutputTimer(int local_rank) {
@@ -129,12 +129,23 @@ void HangWatcher::OnOutputTimer(int local_rank) {
     ArmOutput(local_rank, deadline);
     return;
   }
-  Hung(local_rank, "hung: no output for " + FormatSeconds(now - r.last_output));
+  Hung(local_rank, "hung: no output for " + FormatSeconds(now - r.last_output), Channel::kOutput);
 }
 
-void HangWatcher::Hung(int local_rank, const std::string& why) {
+bool HangWatcher::SilentFor(const Rank& r, Channel channel, Duration at_least) const {
+  const TimePoint now = timers_.Now();
+  if (channel == Channel::kOutput) return now - r.last_output >= at_least;
+  return now - (r.beats == 0 ? started_ : r.last_beat) >= at_least;
+}
+
+void HangWatcher::Hung(int local_rank, const std::string& why, Channel channel) {
+  const Duration half = (channel == Channel::kBeat ? options_.heartbeat : options_.output) / 2;
+  std::vector<int> also_silent;
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (static_cast<int>(i) != local_rank && ranks_[i].active && SilentFor(ranks_[i], channel, half))
+      also_silent.push_back(static_cast<int>(i));
   Stop();
-  on_hang_(local_rank, why);
+  on_hang_(local_rank, why, also_silent);
 }
 
 }  // namespace ctrun::health

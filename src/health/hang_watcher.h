@@ -5,9 +5,14 @@
 //   heartbeat: the first beat must come within first_heartbeat of Start(), every later one within
 //              heartbeat of the previous one;
 //   output:    some output within output of Start() and of the previous output.
-// A missed deadline calls on_hang(local_rank, why) once, with why like
+// A missed deadline calls on_hang(local_rank, why, also_silent) once, with why like
 // "hung: no heartbeat for 92 s (last beat at step 1200)", and the watcher then stops watching
 // every rank (the agent stops the attempt). RankExited() stops watching that rank only.
+// The rank blamed is the one whose deadline passed first, i.e. the one that went silent first.
+// also_silent lists (ascending) the other watched ranks silent on the same channel for at least
+// half its timeout by then: in a collective hang the rank that stopped and the ranks waiting for
+// it fall silent within moments of each other, so which one passes its deadline first says
+// little; the agent saves their stacks too.
 //
 // Timers are lazy: a beat only records its time; the rank's one timer fires at the deadline
 // computed from the start or the last beat and, if a beat came meanwhile, re-arms itself at the
@@ -39,7 +44,8 @@ std::string FormatSeconds(Duration d);
 
 class HangWatcher {
  public:
-  using OnHang = std::function<void(int local_rank, const std::string& why)>;
+  using OnHang =
+      std::function<void(int local_rank, const std::string& why, const std::vector<int>& also_silent)>;
 
   HangWatcher(TimerQueue& timers, HangWatchOptions options, OnHang on_hang);
   ~HangWatcher();
@@ -78,7 +84,9 @@ class HangWatcher {
   void ArmOutput(int local_rank, TimePoint deadline);
   void OnBeatTimer(int local_rank);
   void OnOutputTimer(int local_rank);
-  void Hung(int local_rank, const std::string& why);
+  enum class Channel { kBeat, kOutput };
+  void Hung(int local_rank, const std::string& why, Channel channel);
+  bool SilentFor(const Rank& r, Channel channel, Duration at_least) const;
   void CancelRank(Rank& r);
   Rank* Find(int local_rank);
 

@@ -29,10 +29,12 @@ HealthMonitor::HealthMonitor(EventLoop& loop, HangWatchOptions options, StackToo
                              std::function<std::string(int)> rank_dir)
     : loop_(loop),
       options_(options),
-      watcher_(loop, options, [this](int rank, const std::string& why) {
-        if (on_hang_) on_hang_(rank, why);
-      }),
-      capture_(loop, std::move(tools), stack_timeout),
+      watcher_(loop, options,
+               [this](int rank, const std::string& why, const std::vector<int>& also_silent) {
+                 if (on_hang_) on_hang_(rank, why, also_silent);
+               }),
+      tools_(std::move(tools)),
+      stack_timeout_(stack_timeout),
       rank_dir_(std::move(rank_dir)),
       buf_(4096) {}
 
@@ -91,7 +93,11 @@ std::optional<uint64_t> HealthMonitor::AttemptMaxStep() {
 
 void HealthMonitor::CaptureStacks(int local_rank, pid_t pgid, OnStacks done) {
   const std::string dir = rank_dir_ ? rank_dir_(local_rank) : "";
-  capture_.Capture(pgid, dir.empty() ? "" : dir + "/stacks", std::move(done));
+  StackCapture* idle = nullptr;
+  for (auto& c : captures_)
+    if (!c->busy()) idle = c.get();
+  if (!idle) idle = captures_.emplace_back(std::make_unique<StackCapture>(loop_, tools_, stack_timeout_)).get();
+  idle->Capture(pgid, dir.empty() ? "" : dir + "/stacks", std::move(done));
 }
 
 }  // namespace ctrun::health

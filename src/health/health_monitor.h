@@ -59,7 +59,9 @@ class HealthMonitor final : public Monitor {
   EventLoop& loop_;
   const HangWatchOptions options_;
   HangWatcher watcher_;
-  StackCapture capture_;
+  StackTools tools_;
+  Duration stack_timeout_;
+  std::vector<std::unique_ptr<StackCapture>> captures_;  // reused once idle; never freed mid-capture
   std::function<std::string(int)> rank_dir_;
   OnHang on_hang_;
   std::vector<Channel> channels_;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "process/spawn_spec.h"
 
@@ -17,7 +18,10 @@ namespace ctrun::health {
 
 class Monitor {
  public:
-  using OnHang = std::function<void(int local_rank, const std::string& why)>;
+  // local_rank: the rank blamed (silent first); also_silent: the other ranks silent for at least
+  // half the same timeout (see hang_watcher.h).
+  using OnHang =
+      std::function<void(int local_rank, const std::string& why, const std::vector<int>& also_silent)>;
   using OnStacks = std::function<void(const std::string& summary)>;
   virtual ~Monitor() = default;
 
@@ -35,7 +39,7 @@ class Monitor {
   // still queued first (a worker's last beats and its exit can reach the loop in any order).
   virtual std::optional<uint64_t> AttemptMaxStep() = 0;
   // Saves the stacks of every process of the rank's group (pgid); done(summary) once, later,
-  // from the loop, within the capture's bound.
+  // from the loop, within the capture's bound. Captures of several ranks run at once.
   virtual void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) = 0;
 };
 

@@ -120,6 +120,33 @@ TEST(HealthE2E, StacksOfAHungRankAreSavedAndNamedInTheSummary) {
   EXPECT_EQ(with_frames, 2) << r.err;
 }
 
+// Both ranks stop beating within moments (as in a collective hang): the first to fall silent is
+// blamed, the other is named, and both ranks' stacks are saved.
+TEST(HealthE2E, EveryRankSilentWithTheHungOneHasItsStacksSavedAndIsNamed) {
+  if (!fs::exists("/usr/bin/eu-stack") && !fs::exists("/usr/bin/gdb")) GTEST_SKIP() << "no eu-stack or gdb";
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=1", "--stack-timeout=20", "--log-dir",
+                             d.path()},
+                            {"--heartbeat", "2", "--hang"}),
+                      {}, 60s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(cause     : hung: no heartbeat for \S+ s \(last beat at step \d+\); rank ([01]) had fallen silent too)")))
+      << r.err;
+  const std::string other = m[1];
+  EXPECT_TRUE(Contains(r.err, "rank      : " + std::string(other == "0" ? "1" : "0"))) << r.err;
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_TRUE(std::regex_search(r.err, std::regex("rank " + rank + R"(: stacks of 1 process saved in \S+/)" + rank +
+                                                    "/stacks")))
+        << r.err;
+    auto native = FilesStartingWith(d.path() + "/", "native.");
+    int with_frames = 0;
+    for (const auto& [path, text] : native)
+      with_frames += Contains(path, "/" + rank + "/stacks/") && (Contains(text, "#0") || Contains(text, "#1"));
+    EXPECT_EQ(with_frames, 1) << "rank " << rank << "\n" << r.err;
+  }
+}
+
 TEST(HealthE2E, MissingStackToolsAreReportedAndDoNotDelayTheStop) {
   TempDir d;
   auto r = RunCommand(Ctrun({"--nproc_per_node=2", "--heartbeat-timeout=0.5", "--heartbeat-first-timeout=0.5",

@@ -27,14 +27,17 @@ class FakeHealthMonitor final : public health::Monitor {
   std::optional<uint64_t> AttemptMaxStep() override { return max_step; }
   void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override {
     captures.push_back({local_rank, pgid});
-    pending_capture = std::move(done);
+    pending_captures.push_back(std::move(done));
   }
 
   // Test controls.
-  void Hang(int local_rank, const std::string& why) { on_hang_(local_rank, why); }
+  void Hang(int local_rank, const std::string& why, const std::vector<int>& also_silent = {}) {
+    on_hang_(local_rank, why, also_silent);
+  }
+  // Ends the oldest capture still running.
   void FinishCapture(const std::string& summary) {
-    auto done = std::move(pending_capture);
-    pending_capture = nullptr;
+    auto done = std::move(pending_captures.front());
+    pending_captures.erase(pending_captures.begin());
     done(summary);
   }
 
@@ -49,7 +52,7 @@ class FakeHealthMonitor final : public health::Monitor {
   std::vector<Prepared> prepared;
   std::vector<int> exited;
   std::vector<Capture> captures;
-  OnStacks pending_capture;
+  std::vector<OnStacks> pending_captures;
   int attempts = 0;
   int started_ranks = 0;
   bool watching = false;

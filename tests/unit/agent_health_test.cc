@@ -67,6 +67,60 @@ TEST_F(AgentHealthTest, HungRankStacksAreCapturedBeforeAnyStopThenItIsTheRootCau
   }
 }
 
+// A collective hang: rank 1 went silent first, ranks 0 and 2 had fallen silent too. All three
+// ranks' stacks are taken at once; nothing is stopped until the last capture ends; rank 1 is the
+// root cause and its verdict names the others.
+TEST_F(AgentHealthTest, TheRanksSilentWithTheHungOneHaveTheirStacksSavedToo) {
+  config.nproc_per_node = 4;
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)", {0, 2});
+  ASSERT_EQ(monitor.captures.size(), 3u);
+  EXPECT_EQ(monitor.captures[0].local_rank, 1);
+  EXPECT_EQ(monitor.captures[1].local_rank, 0);
+  EXPECT_EQ(monitor.captures[2].local_rank, 2);
+  EXPECT_EQ(monitor.captures[1].pgid, LastPid(0));
+  monitor.FinishCapture("stacks of 1 process saved in /logs/attempt_0/1/stacks (native: gdb)");
+  monitor.FinishCapture("stacks of 1 process saved in /logs/attempt_0/0/stacks (native: gdb)");
+  EXPECT_EQ(spawner.signals.size(), 0u) << "nothing is signalled while a capture runs";
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  monitor.FinishCapture("stacks of 1 process saved in /logs/attempt_0/2/stacks (native: gdb)");
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  const FailureRecord* hung = nullptr;
+  for (const auto& f : agent->failures())
+    if (!f.hang.empty()) hung = &f;
+  ASSERT_NE(hung, nullptr);
+  EXPECT_EQ(hung->local_rank, 1);
+  EXPECT_EQ(hung->hang, "hung: no heartbeat for 10 s (last beat at step 4); ranks 0 and 2 had fallen silent too");
+  EXPECT_NE(hung->stacks.find("/logs/attempt_0/1/stacks"), std::string::npos);
+  bool logged = false;
+  for (const auto& l : hooks.logs) logged |= l.find("rank 2: stacks of 1 process saved in /logs/attempt_0/2/stacks") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+// The capture's inferior call can end a Python process it interrupts: a silent rank that dies of
+// it is not a failure of its own, and the attempt still waits for the hung rank's capture.
+TEST_F(AgentHealthTest, ASilentRankThatDiesOfItsCaptureIsNotARootCause) {
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)", {0});
+  monitor.FinishCapture("stacks of 1 process saved in /s1 (native: gdb)");  // rank 1's
+  Exit(LastPid(0), ExitStatus::Signaled(SIGABRT));
+  EXPECT_EQ(agent->state(), AgentState::kRunning) << "rank 0's capture has yet to end";
+  monitor.FinishCapture("stacks of 1 process saved in /s0 (native: gdb)");
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  for (const auto& f : agent->failures()) {
+    if (f.local_rank == 0) {
+      EXPECT_TRUE(f.stopped_by_ctrun);
+      EXPECT_EQ(f.stacks, "stacks of 1 process saved in /s0 (native: gdb)");
+    }
+  }
+}
+
 TEST_F(AgentHealthTest, ZeroStackTimeoutStopsAtOnce) {
   config.stack_timeout = 0;
   MakeAgent().Start();

@@ -15,14 +15,16 @@ struct Verdict {
   int rank;
   std::string why;
   TimePoint at;
+  std::vector<int> also_silent;
 };
 
 class HangWatcherTest : public ::testing::Test {
  protected:
   HangWatcher& Make(HangWatchOptions o) {
-    watcher = std::make_unique<HangWatcher>(timers, o, [this](int r, const std::string& why) {
-      verdicts.push_back({r, why, timers.Now()});
-    });
+    watcher = std::make_unique<HangWatcher>(timers, o,
+                                            [this](int r, const std::string& why, const std::vector<int>& silent) {
+                                              verdicts.push_back({r, why, timers.Now(), silent});
+                                            });
     return *watcher;
   }
   static HangWatchOptions Beats(double every, double first) {
@@ -67,6 +69,43 @@ TEST_F(HangWatcherTest, SilenceAfterBeatsIsAHangWithTheLastStep) {
   EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 5.0 s (last beat at step 1200)");
   EXPECT_EQ(watcher->max_step(), 1200u);
   EXPECT_FALSE(watcher->watching());
+}
+
+// A collective hang: rank 1 stops, ranks 0 and 3 wait for it in a collective and fall silent a
+// moment later; rank 2 (say, a data-loading rank outside the collective) keeps beating. The
+// rank that went silent first is blamed; the others silent for half the timeout are named.
+TEST_F(HangWatcherTest, RanksSilentForHalfTheTimeoutAreNamedWithTheBlamedOne) {
+  Make(Beats(10, 60)).Start(4);
+  for (uint64_t step = 1; step <= 5; ++step) {
+    timers.Advance(Seconds(1));
+    for (int r = 0; r < 4; ++r) watcher->Beat(r, step);
+  }
+  watcher->Beat(1, 5);
+  timers.Advance(Seconds(0.2));
+  watcher->Beat(0, 5);
+  watcher->Beat(3, 5);
+  for (int i = 0; i < 20; ++i) {
+    timers.Advance(Seconds(1));
+    watcher->Beat(2, std::nullopt);
+  }
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 1);
+  EXPECT_EQ(verdicts[0].also_silent, (std::vector<int>{0, 3}));
+}
+
+TEST_F(HangWatcherTest, AnOutputVerdictNamesTheRanksWithoutOutputForHalfItsTimeout) {
+  HangWatchOptions o;
+  o.output = Seconds(10);
+  Make(o).Start(3);
+  timers.Advance(Seconds(4));
+  watcher->Output(0);  // rank 0 wrote 6 s before rank 1's deadline: silent for less than 5 s
+  timers.Advance(Seconds(1.5));
+  watcher->Output(0);
+  watcher->RankExited(2);  // an exited rank is never named
+  timers.Advance(Seconds(4.5));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 1);
+  EXPECT_TRUE(verdicts[0].also_silent.empty());
 }
 
 TEST_F(HangWatcherTest, TheFirstBeatBringsTheShorterDeadlineIn) {
