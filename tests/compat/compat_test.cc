@@ -160,6 +160,36 @@ TEST(Compat, RankBlockedInAllReduceIsFoundStackedAndRestarted) {
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\[r1\] +File ".*ddp_hang\.py", line \d+ in <module>)"))) << r.err;
 }
 
+// Rank 1 stops in its own code while rank 0 waits for it in an all_reduce: both fall silent at
+// once, so which deadline passes first is chance. Both ranks are named and both have their
+// stacks saved; rank 0's native stacks show the collective.
+TEST(Compat, ACollectiveHangNamesAndStacksEverySilentRank) {
+  if (!HaveTorch()) GTEST_SKIP() << "no torch";
+  if (access("/usr/bin/gdb", X_OK) != 0) GTEST_SKIP() << "no gdb (Python stacks)";
+  TempDir d;
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--heartbeat-timeout=8",
+                       "--heartbeat-first-timeout=120", "--stack-timeout=60", "--log-dir", d.path(),
+                       Script("ddp_collective_hang.py")},
+                      kPyEnv, 230s);
+  ASSERT_EQ(r.exit_code, 124) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(hung: no heartbeat for \S+ s \(last beat at step 4\); rank [01] had fallen silent too)")))
+      << r.err;
+  for (const std::string rank : {"0", "1"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.err, m, std::regex("rank " + rank + R"(: stacks of \d+ process(es)? saved in (\S+) )")))
+        << r.err;
+    std::string native;
+    for (const auto& e : std::filesystem::directory_iterator(m[2].str())) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("native.", 0) == 0 && name.ends_with(".txt")) native += ReadFileOr(e.path().string());
+    }
+    EXPECT_NE(native.find("#1"), std::string::npos) << "rank " << rank << ": " << native;
+    if (rank == "0") {
+      EXPECT_NE(native.find("c10d::"), std::string::npos) << native;  // waits in the collective
+    }
+  }
+}
+
 TEST(Compat, LibTorchGlooAllReduce) {
 #ifdef GLOO_ALLREDUCE
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=4", GLOO_ALLREDUCE}, {}, 180s);
