@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "agent/worker_env.h"
+#include "base/shebang.h"
 #include "sys/posix_util.h"
 #include "gpu/visible_devices.h"
 
@@ -103,15 +105,26 @@ namespace {
 
 bool HasShebang(const std::string& head) { return head.rfind("#!", 0) == 0; }
 
+// The program of a #! line that runs Python ("python3", "/usr/bin/python3.11"); "" otherwise.
+std::string ShebangPythonProgram(const std::string& head) {
+  const std::optional<Shebang> s = ParseShebang(head);
+  if (!s) return "";
+  const std::string program = ShebangProgram(*s);
+  return std::filesystem::path(program).filename().string().rfind("python", 0) == 0 ? program : "";
+}
+
 // Text (no NUL) that Python could run: no #! line, or one that names python.
 bool IsPythonText(const std::string& head) {
   if (head.empty() || head.find('\0') != std::string::npos) return false;
-  if (!HasShebang(head)) return true;
-  const std::string first_line = head.substr(0, head.find('\n'));
-  return first_line.find("python") != std::string::npos;
+  return !HasShebang(head) || !ShebangPythonProgram(head).empty();
 }
 
 }  // namespace
+
+std::string ShebangPython(const std::string& script, const std::string* path) {
+  const std::string program = ShebangPythonProgram(ReadFileHead(script, 256));
+  return program.empty() ? "" : ResolveExecutable(program, path);
+}
 
 std::string ClassifyEntrypoint(LaunchConfig* c) {
   c->python_text_entrypoint = false;

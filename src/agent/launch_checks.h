@@ -36,6 +36,9 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& config, const std::s
 std::string ResolveExecutable(const std::string& argv0, const std::string* path);
 // $PYTHON_EXEC, else python3 resolved through PATH; "" when neither exists.
 std::string FindPython(const Environment& env);
+// The Python a script's #! line runs it with ("#!/usr/bin/env python3": python3 resolved through
+// `path`, as env(1) does); "" when the file has no #! line or it names no python*.
+std::string ShebangPython(const std::string& script, const std::string* path);
 
 // torchrun runs every entrypoint without --no_python under Python; ctrun executes one that does
 // not end in .py directly, except a Python text file it could not execute (no exec bit): that one

@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
 #include "agent/job_terminal.h"
+#include "agent/launch_checks.h"
 #include "agent/store_bind_error.h"
 #include "agent/worker_env.h"
 #include "health/health_monitor.h"
@@ -485,7 +486,12 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
   const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
   if (!failures.empty()) {
     SummaryOptions opts = MakeSummaryOptions(agent, hooks, oom_after);
-    if (UsesPython(config)) opts.python_interpreter = context.executable;
+    if (UsesPython(config)) {
+      opts.python_interpreter = context.executable;
+    } else if (std::string py = ShebangPython(context.executable, context.env.Get("PATH")); !py.empty()) {
+      opts.python_interpreter = py;
+      opts.python_from = InterpreterFrom::kShebang;
+    }
     // torchrun's host field is socket.getfqdn() ("localhost" where the host name maps to it).
     std::string text = FormatFailureSummary(EntrypointName(config), failures, Fqdn(context.hostname), opts);
     std::fflush(stdout);

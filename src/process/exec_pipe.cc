@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/shebang.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -62,12 +63,9 @@ std::string ExplainExecError(const std::string& exe, int err) {
   if (err != ENOENT || exe.empty()) return plain;
   const std::string head = ReadFileHead(exe, 256);  // "": the file itself is missing, ENOENT says it
   if (head.rfind("\x7f" "ELF", 0) == 0) return plain + " (its ELF interpreter, the dynamic loader it names, is missing)";
-  if (head.rfind("#!", 0) != 0) return plain;
-  const std::string line = head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);
-  const size_t begin = line.find_first_not_of(" \t");
-  if (begin == std::string::npos) return plain;
-  return "the interpreter its #! line names, " + line.substr(begin, line.find_first_of(" \t\r", begin) - begin) +
-         ": " + plain;
+  const std::optional<Shebang> shebang = ParseShebang(head);
+  if (!shebang) return plain;
+  return "the interpreter its #! line names, " + shebang->interpreter + ": " + plain;
 }
 
 const char* ChildStageName(ChildStage stage) {

@@ -2,13 +2,17 @@
 
 namespace ctrun {
 
-std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter) {
+std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter, InterpreterFrom from) {
   if (interpreter.empty()) return "";
   // Python 3: "ModuleNotFoundError: No module named 'torch'" (or 'torch.xyz' for a submodule).
   if (worker_output.find("No module named 'torch'") == std::string::npos &&
       worker_output.find("No module named 'torch.") == std::string::npos)
     return "";
   constexpr const char* kDebianPython = "/usr/bin/python3";
+  if (from == InterpreterFrom::kShebang)
+    return "the worker ran under " + interpreter + ", which its #! line chose and which cannot import torch; "
+           "change that line, or run the script under an interpreter that has torch (ctrun ... " +
+           (interpreter == kDebianPython ? std::string("/path/to/python3") : std::string(kDebianPython)) + " SCRIPT)";
   std::string note = "the worker ran under " + interpreter + ", which cannot import torch; choose an "
                      "interpreter that has it with PYTHON_EXEC";
   note += interpreter == kDebianPython ? "=/path/to/python3 (or install torch for it)"

@@ -7,9 +7,14 @@
 
 namespace ctrun {
 
+// Who chose the interpreter the workers ran under.
+enum class InterpreterFrom { kPythonExec, kShebang };
+
 // "" unless `worker_output` (stderr tail and error-file traceback) shows Python failing to import
 // torch ("No module named 'torch'" / "No module named 'torch.distributed'"...) and `interpreter`
-// is known; otherwise one line (no newline) for the summary's "note" field.
-std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter);
+// is known; otherwise one line (no newline) for the summary's "note" field. For a script run by
+// its #! line, PYTHON_EXEC does not apply: the note says how to choose the interpreter there.
+std::string MissingTorchNote(const std::string& worker_output, const std::string& interpreter,
+                             InterpreterFrom from = InterpreterFrom::kPythonExec);
 
 }  // namespace ctrun

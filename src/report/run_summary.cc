@@ -119,7 +119,8 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
   if (f.oom_killed) b += "  note      : " + OomNote(o) + "\n";
   if (!StoppedByCtrun(f)) {
     const std::string python_note =
-        MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter);
+        MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter,
+                         o.python_from);
     if (!python_note.empty()) b += "  note      : " + python_note + "\n";
   }
   if (!f.stacks.empty()) b += "  stacks    : " + f.stacks + "\n";

@@ -38,6 +38,7 @@
 
 #include "process/exit_status.h"
 #include "report/error_file.h"
+#include "report/python_hint.h"
 #include "report/oom.h"
 
 namespace ctrun {
@@ -112,8 +113,10 @@ struct SummaryOptions {
   std::optional<OomKillSample> oom_after;
   // Times in UTC instead of local time (tests; torch uses local time).
   bool utc = false;
-  // The interpreter the workers ran under ("" when the entrypoint is not run under Python).
+  // The interpreter the workers ran under ("" when the entrypoint is not run under Python), and
+  // who chose it.
   std::string python_interpreter;
+  InterpreterFrom python_from = InterpreterFrom::kPythonExec;
 };
 
 // The report text, one string ending in '\n'; "" when failures is empty. failures are listed in

@@ -221,6 +221,22 @@ TEST(FirstMinuteE2E, MissingTorchNamesTheInterpreterAndHowToChooseAnother) {
       << r.err;
 }
 
+// An executable script whose "#!/usr/bin/env python3" finds a python3 without torch: the note
+// names that interpreter and says the #! line chose it (PYTHON_EXEC would change nothing).
+TEST(FirstMinuteE2E, AShebangScriptWhosePythonLacksTorchIsToldWhatChoseIt) {
+  TempDir d;
+  std::filesystem::create_directories(d / "bin");
+  WriteExecutable(d / "bin/python3", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n");
+  WriteExecutable(d / "train", "#!/usr/bin/env python3\nimport torch\n");
+  const char* path = std::getenv("PATH");
+  const RunResult r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", d / "train"},
+                                 {"PATH=" + (d / "bin") + ":" + (path ? path : "/usr/bin:/bin")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "note      : the worker ran under " + (d / "bin/python3") +
+                                  ", which its #! line chose and which cannot import torch"))
+      << r.err;
+}
+
 TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
   TempDir d;
   const std::string py = FakePython(d);

@@ -829,6 +829,22 @@ TEST(ReportSummary, MissingTorchNamesTheInterpreter) {
   EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);
 }
 
+// A script run by its #! line: PYTHON_EXEC does not choose its interpreter, the line does.
+TEST(ReportSummary, MissingTorchUnderAShebangSaysTheLineChoseTheInterpreter) {
+  std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000000))};
+  fs[0].stderr_tail = "ModuleNotFoundError: No module named 'torch'\n";
+  SummaryOptions o = UtcOptions();
+  o.python_interpreter = "/home/u/venv/bin/python3";
+  o.python_from = InterpreterFrom::kShebang;
+  const std::string text = FormatFailureSummary("train", fs, "h", o);
+  EXPECT_NE(text.find("  note      : the worker ran under /home/u/venv/bin/python3, which its #! line chose and "
+                      "which cannot import torch; change that line, or run the script under an interpreter that "
+                      "has torch (ctrun ... /usr/bin/python3 SCRIPT)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("PYTHON_EXEC"), std::string::npos) << text;
+}
+
 TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
   TempDir dir;
   WriteText(dir / "w1.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "TB",)"
