@@ -9,6 +9,7 @@
 #include "report/summary_file.h"
 
 #include "health/hang_watcher.h"
+#include "health/python_stack.h"
 #include "report/run_summary.h"
 
 namespace ctrun {
@@ -476,7 +477,9 @@ void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector
       silent.push_back(x);
       silent_ranks.push_back(x->rank.global_rank);
     }
+  hang_verdict_ = why;
   w->hang = why + SilentClause(silent);
+  for (Worker* x : silent) x->silent = true;
   w->hung_at = std::chrono::system_clock::now();
   events_->Emit(events::kHeartbeatMiss, {{"rank", w->rank.global_rank},
                                          {"local_rank", local_rank},
@@ -521,8 +524,31 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   for (auto& x : workers_)
     if (!x.hang.empty()) hung = &x;
   if (!hung) return;
+  hung = BlameOutsideCollectives(hung);
   if (hung->exited) RecordFailure(*hung, /*stopped_by_ctrun=*/false);  // it ended during the capture
   StopForFailure(*hung, hung->hang, kExitHung);
+}
+
+// The rank blamed first shows, in its Python stack dump, that it waits inside torch.distributed
+// for its peers while a rank that fell silent beside it does not: that rank is the one they wait
+// for, and the blame moves to it. Without dumps (no gdb, not Python) the first verdict stands.
+Agent::Worker* Agent::BlameOutsideCollectives(Worker* hung) {
+  const std::string tail = hooks_.StderrTail(hung->rank.local_rank);
+  if (!health::WaitsInACollective(tail)) return hung;
+  const std::string waiting = health::InnermostFrame(tail);
+  for (auto& s : workers_) {
+    if (!s.silent || s.exited || health::WaitsInACollective(hooks_.StderrTail(s.rank.local_rank))) continue;
+    const std::string h = std::to_string(hung->rank.global_rank);
+    s.hang = "hung: fell silent with rank " + h + ", whose stack shows it waiting for its peers in torch.distributed"
+             " (rank " + h + ": " + hang_verdict_.substr(hang_verdict_.rfind("hung: ", 0) == 0 ? 6 : 0) + ")";
+    s.hung_at = hung->hung_at;
+    hooks_.Log(2, "blaming rank " + std::to_string(s.rank.global_rank) + " instead of rank " + h + ": rank " + h +
+                      " waits in torch.distributed (" + waiting + "), rank " + std::to_string(s.rank.global_rank) +
+                      " does not");
+    hung->hang.clear();
+    return &s;
+  }
+  return hung;
 }
 
 void Agent::BeginStopping(StopReason reason, int sig) {

@@ -121,6 +121,56 @@ TEST_F(AgentHealthTest, ASilentRankThatDiesOfItsCaptureIsNotARootCause) {
   }
 }
 
+// The rank blamed first waits inside torch.distributed (its Python dump says so), the silent rank
+// beside it does not: the blame moves to the silent rank, which the other one waits for.
+TEST_F(AgentHealthTest, TheBlameMovesToTheSilentRankThatIsNotWaitingInACollective) {
+  MakeAgent().Start();
+  monitor.Hang(0, "hung: no heartbeat for 8.0 s (last beat at step 4)", {1});
+  hooks.stderr_tails[0] =
+      "Current thread 0x00007f1bc02bb040 (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541 in all_reduce\n"
+      "  File \"/work/train.py\", line 20 in <module>\n";
+  hooks.stderr_tails[1] =
+      "Current thread 0x00007f0000000001 (most recent call first):\n  File \"/work/train.py\", line 18 in <module>\n";
+  monitor.FinishCapture("stacks of 1 process saved in /s0 (native: gdb)");
+  monitor.FinishCapture("stacks of 1 process saved in /s1 (native: gdb)");
+  EXPECT_TRUE(hooks.Logged("blaming rank 1 instead of rank 0: rank 0 waits in torch.distributed (File "));
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  for (const auto& f : agent->failures()) {
+    if (f.local_rank == 1) {
+      EXPECT_FALSE(f.stopped_by_ctrun);
+      EXPECT_EQ(f.hang,
+                "hung: fell silent with rank 0, whose stack shows it waiting for its peers in torch.distributed "
+                "(rank 0: no heartbeat for 8.0 s (last beat at step 4))");
+      EXPECT_EQ(f.stacks, "stacks of 1 process saved in /s1 (native: gdb)");
+    } else {
+      EXPECT_TRUE(f.stopped_by_ctrun);
+      EXPECT_TRUE(f.hang.empty());
+    }
+  }
+}
+
+// When both wait in torch.distributed (or no dump says anything), the first verdict stands.
+TEST_F(AgentHealthTest, TheBlameStaysWhenEverySilentRankWaitsInACollective) {
+  MakeAgent().Start();
+  monitor.Hang(0, "hung: no heartbeat for 8.0 s (last beat at step 4)", {1});
+  const std::string in_collective =
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 3 in barrier\n";
+  hooks.stderr_tails[0] = in_collective;
+  hooks.stderr_tails[1] = in_collective;
+  monitor.FinishCapture("a");
+  monitor.FinishCapture("b");
+  EXPECT_FALSE(hooks.Logged("blaming rank"));
+  ExitAll(ExitStatus::Signaled(SIGTERM));
+  for (const auto& f : agent->failures())
+    if (f.local_rank == 0) {
+      EXPECT_EQ(f.hang, "hung: no heartbeat for 8.0 s (last beat at step 4); rank 1 had fallen silent too");
+    }
+}
+
 TEST_F(AgentHealthTest, ZeroStackTimeoutStopsAtOnce) {
   config.stack_timeout = 0;
   MakeAgent().Start();
