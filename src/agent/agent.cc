@@ -114,7 +114,7 @@ void Agent::OnJobEnd(const rdzv::JobEnd& end) {
   job_end_ = end;
   if (end.rendezvous_error) hooks_.Log(2, end.message);
   // A success that is not the plain one (a node left after the others had finished) says why.
-  if (end.exit_code == 0 && end.message != rdzv::kEveryNodeSucceeded) hooks_.Log(0, "the job ended: " + end.message);
+  if (end.exit_code == 0 && end.message != rdzv::kEveryNodeSucceeded) hooks_.Log(1, "the job ended: " + end.message);
   switch (state_) {
     case AgentState::kRunning:
       BeginStopping(StopReason::kRemote, SIGTERM);
@@ -155,8 +155,10 @@ void Agent::StartAttempt() {
                                         {"nproc", n},
                                         {"master_addr", info.master_addr},
                                         {"master_port", info.master_port}});
+  // Multi-node, a membership change starts an attempt (attempt_<n>/) without counting a restart.
+  const std::string restart = attempt == restart_count_ ? "" : ", restart " + std::to_string(restart_count_);
   hooks_.Log(0, "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
-                    std::to_string(restart_count_) + ", max_restarts=" + std::to_string(config_.max_restarts) +
+                    std::to_string(attempt) + restart + ", max_restarts=" + std::to_string(config_.max_restarts) +
                     ", MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ")");
   // Everything is prepared before anything is started; then all workers are started together.
   std::vector<Worker> planned(static_cast<size_t>(n));

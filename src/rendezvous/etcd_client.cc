@@ -240,7 +240,8 @@ void EtcdClient::OnAttemptDone(uint64_t id, HttpResult r) {
   c.transfer = 0;
   if (!r.error.ok()) {
     if (r.permanent) return FinishCall(id, r.error);
-    if (!said_unreachable_ && options_.on_unreachable) {
+    // Said once every endpoint has failed this call (a fail-over that works at once is no outage).
+    if (!said_unreachable_ && options_.on_unreachable && static_cast<size_t>(c.failures) + 1 >= endpoints_.size()) {
       said_unreachable_ = true;
       options_.on_unreachable("cannot reach etcd at " + Describe() + " yet (" + r.error.message() +
                               "); retrying for up to " + SecondsText(options_.retry_deadline));

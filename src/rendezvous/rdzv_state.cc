@@ -117,8 +117,10 @@ std::optional<State> ApplyJoin(const State& in, const NodeDesc& n, const Params&
     return s;
   }
   // kRun: a newcomer. With room for it, the round is stopped so the next one includes it (a
-  // membership change, not a counted restart); a full job keeps it waiting for the next round.
-  if (static_cast<int>(s.members.size() + s.waiting.size()) >= p.max_nodes) {
+  // membership change, not a counted restart); a full job keeps it waiting for the next round, and
+  // so does a job that is finishing (a member's workers all succeeded: a new round would run them
+  // again).
+  if (static_cast<int>(s.members.size() + s.waiting.size()) >= p.max_nodes || !s.done.empty()) {
     s.waiting.push_back(n);
     return s;
   }

@@ -9,7 +9,9 @@
 // Life of a job:
 //   kJoin(round r) --all expected joined | max nodes | last call--> kRun(r)
 //   kRun(r) --worker failure, restarts left--> kJoin(r+1)   (restarts + 1)
-//   kRun(r) --node joined / left / lost------> kJoin(r+1)   (a membership change: not counted)
+//   kRun(r) --node joined / left / lost------> kJoin(r+1)   (a membership change: not counted;
+//                                                           a newcomer waits instead while the job
+//                                                           is full or a member has succeeded)
 //   kRun(r) --failure, no restarts left------> kClosed      (exit code of the root cause)
 //   kRun(r) --every member succeeded---------> kClosed      (exit code 0)
 //   kRun(r) --a node left / lost, every other member had succeeded--> kClosed (exit code 0)

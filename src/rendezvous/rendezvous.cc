@@ -98,10 +98,12 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
   const bool first = !head_;
   if (first) first_index_ = index;
   head_ = std::move(state.value());
-  if (first) {
+  // A closed log is an earlier job's (ReactWhileJoining says so): its rules do not matter.
+  if (first && head_->phase != Phase::kClosed) {
     if (std::string diff = ParamsMismatch(options_.params, head_->params); !diff.empty()) {
       Fatal("this node's flags differ from those of the job it is joining (" + log_->Describe() + "): " + diff +
-            ", set by the first node to arrive (" + head_->params_from + "); every node of a job must give the same values");
+            ", set by " + head_->params_from + ", the node that started the rendezvous; every node of a job must "
+            "give the same values");
       return;
     }
   }
@@ -285,6 +287,13 @@ void Rendezvous::Fatal(const std::string& what) {
   // briefly) or an unreachable etcd cannot change it, even while this agent still stops workers.
   if (head_ && head_->phase == Phase::kClosed && has_active_round_) return;
   JobEnd end;
+  if (mode_ == Mode::kSucceeded) {
+    // Every worker here succeeded and only the exit barrier is lost: exit 0, as torchrun does when
+    // its exit barrier fails, and say that the other nodes' outcome is not known here.
+    end.message = what + "; every worker on this node had succeeded (the other nodes' outcome is not known here)";
+    End(std::move(end));
+    return;
+  }
   end.exit_code = kExitRendezvous;
   end.message = what;
   end.rendezvous_error = true;

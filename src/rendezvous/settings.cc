@@ -133,6 +133,9 @@ Status ResolveEndpoints(LaunchConfig* c, RdzvSettings* s) {
   if (c->rdzv_endpoint.empty())
     return Status::Error("--rdzv_backend=" + c->rdzv_backend + " needs --rdzv_endpoint=HOST[:PORT]");
   const int def = s->backend == "etcd" ? kEtcdDefaultPort : kC10dDefaultPort;
+  if (c->rdzv_endpoint.find("://") != std::string::npos)
+    return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint +
+                         ": give HOST[:PORT] without a scheme (for TLS to etcd: --rdzv_conf protocol=https)");
   std::string_view rest = c->rdzv_endpoint;
   while (!rest.empty()) {
     size_t comma = rest.find(',');

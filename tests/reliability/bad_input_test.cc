@@ -132,6 +132,8 @@ const std::vector<Row>& Table() {
       {"rdzv", {"--rdzv_backend=c10d", "--nnodes=2", "@W"}, {}, 2, "--rdzv_backend=c10d needs --rdzv_endpoint"},
       {"rdzv", {"--rdzv_backend=c10d", "--nnodes=2", "--rdzv_endpoint=host:99999", "@W"}, {}, 2, "bad port in 'host:99999'"},
       {"rdzv", {"--rdzv_backend=c10d", "--nnodes=2", "--rdzv_endpoint=[::1", "@W"}, {}, 2, "unbalanced '[' in '[::1'"},
+      {"rdzv", {"--rdzv_backend=etcd", "--nnodes=2", "--rdzv_endpoint=https://10.0.0.1:2379", "@W"}, {}, 2,
+       "--rdzv_endpoint=https://10.0.0.1:2379: give HOST[:PORT] without a scheme (for TLS to etcd: --rdzv_conf protocol=https)"},
       {"rdzv", {"--rdzv_backend=c10d", "--nnodes=2", "@W"}, {"PET_RDZV_ENDPOINT=:"}, 2, "no host in ':'"},
       {"rdzv", {"--rdzv_backend=c10d", "--nnodes=2", "--rdzv_endpoint=localhost:1", "--rdzv_conf=is_host=maybe", "@W"}, {}, 2,
        "--rdzv_conf is_host=maybe: expected true/false or 1/0"},

@@ -155,6 +155,18 @@ TEST_F(EtcdJob, EtcdRestartedMidRunChangesNothing) {
   EXPECT_EQ(ReadPids(dir_ / "pids").size(), 2u);
 }
 
+// A dead endpoint before a live one: the fail-over works at once, so nothing is said of an
+// unreachable etcd.
+TEST_F(EtcdJob, AFailOverThatWorksAtOnceIsNoOutage) {
+  StartEtcd(1);
+  auto flags = EtcdFlags(*etcd_, "1", 1, "failover");
+  for (auto& f : flags)
+    if (f.rfind("--rdzv_endpoint=", 0) == 0) f = "--rdzv_endpoint=127.0.0.1:1," + f.substr(16);
+  StartAgent("n0", flags, {});
+  EXPECT_EQ(Wait("n0", seconds(30)), 0) << Err("n0");
+  EXPECT_EQ(Err("n0").find("cannot reach etcd"), std::string::npos) << Err("n0");
+}
+
 TEST_F(EtcdJob, UnreachableEtcdIsARendezvousError) {
   StartAgent("n0",
              {"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=x",

@@ -301,7 +301,7 @@ TEST(MultiNode, AStaticNodeWithAnotherNnodesIsRefusedAndTheJobRunsOn) {
   EXPECT_EQ(agents.Wait("n2", seconds(30)), 3) << agents.Err("n2");
   const std::string err = agents.Err("n2");
   EXPECT_NE(err.find("this node's flags differ from those of the job it is joining (store at 127.0.0.1:" +
-                     std::to_string(port) + "): --nnodes=3 here, 2 in the job, set by the first node to arrive ("),
+                     std::to_string(port) + "): --nnodes=3 here, 2 in the job, set by "),
             std::string::npos)
       << err;
   EXPECT_EQ(ReadPids(dir / "pids").size(), 2u) << "the refused node started no worker";

@@ -151,6 +151,22 @@ TEST(RdzvState, ANodeGoneAfterTheOthersSucceededEndsTheJobInsteadOfARound) {
   }
 }
 
+// Once a member's workers all succeeded the job is finishing: a newcomer waits instead of
+// starting a round that would run the finished workers again; it gets the job's outcome.
+TEST(RdzvState, ANewcomerWaitsWhileAMemberHasSucceeded) {
+  Params p = Elastic(1, 3);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  s = Must(Apply(s, Transition::Succeed(0, "a"), p));
+  s = Must(Apply(s, Transition::Join(Node("c")), p));
+  EXPECT_EQ(s.phase, Phase::kRun);
+  EXPECT_EQ(s.round, 0u);
+  EXPECT_TRUE(s.IsWaiting("c"));
+  s = Must(Apply(s, Transition::Succeed(0, "b"), p));
+  EXPECT_EQ(s.phase, Phase::kClosed);
+  EXPECT_EQ(s.exit_code, 0);
+}
+
 TEST(RdzvState, NewcomerRestartsTheJobWithoutCountingWhenThereIsRoom) {
   Params p = Elastic(2, 3, 0);
   State s = JoinAll(State{}, p, {Node("a"), Node("b")});

@@ -107,7 +107,7 @@ TEST_F(RendezvousTest, ANodeWhoseFlagsDifferFromTheJobsIsRefusedAndNamesThem) {
   EXPECT_EQ(b.end->exit_code, kExitRendezvous);
   EXPECT_NE(b.end->message.find("--nnodes=3 here, 2 in the job"), std::string::npos) << b.end->message;
   EXPECT_NE(b.end->message.find("--max_restarts=1 here, 0 in the job"), std::string::npos) << b.end->message;
-  EXPECT_NE(b.end->message.find("set by the first node to arrive (1)"), std::string::npos) << b.end->message;
+  EXPECT_NE(b.end->message.find("set by 1, the node that started the rendezvous"), std::string::npos) << b.end->message;
   EXPECT_TRUE(b.rounds.empty());
   EXPECT_FALSE(a.end) << "the job's own node keeps waiting for a node with its flags";
   EXPECT_TRUE(a.rounds.empty());
@@ -353,6 +353,39 @@ TEST_F(RendezvousTest, ABrokenLogEndsTheAgentWithARendezvousError) {
   ASSERT_TRUE(b.end);
   EXPECT_TRUE(b.end->rendezvous_error);
   EXPECT_NE(b.end->message.find("fake log broken"), std::string::npos);
+}
+
+// Every worker of this node succeeded, then the rendezvous is lost (the store host died): only
+// the exit barrier is lost, so the node ends with 0, as torchrun's does, and says so.
+TEST_F(RendezvousTest, ANodeThatSucceededAndThenLosesTheRendezvousEndsWith0) {
+  options_.params = Params{2, 2, 0, false};
+  auto nodes = Start(2);
+  server_->broken = true;
+  nodes[0]->rdzv->ReportSucceeded();
+  Settle();
+  ASSERT_TRUE(nodes[0]->end);
+  EXPECT_EQ(nodes[0]->end->exit_code, 0);
+  EXPECT_FALSE(nodes[0]->end->rendezvous_error);
+  EXPECT_NE(nodes[0]->end->message.find("fake log broken; every worker on this node had succeeded (the other nodes' "
+                                        "outcome is not known here)"),
+            std::string::npos)
+      << nodes[0]->end->message;
+}
+
+// A log that an earlier job with the same run id closed is named as such, even when that job's
+// rules differ from this node's.
+TEST_F(RendezvousTest, AClosedLogOfAnEarlierJobIsNamedWhateverItsRules) {
+  options_.params = Params{1, 1, 0, false};
+  auto first = Start(1);
+  first[0]->rdzv->ReportSucceeded();
+  Settle();
+  ASSERT_TRUE(first[0]->end);
+  options_.params = Params{2, 2, 0, false};
+  Node& late = Add("9");
+  late.JoinNow();
+  Settle();
+  ASSERT_TRUE(late.end);
+  EXPECT_NE(late.end->message.find("belongs to a job that already ended"), std::string::npos) << late.end->message;
 }
 
 TEST_F(RendezvousTest, EveryNodeIsWatchedByTwoOthersAndNobodyWatchesEveryone) {
