@@ -258,7 +258,7 @@ bool StoreServer::ProcessInput(Conn& c) {
     auto r = c.parser.Parse(std::string_view(c.in).substr(off), &req, &used);
     if (r == RequestParser::Result::kNeedMore) break;
     if (r == RequestParser::Result::kError) {
-      spdlog::warn("store: closing connection from {}: {}", c.peer, c.parser.error());
+      WarnPeer(c, "closing connection from {}: " + c.parser.error());
       ok = false;
       break;
     }
@@ -284,16 +284,31 @@ bool StoreServer::ProcessInput(Conn& c) {
   return true;
 }
 
+// One warning per host and reason: a client that keeps retrying (an agent with the wrong token, an
+// HTTP client at the store's port) does not flood the log; its repeats go to the debug level.
+// `what` holds "{}" where the peer goes. The set is bounded: a scan from many hosts restarts it.
+void StoreServer::WarnPeer(const Conn& c, const std::string& what) {
+  const size_t at = what.find("{}");
+  const std::string text = "store: " + what.substr(0, at) + c.peer + what.substr(at + 2);
+  const std::string host = c.peer.substr(0, c.peer.rfind(':'));
+  if (warned_.size() >= 1024) warned_.clear();
+  if (!warned_.insert(host + "\n" + what).second) {
+    spdlog::debug("{}", text);
+    return;
+  }
+  spdlog::warn("{} (the same from {} again: debug level only)", text, host);
+}
+
 bool StoreServer::Execute(Conn& c, Request& req) {
   std::string reply;
   if (!c.authed && req.op != Op::kAuth) {
-    spdlog::warn("store: refused connection from {}: no AUTH token presented", c.peer);
+    WarnPeer(c, "refused connection from {}: no AUTH token presented");
     return false;
   }
   switch (req.op) {
     case Op::kAuth:
       if (!opts_.token.empty() && !TokenEquals(req.values[0], opts_.token)) {
-        spdlog::warn("store: refused connection from {}: wrong AUTH token", c.peer);
+        WarnPeer(c, "refused connection from {}: wrong AUTH token");
         return false;
       }
       c.authed = true;

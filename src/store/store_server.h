@@ -82,6 +82,7 @@ class StoreServer {
   // Decodes and executes every complete request in c's input; false: close c.
   bool ProcessInput(Conn& c);
   bool Execute(Conn& c, Request& req);
+  void WarnPeer(const Conn& c, const std::string& what);
   void Send(Conn& c, std::string_view bytes);
   void FlushDirty();
   // Writes what the socket takes; false on a write error.
@@ -110,6 +111,7 @@ class StoreServer {
   std::vector<ConnId> dirty_;  // connections with output queued by another connection's request
 
   std::unordered_map<std::string, std::string> kv_;
+  std::unordered_set<std::string> warned_;  // "<host>\n<what>" already warned about (WarnPeer)
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   // key -> connections parked on it (in arrival order)
   std::unordered_map<std::string, std::vector<ConnId>> waiters_;

@@ -353,6 +353,16 @@ TEST(BadStoreMessage, EveryMalformedMessageClosesItsConnectionAndTheJobGoesOn) {
     lines_before = lines.size();
     if (closed) ++rejected;
   }
+  // A client that repeats the same mistake (an HTTP client retrying at the store's port) is
+  // warned about once: the repeat is closed as well, at the debug level only.
+  {
+    int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, rows[0].bytes.data(), rows[0].bytes.size()), static_cast<ssize_t>(rows[0].bytes.size()));
+    EXPECT_TRUE(ClosedByServer(fd, 5000)) << "the repeat";
+    ::close(fd);
+    EXPECT_EQ(store_lines().size(), lines_before) << "the repeat was warned about again";
+  }
   std::ofstream(dir / "go").put('1');
   EXPECT_EQ(job.Wait(30s), 0) << ReadFileOr(dir / "err");
   EXPECT_EQ(WaitJobGone(marker), std::vector<pid_t>{});
