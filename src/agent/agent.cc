@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <utility>
 
 #include "agent/rank_plan.h"
 #include "report/run_outcome.h"
 #include "report/summary_file.h"
 
 #include "health/hang_watcher.h"
-#include "health/python_stack.h"
 #include "report/run_summary.h"
 
 namespace ctrun {
@@ -291,9 +291,10 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
     if (health_) health_->WorkerExited(w->rank.local_rank);
     if (state_ == AgentState::kRunning) {
-      if (!status.success() && w->capturing && w->hang.empty()) {
-        // A rank silent beside the hung one, ended while its stacks were taken (the capture can
-        // end a process it interrupts): a consequence of the hang, not a failure of its own.
+      if (status.signaled() && w->capturing && w->hang.empty()) {
+        // A rank silent beside the hung one, killed by a signal while its stacks were taken (the
+        // capture can abort a process it interrupts): a consequence of the hang, not a failure of
+        // its own. An exit code is its own doing, and a failure like any other.
         RecordFailure(*w, /*stopped_by_ctrun=*/true);
         failures_.back().stop_sent.reset();
         EmitWorkerExit(*w, "stopped");
@@ -495,15 +496,21 @@ void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector
     StopForFailure(*w, w->hang, kExitHung);
     return;
   }
-  hooks_.Log(2, who + w->hang + "; saving " + (silent.empty() ? "its stacks" : "their stacks") + " (at most " +
-                    health::FormatSeconds(Seconds(config_.stack_timeout)) + "), then stopping the workers");
-  silent.insert(silent.begin(), w);
-  for (Worker* x : silent) {
-    x->capturing = true;
-    health_->CaptureStacks(x->rank.local_rank, x->pid, [this, pid = x->pid](const std::string& summary) {
-      OnStacksSaved(pid, summary);
-    });
-  }
+  hooks_.Log(2, who + w->hang + "; saving " + (silent.empty() ? "its stacks" : "its stacks, then theirs,") +
+                    " (at most " + health::FormatSeconds(Seconds(config_.stack_timeout)) +
+                    (silent.empty() ? "" : " each") + "), then stopping the workers");
+  // The hung rank's stacks first, alone: on a loaded machine several tracers at once can all miss
+  // the bound. The silent ranks' captures follow together (OnStacksSaved).
+  silent_to_capture_.clear();
+  for (Worker* x : silent) silent_to_capture_.push_back(x->pid);
+  Capture(*w);
+}
+
+void Agent::Capture(Worker& w) {
+  w.capturing = true;
+  health_->CaptureStacks(w.rank.local_rank, w.pid, [this, pid = w.pid](const std::string& summary) {
+    OnStacksSaved(pid, summary);
+  });
 }
 
 // One rank's capture ended (saved, cut at its bound, or impossible). Once every capture of the
@@ -517,6 +524,12 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   for (auto& f : failures_)
     if (f.pid == pid) f.stacks = summary;
   hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
+  if (!silent_to_capture_.empty() && state_ == AgentState::kRunning) {  // the hung rank's is done
+    for (pid_t p : std::exchange(silent_to_capture_, {}))
+      if (Worker* x = FindWorker(p); x && !x->exited) Capture(*x);
+    if (CapturingWorker()) return;
+  }
+  silent_to_capture_.clear();
   if (CapturingWorker()) return;  // the other silent ranks' captures are still running
   if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile), or over
     if (state_ == AgentState::kStopping) CheckStopped();  // it may have waited for this capture only
@@ -531,26 +544,37 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   StopForFailure(*hung, hung->hang, kExitHung);
 }
 
-// The rank blamed first shows, in its Python stack dump, that it waits inside torch.distributed
-// for its peers while a rank that fell silent beside it does not: that rank is the one they wait
-// for, and the blame moves to it. Without dumps (no gdb, not Python) the first verdict stands.
+// The rank blamed first has its main thread waiting in the communication libraries (its saved
+// native stacks) while a rank that fell silent beside it has its main thread in its own code: that
+// rank is the one they wait for, and the blame moves to it. Evidence is needed on both sides: a
+// capture that was cut, failed or was not made leaves the first verdict standing.
 Agent::Worker* Agent::BlameOutsideCollectives(Worker* hung) {
-  const std::string tail = hooks_.StderrTail(hung->rank.local_rank);
-  if (!health::WaitsInACollective(tail)) return hung;
-  const std::string waiting = health::InnermostFrame(tail);
+  using health::MainThreadWait;
+  if (health_->MainThreadOf(hung->rank.local_rank, hung->pid) != MainThreadWait::kInCollective) return hung;
+  Worker* culprit = nullptr;
+  std::vector<Worker*> others;
   for (auto& s : workers_) {
-    if (!s.silent || s.exited || health::WaitsInACollective(hooks_.StderrTail(s.rank.local_rank))) continue;
-    const std::string h = std::to_string(hung->rank.global_rank);
-    s.hang = "hung: fell silent with rank " + h + ", whose stack shows it waiting for its peers in torch.distributed"
-             " (rank " + h + ": " + hang_verdict_.substr(hang_verdict_.rfind("hung: ", 0) == 0 ? 6 : 0) + ")";
-    s.hung_at = hung->hung_at;
-    hooks_.Log(2, "blaming rank " + std::to_string(s.rank.global_rank) + " instead of rank " + h + ": rank " + h +
-                      " waits in torch.distributed (" + waiting + "), rank " + std::to_string(s.rank.global_rank) +
-                      " does not");
-    hung->hang.clear();
-    return &s;
+    if (!s.silent) continue;
+    if (!culprit && !s.exited && health_->MainThreadOf(s.rank.local_rank, s.pid) == MainThreadWait::kElsewhere)
+      culprit = &s;
+    else
+      others.push_back(&s);
   }
-  return hung;
+  if (!culprit) return hung;
+  const std::string h = std::to_string(hung->rank.global_rank);
+  const std::string c = std::to_string(culprit->rank.global_rank);
+  culprit->hang = "hung: fell silent with rank " + h + ", whose main thread waits in a collective (rank " + h + ": " +
+                  hang_verdict_.substr(hang_verdict_.rfind("hung: ", 0) == 0 ? 6 : 0) + ")" + SilentClause(others);
+  culprit->hung_at = hung->hung_at;
+  hooks_.Log(2, "blaming rank " + c + " instead of rank " + h + ": the native stacks show rank " + h +
+                    "'s main thread waiting in a collective and rank " + c + "'s in its own code");
+  events_->Emit(events::kHangBlame, {{"rank", culprit->rank.global_rank},
+                                     {"instead_of", hung->rank.global_rank},
+                                     {"attempt", attempt_},
+                                     {"why", culprit->hang}});
+  hung->hang.clear();
+  hung->silent = true;
+  return culprit;
 }
 
 void Agent::BeginStopping(StopReason reason, int sig) {

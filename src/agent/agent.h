@@ -22,9 +22,10 @@
 // is handled as usual, while a silent rank that dies of its capture is not a failure of its own),
 // then the attempt is stopped like any failure; the hung rank is the root cause, with its verdict
 // ("hung: no heartbeat for 92 s (last beat at step 1200); rank 0 had fallen silent too") and the
-// stacks' location. When the stacks show the rank blamed first waiting inside torch.distributed
-// (its Python stack dump on its stderr) and a silent rank not, the blame moves to that rank: the
-// first rank to fall silent in a collective hang is as often one that waits for the culprit.
+// stacks' location (the hung rank's captured first, the silent ranks' after it). When the native
+// stacks show the main thread of the rank blamed first waiting in a collective and a silent rank's
+// in its own code, the blame moves to that rank: the first rank to fall silent in a collective hang
+// is as often one that waits for the culprit.
 // Single node, a failed attempt with restarts left waits the RestartPolicy's back-off (state
 // Backoff; a terminating signal then ends the run at once) or, in a crash loop, ends the run with
 // the last attempt's root cause and crash_loop() set.
@@ -107,8 +108,7 @@ class AgentHooks {
   // own, not a lost peer: that worker is then the root cause however it ends (it failed before
   // ctrun's stop), so there is no peer to wait for. The real hooks read them.
   virtual bool AnErrorFileRecordsAnOwnFailure(const std::vector<std::string>& /*error_files*/) { return false; }
-  // Last lines of a worker's stderr (of a running worker: up to what it wrote so far), for the
-  // failure summary and for reading a hang's Python stack dumps.
+  // Last lines of a worker's stderr, for the failure summary.
   virtual std::string StderrTail(int /*local_rank*/) { return ""; }
   // Info/warning lines for the user (the real hooks log them through spdlog).
   virtual void Log(int /*level: 0 info, 1 warn, 2 error*/, const std::string& /*msg*/) {}
@@ -235,6 +235,7 @@ class Agent final : public rdzv::RendezvousListener {
   Worker* RunningLocal(int local_rank);     // the attempt's worker of local_rank, unless it exited
   static std::string SilentClause(const std::vector<Worker*>& silent);
   Worker* BlameOutsideCollectives(Worker* hung);
+  void Capture(Worker& w);
   bool AllExited() const;                 // every leader of the attempt was reaped
   static std::string Label(const Worker& w);  // "worker rank 3 (local_rank 1, pid 4242)"
   void CancelTimers();
@@ -264,6 +265,7 @@ class Agent final : public rdzv::RendezvousListener {
   int stop_signal_ = SIGTERM;
   std::chrono::system_clock::time_point stop_sent_;  // when BeginStopping signalled the workers
   std::string hang_verdict_;  // the watcher's words for the attempt's hang, without the silent ranks
+  std::vector<pid_t> silent_to_capture_;  // captured once the hung rank's capture has ended
   int restart_count_ = 0;
   int exit_code_ = 0;
   int start_error_code_ = 0;

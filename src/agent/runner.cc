@@ -260,7 +260,6 @@ class RealHooks final : public AgentHooks {
 
   std::string StderrTail(int local_rank) override {
     if (static_cast<size_t>(local_rank) >= plans_.size()) return "";
-    relay_.CatchUp(local_rank);  // a running worker's latest lines (a stack dump) may still be in its pipe
     const auto& t = plans_[static_cast<size_t>(local_rank)].err.target;
     return relay_.StderrTail(local_rank, t.kind == StdioTarget::Kind::kFile ? t.path : "");
   }

@@ -91,6 +91,14 @@ std::optional<uint64_t> HealthMonitor::AttemptMaxStep() {
   return watcher_.max_step();
 }
 
+MainThreadWait HealthMonitor::MainThreadOf(int local_rank, pid_t pid) {
+  const std::string dir = rank_dir_ ? rank_dir_(local_rank) : "";
+  if (dir.empty()) return MainThreadWait::kUnknown;
+  // Bounded: a process with thousands of threads writes megabytes; the main thread comes early
+  // in eu-stack's output and last in gdb's, so a cut file only says less.
+  return ClassifyMainThread(ReadFileHead(dir + "/stacks/native." + std::to_string(pid) + ".txt", 8 << 20), pid);
+}
+
 void HealthMonitor::CaptureStacks(int local_rank, pid_t pgid, OnStacks done) {
   const std::string dir = rank_dir_ ? rank_dir_(local_rank) : "";
   StackCapture* idle = nullptr;

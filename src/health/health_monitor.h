@@ -44,6 +44,7 @@ class HealthMonitor final : public Monitor {
   void StopWatching() override { watcher_.Stop(); }
   std::optional<uint64_t> AttemptMaxStep() override;
   void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override;
+  MainThreadWait MainThreadOf(int local_rank, pid_t pid) override;
 
   // Output from a worker (the relay read bytes from one of its pipes).
   void OnOutput(int local_rank) { watcher_.Output(local_rank); }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "health/native_stack.h"
 #include "process/spawn_spec.h"
 
 namespace ctrun::health {
@@ -41,6 +42,9 @@ class Monitor {
   // Saves the stacks of every process of the rank's group (pgid); done(summary) once, later,
   // from the loop, within the capture's bound. Captures of several ranks run at once.
   virtual void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) = 0;
+  // After a capture of the rank's group: where the main thread of process `pid` waited, from its
+  // saved native stacks (kUnknown when there are none).
+  virtual MainThreadWait MainThreadOf(int local_rank, pid_t pid) = 0;
 };
 
 }  // namespace ctrun::health

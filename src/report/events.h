@@ -42,6 +42,7 @@ inline constexpr std::string_view kRunEnd = "run_end";
 // Hang detection and the restart policy (agent/agent.cc); fields in docs/ci.md.
 inline constexpr std::string_view kHeartbeatMiss = "heartbeat_miss";
 inline constexpr std::string_view kStackCapture = "stack_capture";
+inline constexpr std::string_view kHangBlame = "hang_blame";
 inline constexpr std::string_view kBackoff = "backoff";
 }  // namespace events
 

@@ -11,7 +11,6 @@
 #include <functional>
 #include <memory>
 #include <set>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,10 +62,6 @@ class RecordingHooks : public AgentHooks {
       if (own_failure_files.count(f)) return true;
     return false;
   }
-  std::string StderrTail(int local_rank) override {
-    auto it = stderr_tails.find(local_rank);
-    return it == stderr_tails.end() ? "" : it->second;
-  }
   // Some log line contains `part`.
   bool Logged(const std::string& part) const {
     for (const auto& l : logs)
@@ -83,7 +78,6 @@ class RecordingHooks : public AgentHooks {
   std::vector<std::pair<int, size_t>> failed_attempts;  // restart count, failures recorded
   std::vector<int> exited;
   std::vector<std::string> logs;  // "<level> <message>"
-  std::map<int, std::string> stderr_tails;  // by local rank
   std::set<pid_t> lost_peer;
   std::set<std::string> own_failure_files;
   std::vector<std::string> asked_error_files;

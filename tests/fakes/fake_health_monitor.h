@@ -1,6 +1,7 @@
 // FakeHealthMonitor: a health::Monitor whose hangs, steps and stack captures the test decides.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ class FakeHealthMonitor final : public health::Monitor {
     pending_captures.push_back(std::move(done));
   }
 
+  health::MainThreadWait MainThreadOf(int local_rank, pid_t) override {
+    auto it = main_threads.find(local_rank);
+    return it == main_threads.end() ? health::MainThreadWait::kUnknown : it->second;
+  }
+
   // Test controls.
   void Hang(int local_rank, const std::string& why, const std::vector<int>& also_silent = {}) {
     on_hang_(local_rank, why, also_silent);
@@ -53,6 +59,7 @@ class FakeHealthMonitor final : public health::Monitor {
   std::vector<int> exited;
   std::vector<Capture> captures;
   std::vector<OnStacks> pending_captures;
+  std::map<int, health::MainThreadWait> main_threads;  // by local rank; kUnknown when absent
   int attempts = 0;
   int started_ranks = 0;
   bool watching = false;
