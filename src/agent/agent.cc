@@ -496,7 +496,7 @@ void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector
     StopForFailure(*w, w->hang, kExitHung);
     return;
   }
-  hooks_.Log(2, who + w->hang + "; saving " + (silent.empty() ? "its stacks" : "its stacks, then theirs,") +
+  hooks_.Log(2, who + w->hang + "; saving " + (silent.empty() ? "its stacks" : "its stacks, then theirs") +
                     " (at most " + health::FormatSeconds(Seconds(config_.stack_timeout)) +
                     (silent.empty() ? "" : " each") + "), then stopping the workers");
   // The hung rank's stacks first, alone: on a loaded machine several tracers at once can all miss
