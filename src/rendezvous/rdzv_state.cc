@@ -169,7 +169,11 @@ std::optional<State> ApplyGone(const State& in, const std::string& id, const cha
   EraseId(&s.expected, id);
   if (s.phase == Phase::kRun && m) {
     EraseId(&s.members, id);
-    EraseId(&s.done, id);
+    // A node whose workers had all succeeded takes nothing from the others' round when it goes.
+    if (EraseId(&s.done, id)) {
+      if (s.done.size() == s.members.size()) Close(&s, 0, std::string(kEveryNodeSucceeded));
+      return s;
+    }
     // Every node left has finished its workers: the job is over, not a new round (which would
     // start those nodes' finished workers again, at a smaller size).
     if (!s.members.empty() && s.done.size() == s.members.size()) {

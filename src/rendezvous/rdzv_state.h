@@ -15,6 +15,7 @@
 //   kRun(r) --failure, no restarts left------> kClosed      (exit code of the root cause)
 //   kRun(r) --every member succeeded---------> kClosed      (exit code 0)
 //   kRun(r) --a node left / lost, every other member had succeeded--> kClosed (exit code 0)
+//   kRun(r) --a member that had succeeded left / was lost-----------> kRun(r) without it
 // A kJoin round remembers which nodes it `expected` (the previous round's members still alive),
 // so a restart completes as soon as they are all back, without waiting for the last-call window.
 //

@@ -151,6 +151,24 @@ TEST(RdzvState, ANodeGoneAfterTheOthersSucceededEndsTheJobInsteadOfARound) {
   }
 }
 
+// A node whose workers succeeded and which then goes (its agent stopped at the exit barrier, or
+// lost) leaves the running nodes' round alone; their success then ends the job.
+TEST(RdzvState, AFinishedNodeThatGoesLeavesTheOthersRoundAlone) {
+  Params p = Elastic(1, 3);
+  for (const auto kind : {Transition::Kind::kLeave, Transition::Kind::kLost}) {
+    State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+    s = Must(Apply(s, Transition::Complete(0), p));
+    s = Must(Apply(s, Transition::Succeed(0, "a"), p));
+    s = Must(Apply(s, kind == Transition::Kind::kLeave ? Transition::Leave("a") : Transition::Lost("a"), p));
+    EXPECT_EQ(s.phase, Phase::kRun);
+    EXPECT_EQ(s.round, 0u) << "no new round for b";
+    EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"b"}));
+    s = Must(Apply(s, Transition::Succeed(0, "b"), p));
+    EXPECT_EQ(s.phase, Phase::kClosed);
+    EXPECT_EQ(s.exit_code, 0);
+  }
+}
+
 // Once a member's workers all succeeded the job is finishing: a newcomer waits instead of
 // starting a round that would run the finished workers again; it gets the job's outcome.
 TEST(RdzvState, ANewcomerWaitsWhileAMemberHasSucceeded) {
