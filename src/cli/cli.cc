@@ -200,7 +200,7 @@ constexpr std::array kOptions = {
               "cannot beat)."},
     OptionDef{"stack_timeout", 0, Kind::kValue, "", "SECONDS", "10", Group::kHealth,
               "Bound on saving a hung rank's stacks before it is stopped (native: eu-stack, else gdb; "
-              "Python: gdb); 0 skips the capture."},
+              "Python: gdb), and then again on saving those of the ranks silent beside it; 0 skips the capture."},
     OptionDef{"restart_backoff", 0, Kind::kValue, "", "SECONDS", "0", Group::kHealth,
               "Delay before the first restart, doubled for each further restart in a row (capped by "
               "--restart-backoff-max); back to this value after an attempt that made progress."},
