@@ -115,7 +115,7 @@ void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
         // GIL; it writes to the process's stderr, which the relay carries to the rank's log.
         t->steps.push_back({{tools_.gdb, "-batch", "-nx", "-p", p, "-ex",
                              "call (void)_Py_DumpTracebackThreads(2, (void*)0, (void*)0)"},
-                            "", ""});
+                            "", "", /*python=*/true});
       }
       active_->targets.push_back(std::move(t));
     }
@@ -156,6 +156,7 @@ void StackCapture::StartNext(Target& t) {
 }
 
 void StackCapture::OnToolExited(Target& t) {
+  if (t.next > 0 && t.steps[t.next - 1].python) ++active_->python_done;
   loop_.RemoveFd(t.pidfd.get());
   t.pidfd.reset();
   t.tool = -1;
@@ -200,8 +201,11 @@ std::string StackCapture::Summary(bool timed_out) const {
   const size_t n = a.targets.size();
   std::string s = "stacks of " + std::to_string(n) + (n == 1 ? " process" : " processes") + " saved in " + a.dir +
                   " (native: " + (tools_.eu_stack.empty() ? "gdb" : "eu-stack");
-  if (a.python > 0)
-    s += "; Python: " + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es") + ", on the rank's stderr";
+  if (a.python > 0) {
+    // Only dumps whose gdb ended on its own are counted as written; the bound cuts the others.
+    const std::string done = a.python_done == a.python ? "" : std::to_string(a.python_done) + " of ";
+    s += "; Python: " + done + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es") + ", on the rank's stderr";
+  }
   else if (tools_.gdb.empty()) s += "; no Python stacks: gdb is not installed";
   s += ")";
   if (timed_out) s += "; the capture was cut at its " + FormatSeconds(timeout_) + " bound (--stack-timeout)";

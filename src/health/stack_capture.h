@@ -66,6 +66,7 @@ class StackCapture {
     std::vector<std::string> argv;
     std::string out;  // stdout file
     std::string err;  // stderr file ("" = /dev/null)
+    bool python = false;  // the Python dump (gdb's inferior call)
   };
   struct Target {
     pid_t pid = -1;
@@ -79,7 +80,8 @@ class StackCapture {
     Done done;
     std::vector<std::unique_ptr<Target>> targets;
     std::optional<TimerQueue::TimerId> deadline;
-    int python = 0;
+    int python = 0;       // Python dumps planned
+    int python_done = 0;  // ... whose gdb ended on its own (not killed at the bound)
     int failed_starts = 0;
     std::string note;
   };

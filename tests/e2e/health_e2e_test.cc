@@ -158,6 +158,27 @@ TEST(HealthE2E, MissingStackToolsAreReportedAndDoNotDelayTheStop) {
   EXPECT_LT(r.seconds, 10) << "the 30 s bound is not waited for";
 }
 
+// The Python dump's gdb outlives the bound (a fake gdb first on PATH sleeps in that step): the
+// capture is cut, and the summary counts the Python dumps that were written (none), not the ones
+// planned.
+TEST(HealthE2E, ACutCaptureCountsOnlyThePythonDumpsWritten) {
+  TempDir d;
+  fs::create_directories(d / "bin");
+  std::ofstream(d / "bin/gdb") << "#!/bin/sh\n"
+                                  "case \"$*\" in *_Py_Dump*) exec sleep 30;; esac\n"
+                                  "echo 'Thread 1 (Thread 0x1 (LWP 1) \"python3\"):'; echo '#0  0x0 in fake ()'\n";
+  fs::permissions(d / "bin/gdb", fs::perms::owner_all);
+  std::ofstream(d / "w.py") << "import os, time\n"
+                               "os.write(int(os.environ['CTRUN_HEARTBEAT_FD']), b'1\\n')\n"
+                               "time.sleep(1000)\n";
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=2", "--heartbeat-timeout=0.5", "--stack-timeout=2",
+                       "--shutdown-timeout=1", "--log-dir", d.path(), d / "w.py"},
+                      {"PYTHON_EXEC=/usr/bin/python3", "PATH=" + (d / "bin") + ":/usr/bin:/bin"}, 60s);
+  ASSERT_EQ(r.exit_code, kExitHung) << r.err;
+  EXPECT_TRUE(Contains(r.err, "Python: 0 of 1 process, on the rank's stderr)")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "the capture was cut at its 2.0 s bound")) << r.err;
+}
+
 TEST(HealthE2E, CaptureOfAStoppedRankIsBounded) {
   if (!fs::exists("/usr/bin/eu-stack") && !fs::exists("/usr/bin/gdb")) GTEST_SKIP() << "no eu-stack or gdb";
   TempDir d;
