@@ -17,9 +17,9 @@
 //
 // Health (health/monitor.h, attached with AttachHealth): a rank that misses a heartbeat or output
 // deadline is that attempt's failure. Its stacks, and those of the ranks that had fallen silent
-// with it (also_silent, see health/hang_watcher.h), are captured first (bounded, asynchronous, all
-// at once; the state stays Running meanwhile, so a worker that fails on its own during the capture
-// is handled as usual, while a silent rank that dies of its capture is not a failure of its own),
+// with it (also_silent, see health/hang_watcher.h), are captured first (bounded, asynchronous; the
+// state stays Running meanwhile, so a worker that fails on its own during the capture is handled
+// as usual, while a silent rank killed by a signal during its capture is not a failure of its own),
 // then the attempt is stopped like any failure; the hung rank is the root cause, with its verdict
 // ("hung: no heartbeat for 92 s (last beat at step 1200); rank 0 had fallen silent too") and the
 // stacks' location (the hung rank's captured first, the silent ranks' after it). When the native

@@ -11,7 +11,10 @@ bool StartsThreadBlock(std::string_view line) {
 
 bool IsMainThreadHeader(std::string_view line, pid_t pid) {
   const std::string id = std::to_string(pid);
-  return line == "TID " + id + ":" || (line.rfind("Thread ", 0) == 0 && line.find("(LWP " + id + ")") != std::string_view::npos);
+  if (line == "TID " + id + ":") return true;
+  // gdb: "(LWP N)" for a threaded inferior, "(process N)" where it found no thread library.
+  return line.rfind("Thread ", 0) == 0 && (line.find("(LWP " + id + ")") != std::string_view::npos ||
+                                           line.find("(process " + id + ")") != std::string_view::npos);
 }
 
 }  // namespace

@@ -42,6 +42,10 @@ TEST(NativeStack, EuStacksFormat) {
   EXPECT_EQ(ClassifyMainThread(text, 4243), MainThreadWait::kInCollective);
 }
 
+TEST(NativeStack, GdbWithoutAThreadLibraryNamesTheProcess) {
+  EXPECT_EQ(ClassifyMainThread("Thread 1 (process 77):\n#0  0x1 in nanosleep ()\n", 77), MainThreadWait::kElsewhere);
+}
+
 TEST(NativeStack, NoMainThreadFramesIsUnknown) {
   EXPECT_EQ(ClassifyMainThread("", 1), MainThreadWait::kUnknown);
   EXPECT_EQ(ClassifyMainThread("[New LWP 18583]\n[New LWP 18584]\n", 18575), MainThreadWait::kUnknown);  // cut
