@@ -720,7 +720,9 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
-  if (code == 0) spdlog::info("all workers finished successfully");
+  if (code == 0)
+    spdlog::info(outcome.attempts > 0 ? "all workers finished successfully"
+                                      : "the job succeeded while this node waited to join it; no worker ran here");
   // The lines just logged went through the relay's console writer: drain it before it goes.
   // What never reached the console is said (on stderr, when that one still works).
   if (const size_t lost = relay.FlushAll(loop.Now() + std::chrono::seconds(1), stop_fd); lost > 0) {

@@ -186,6 +186,14 @@ void Rendezvous::ReactWhileJoining() {
   }
   if (s.phase == Phase::kJoin && member && static_cast<int>(s.members.size()) >= options_.params.min_nodes)
     ArmLastCall();
+  if (s.phase == Phase::kRun && s.IsWaiting(self_id_) && said_waiting_round_ != s.round) {
+    said_waiting_round_ = s.round;
+    if (listener_)
+      listener_->OnRendezvousLog(0, "waiting to join: round " + std::to_string(s.round) + " runs with " +
+                                        std::to_string(s.members.size()) + " node(s) and " +
+                                        (s.done.empty() ? "has no room" : "is finishing (a node's workers succeeded)") +
+                                        "; this node joins the next round, if there is one");
+  }
 }
 
 void Rendezvous::ReactWhileRunning() {

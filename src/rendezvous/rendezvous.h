@@ -135,6 +135,7 @@ class Rendezvous {
   std::optional<TimerQueue::TimerId> join_timer_;
   std::optional<TimerQueue::TimerId> last_call_timer_;
   uint64_t last_call_round_ = UINT64_MAX;
+  uint64_t said_waiting_round_ = UINT64_MAX;  // the round this node was last told it waits for
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -366,6 +367,33 @@ TEST(MultiNode, ANodeThatFinishedIsNotRestartedWhenTheLastRunningNodeLeaves) {
   EXPECT_NE(agents.Err("done").find("every worker on every remaining node succeeded"), std::string::npos)
       << agents.Err("done");
   ExpectAllGone(dir / "pids.busy");
+}
+
+// A node that arrives once a member's workers have succeeded waits instead of starting a round
+// that would run them again, and takes the job's outcome without running a worker.
+TEST(MultiNode, ANewcomerToAFinishingJobWaitsAndTakesItsOutcome) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  agents.Start("a", C10d(port, "1:3", 1, {}, "is_host=1"), {"--pid-file", dir / "pids.a"});
+  agents.Start("b", C10d(port, "1:3", 1, {}, "is_host=0"), {"--pid-file", dir / "pids.b", "--wait-file", dir / "go"});
+  ASSERT_TRUE(WaitFor([&] { return agents.Err("a").find("all workers on this node succeeded") != std::string::npos; },
+                      seconds(30)))
+      << agents.Err("a") << agents.Err("b");
+  agents.Start("late", C10d(port, "1:3", 1, {}, "is_host=0"), {"--pid-file", dir / "pids.late"});
+  ASSERT_TRUE(WaitFor([&] { return agents.Err("late").find("waiting to join: round 0 runs with 2 node(s) and is "
+                                                           "finishing") != std::string::npos; },
+                      seconds(30)))
+      << agents.Err("late");
+  std::ofstream(dir / "go").put('1');
+  EXPECT_EQ(agents.Wait("b", seconds(30)), 0) << agents.Err("b");
+  EXPECT_EQ(agents.Wait("a", seconds(30)), 0) << agents.Err("a");
+  EXPECT_EQ(agents.Wait("late", seconds(30)), 0) << agents.Err("late");
+  EXPECT_EQ(ReadPids(dir / "pids.a").size(), 1u) << "the finished node ran again\n" << agents.Err("a");
+  EXPECT_TRUE(ReadPids(dir / "pids.late").empty()) << agents.Err("late");
+  EXPECT_NE(agents.Err("late").find("the job succeeded while this node waited to join it; no worker ran here"),
+            std::string::npos)
+      << agents.Err("late");
 }
 
 TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
