@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <utility>
 
 #include "agent/rank_plan.h"
 #include "report/run_outcome.h"
@@ -501,8 +500,6 @@ void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector
                     (silent.empty() ? "" : " each") + "), then stopping the workers");
   // The hung rank's stacks first, alone: on a loaded machine several tracers at once can all miss
   // the bound. The silent ranks' captures follow together (OnStacksSaved).
-  silent_to_capture_.clear();
-  for (Worker* x : silent) silent_to_capture_.push_back(x->pid);
   Capture(*w);
 }
 
@@ -524,13 +521,12 @@ void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
   for (auto& f : failures_)
     if (f.pid == pid) f.stacks = summary;
   hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
-  if (!silent_to_capture_.empty() && state_ == AgentState::kRunning) {  // the hung rank's is done
-    for (pid_t p : std::exchange(silent_to_capture_, {}))
-      if (Worker* x = FindWorker(p); x && !x->exited) Capture(*x);
-    if (CapturingWorker()) return;
-  }
-  silent_to_capture_.clear();
-  if (CapturingWorker()) return;  // the other silent ranks' captures are still running
+  // The hung rank's capture ran alone; once it has ended the silent ranks' follow, together (a
+  // rank whose stacks are saved, or being saved, is not taken again).
+  if (state_ == AgentState::kRunning)
+    for (auto& x : workers_)
+      if (x.silent && !x.exited && !x.capturing && x.stacks.empty()) Capture(x);
+  if (CapturingWorker()) return;  // the silent ranks' captures are still running
   if (state_ != AgentState::kRunning) {  // already stopping (another failure meanwhile), or over
     if (state_ == AgentState::kStopping) CheckStopped();  // it may have waited for this capture only
     return;

@@ -265,7 +265,6 @@ class Agent final : public rdzv::RendezvousListener {
   int stop_signal_ = SIGTERM;
   std::chrono::system_clock::time_point stop_sent_;  // when BeginStopping signalled the workers
   std::string hang_verdict_;  // the watcher's words for the attempt's hang, without the silent ranks
-  std::vector<pid_t> silent_to_capture_;  // captured once the hung rank's capture has ended
   int restart_count_ = 0;
   int exit_code_ = 0;
   int start_error_code_ = 0;
