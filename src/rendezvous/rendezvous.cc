@@ -276,12 +276,10 @@ void Rendezvous::OnJoinTimeout() {
     msg += ": " + std::to_string(s.members.size()) + " node(s) joined round " + std::to_string(s.round);
     if (!s.members.empty()) msg += " (" + Members() + ")";
     msg += ", need at least " + std::to_string(options_.params.min_nodes);
+    // Every node runs by the rules of entry 0 (a node whose --nnodes differs is refused), so a
+    // static round that has every rank completes: when none is missing, JoinBlocker says why.
     if (options_.params.static_ranks) {
-      const std::string missing = MissingRanks();
-      // Every rank this node expects joined, yet the round never completed: another node expects
-      // more (a different --nnodes).
-      msg += missing.empty() ? "; no node rank is missing: check that every node gives the same --nnodes"
-                             : "; missing node rank(s): " + missing;
+      if (const std::string missing = MissingRanks(); !missing.empty()) msg += "; missing node rank(s): " + missing;
     }
     if (std::string b = JoinBlocker(s, self_, options_.params); !b.empty()) msg += "; this node could not join: " + b;
   }

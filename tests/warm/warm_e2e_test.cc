@@ -351,8 +351,13 @@ TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
     // The live line names the rank that crashed, not one that died of its closed connection.
     // The error file the worker wrote (torch's @record, warm or cold) is where the message comes from.
     EXPECT_NE(r.err.find("root cause: worker rank 1 "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("exited with code 1: RuntimeError: injected failure at step 14 on rank 1"), std::string::npos)
-        << r.err;
+    // Python exits 1 after the traceback, or torch 1.13 aborts in the interpreter's shutdown when
+    // a gloo thread is still joinable ("terminate called without an active exception", seen once
+    // in a CI run): either way the message is the one rank 1 recorded.
+    const bool exited = r.err.find("exited with code 1: RuntimeError: injected failure at step 14 on rank 1") != std::string::npos;
+    const bool aborted =
+        r.err.find("killed by signal 6 (SIGABRT): RuntimeError: injected failure at step 14 on rank 1") != std::string::npos;
+    EXPECT_TRUE(exited || aborted) << r.err;
   }
 }
 
