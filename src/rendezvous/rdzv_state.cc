@@ -225,6 +225,48 @@ Cause CauseFromJson(const Json& j) {
   return c;
 }
 
+std::optional<State> ApplyKind(const State& s, const Transition& t, const Params& p) {
+  switch (t.kind) {
+    case Transition::Kind::kJoin:
+      return ApplyJoin(s, t.node, p);
+    case Transition::Kind::kComplete: {
+      if (s.phase != Phase::kJoin || s.round != t.round || static_cast<int>(s.members.size()) < p.min_nodes)
+        return std::nullopt;
+      State out = s;
+      CompleteRound(&out, p);
+      return out;
+    }
+    case Transition::Kind::kFail:
+      return ApplyFail(s, t, p);
+    case Transition::Kind::kSucceed:
+      return ApplySucceed(s, t);
+    case Transition::Kind::kLeave:
+      return ApplyGone(s, t.id, "left", p);
+    case Transition::Kind::kLost:
+      return ApplyGone(s, t.id, "was lost (no heartbeat)", p);
+    case Transition::Kind::kRefuse: {
+      if (s.phase == Phase::kClosed) return std::nullopt;
+      State out = s;
+      out.refused = Refusal{t.id, t.params};
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+Json ParamsToJson(const Params& p) {
+  return {{"min", p.min_nodes}, {"max", p.max_nodes}, {"restarts", p.max_restarts}, {"static", p.static_ranks}};
+}
+
+Params ParamsFromJson(const Json& j) {
+  Params p;
+  p.min_nodes = IntAt<int>(j, "min");
+  p.max_nodes = IntAt<int>(j, "max");
+  p.max_restarts = IntAt<int>(j, "restarts");
+  p.static_ranks = j.at("static").get<bool>();
+  return p;
+}
+
 }  // namespace
 
 std::string Cause::Describe() const {
@@ -299,6 +341,13 @@ Transition Transition::Lost(std::string id) {
   t.id = std::move(id);
   return t;
 }
+Transition Transition::Refuse(std::string id, Params params) {
+  Transition t;
+  t.kind = Kind::kRefuse;
+  t.id = std::move(id);
+  t.params = params;
+  return t;
+}
 
 std::string JoinBlocker(const State& s, const NodeDesc& n, const Params& p) {
   if (s.phase == Phase::kClosed) return "the job has ended";
@@ -312,29 +361,12 @@ std::string JoinBlocker(const State& s, const NodeDesc& n, const Params& p) {
 }
 
 std::optional<State> Apply(const State& s, const Transition& t, const Params& p) {
-  switch (t.kind) {
-    case Transition::Kind::kJoin:
-      return ApplyJoin(s, t.node, p);
-    case Transition::Kind::kComplete: {
-      if (s.phase != Phase::kJoin || s.round != t.round || static_cast<int>(s.members.size()) < p.min_nodes)
-        return std::nullopt;
-      State out = s;
-      CompleteRound(&out, p);
-      return out;
-    }
-    case Transition::Kind::kFail:
-      return ApplyFail(s, t, p);
-    case Transition::Kind::kSucceed:
-      return ApplySucceed(s, t);
-    case Transition::Kind::kLeave:
-      return ApplyGone(s, t.id, "left", p);
-    case Transition::Kind::kLost:
-      return ApplyGone(s, t.id, "was lost (no heartbeat)", p);
-  }
-  return std::nullopt;
+  std::optional<State> out = ApplyKind(s, t, p);
+  if (out && t.kind != Transition::Kind::kRefuse) out->refused.reset();
+  return out;
 }
 
-std::string ParamsMismatch(const Params& mine, const Params& job) {
+std::string ParamsMismatch(const Params& mine, const Params& job, std::string_view where) {
   auto nnodes = [](const Params& p) {
     return p.min_nodes == p.max_nodes ? std::to_string(p.max_nodes)
                                       : std::to_string(p.min_nodes) + ":" + std::to_string(p.max_nodes);
@@ -342,12 +374,12 @@ std::string ParamsMismatch(const Params& mine, const Params& job) {
   auto backend = [](const Params& p) { return p.static_ranks ? "static" : "an elastic one (c10d or etcd)"; };
   std::string out;
   auto add = [&](const std::string& clause) { out += (out.empty() ? "" : "; ") + clause; };
-  if (nnodes(mine) != nnodes(job)) add("--nnodes=" + nnodes(mine) + " here, " + nnodes(job) + " in the job");
+  const std::string at = " " + std::string(where) + ", ";
+  if (nnodes(mine) != nnodes(job)) add("--nnodes=" + nnodes(mine) + at + nnodes(job) + " in the job");
   if (mine.max_restarts != job.max_restarts)
-    add("--max_restarts=" + std::to_string(mine.max_restarts) + " here, " + std::to_string(job.max_restarts) +
-        " in the job");
+    add("--max_restarts=" + std::to_string(mine.max_restarts) + at + std::to_string(job.max_restarts) + " in the job");
   if (mine.static_ranks != job.static_ranks)
-    add(std::string("the rendezvous backend is ") + backend(mine) + " here, " + backend(job) + " in the job");
+    add(std::string("the rendezvous backend is ") + backend(mine) + at + backend(job) + " in the job");
   return out;
 }
 
@@ -368,8 +400,12 @@ std::string Encode(const State& s) {
   j["exit_code"] = s.exit_code;
   j["message"] = s.message;
   j["writer"] = s.writer;
-  j["params"] = {{"min", s.params.min_nodes}, {"max", s.params.max_nodes}, {"restarts", s.params.max_restarts},
-                 {"static", s.params.static_ranks}, {"from", s.params_from}};
+  j["params"] = ParamsToJson(s.params);
+  j["params"]["from"] = s.params_from;
+  if (s.refused) {
+    j["refused"] = ParamsToJson(s.refused->params);
+    j["refused"]["id"] = s.refused->id;
+  }
   return j.dump();
 }
 
@@ -397,12 +433,9 @@ StatusOr<State> Decode(std::string_view text) {
     s.exit_code = IntAt<int>(j, "exit_code");
     s.message = j.at("message").get<std::string>();
     s.writer = j.at("writer").get<std::string>();
-    const Json& p = j.at("params");
-    s.params.min_nodes = IntAt<int>(p, "min");
-    s.params.max_nodes = IntAt<int>(p, "max");
-    s.params.max_restarts = IntAt<int>(p, "restarts");
-    s.params.static_ranks = p.at("static").get<bool>();
-    s.params_from = p.at("from").get<std::string>();
+    s.params = ParamsFromJson(j.at("params"));
+    s.params_from = j.at("params").at("from").get<std::string>();
+    if (j.contains("refused")) s.refused = Refusal{j.at("refused").at("id").get<std::string>(), ParamsFromJson(j.at("refused"))};
     return s;
   } catch (const Json::exception& e) {
     return Status::Error(std::string("malformed rendezvous state: ") + e.what());

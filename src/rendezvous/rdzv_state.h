@@ -74,8 +74,18 @@ struct Params {
 };
 
 // "" when `mine` equals the job's; else one clause naming every flag that differs, as
-// "--nnodes=2 here, 3 in the job; --max_restarts=0 here, 3 in the job".
-std::string ParamsMismatch(const Params& mine, const Params& job);
+// "--nnodes=2 here, 3 in the job; --max_restarts=0 here, 3 in the job" (`where` names the node
+// whose flags `mine` are: "here" on that node, "there" on the job's nodes).
+std::string ParamsMismatch(const Params& mine, const Params& job, std::string_view where = "here");
+
+// A node refused because its flags differ from the job's (kRefuse), recorded in the one entry
+// its refusal appends so that the job's own nodes can name it.
+struct Refusal {
+  std::string id;  // the refused node
+  Params params;   // its flags
+
+  bool operator==(const Refusal&) const = default;
+};
 
 // kClosed's message when every member of the last round succeeded.
 inline constexpr std::string_view kEveryNodeSucceeded = "every worker on every node succeeded";
@@ -98,6 +108,7 @@ struct State {
   std::string writer;                 // "<node id>#<seq>": makes every entry's value unique
   Params params;                      // the job's rules, fixed by entry 0's writer
   std::string params_from;            // that writer's node id, for messages
+  std::optional<Refusal> refused;     // only in the entry a kRefuse appended; nothing else changes there
 
   bool operator==(const State&) const = default;
   const NodeDesc* FindMember(std::string_view id) const;
@@ -114,12 +125,14 @@ struct Transition {
     kSucceed,   // every worker of `round` succeeded on node `id`
     kLeave,     // node `id` leaves for good (its agent got a terminating signal)
     kLost,      // node `id` stopped proving liveness
+    kRefuse,    // node `id`, whose flags (`params`) differ from the job's, says so and goes
   };
   Kind kind = Kind::kJoin;
   NodeDesc node;       // kJoin
   std::string id;      // kFail, kSucceed, kLeave, kLost
   uint64_t round = 0;  // kComplete, kFail, kSucceed
   Cause cause;         // kFail
+  Params params;       // kRefuse
 
   static Transition Join(NodeDesc n);
   static Transition Complete(uint64_t round);
@@ -127,10 +140,12 @@ struct Transition {
   static Transition Succeed(uint64_t round, std::string id);
   static Transition Leave(std::string id);
   static Transition Lost(std::string id);
+  static Transition Refuse(std::string id, Params params);
 };
 
 // The state after `t`, or nullopt when `t` changes nothing (already applied, stale round, a
 // static node rank that another live node holds, the job is closed). Pure and deterministic.
+// `refused` is set by kRefuse alone: every other transition's state has none.
 std::optional<State> Apply(const State& s, const Transition& t, const Params& p);
 
 // Why a join of `n` into `s` is refused right now ("" when it is not), for messages.

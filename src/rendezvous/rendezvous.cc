@@ -41,7 +41,7 @@ Rendezvous::~Rendezvous() {
 }
 
 void Rendezvous::Join(NodeDesc self) {
-  if (mode_ == Mode::kEnded || left_) return;
+  if (mode_ == Mode::kEnded || left_ || !refusal_.empty()) return;
   self_ = std::move(self);
   self_.id = self_id_;
   mode_ = Mode::kJoining;
@@ -98,15 +98,20 @@ void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
   const bool first = !head_;
   if (first) first_index_ = index;
   head_ = std::move(state.value());
+  if (!refusal_.empty()) {  // an append of the refusal lost its race: Pump retries it on this entry
+    head_index_ = index;
+    return;
+  }
   // A closed log is an earlier job's (ReactWhileJoining says so): its rules do not matter.
   if (first && head_->phase != Phase::kClosed) {
     if (std::string diff = ParamsMismatch(options_.params, head_->params); !diff.empty()) {
-      Fatal("this node's flags differ from those of the job it is joining (" + log_->Describe() + "): " + diff +
-            ", set by " + head_->params_from + ", the node that started the rendezvous; every node of a job must "
-            "give the same values");
+      Refuse(index, "this node's flags differ from those of the job it is joining (" + log_->Describe() + "): " +
+                        diff + ", set by " + head_->params_from +
+                        ", the node that started the rendezvous; every node of a job must give the same values");
       return;
     }
   }
+  if (!first && head_->refused) SayRefusal(*head_->refused);
   head_index_ = index;
   std::weak_ptr<bool> alive = alive_;
   log_->Wait(index + 1, [this, alive, next = index + 1](StatusOr<std::string> v) {
@@ -226,6 +231,10 @@ void Rendezvous::Enqueue(Transition t) {
 // the newest state, and dropped once it changes nothing. The standing wish to join comes last.
 void Rendezvous::Pump() {
   while (head_ && !appending_) {
+    if (!refusal_.empty() && intents_.empty()) {  // the refusal is written, or changed nothing
+      Fatal(refusal_);
+      return;
+    }
     std::optional<State> next;
     const bool from_intent = !intents_.empty();
     if (from_intent) {
@@ -248,7 +257,7 @@ void Rendezvous::Pump() {
       if (alive.expired()) return;
       appending_ = false;
       if (!r.ok()) {
-        Fatal("cannot write to the rendezvous (" + log_->Describe() + "): " + r.message());
+        Fatal(refusal_.empty() ? "cannot write to the rendezvous (" + log_->Describe() + "): " + r.message() : refusal_);
         return;
       }
       if (r->won && from_intent && !intents_.empty()) intents_.pop_front();
@@ -268,6 +277,23 @@ void Rendezvous::ArmLastCall() {
   });
 }
 
+// This node is refused: it writes so into the log (the job's nodes name it, and a job that never
+// fills says why), then ends with `why`, also when that write fails.
+void Rendezvous::Refuse(uint64_t index, std::string why) {
+  refusal_ = std::move(why);
+  want_join_ = false;
+  head_index_ = index;
+  intents_.clear();
+  Enqueue(Transition::Refuse(self_id_, options_.params));
+}
+
+void Rendezvous::SayRefusal(const Refusal& r) {
+  const std::string text = "node " + r.id + " was refused: its flags differ from this job's (" +
+                           ParamsMismatch(r.params, head_->params, "there") + ")";
+  if (refusals_seen_.size() < 3) refusals_seen_.push_back(text);
+  if (listener_) listener_->OnRendezvousLog(1, text);
+}
+
 void Rendezvous::OnJoinTimeout() {
   if (mode_ != Mode::kJoining) return;
   std::string msg = "rendezvous timed out after " + SecondsText(options_.join_timeout) + " (" + log_->Describe() + ")";
@@ -283,6 +309,7 @@ void Rendezvous::OnJoinTimeout() {
     }
     if (std::string b = JoinBlocker(s, self_, options_.params); !b.empty()) msg += "; this node could not join: " + b;
   }
+  for (const std::string& r : refusals_seen_) msg += "; " + r;
   Enqueue(Transition::Leave(self_id_));
   Fatal(msg);
 }

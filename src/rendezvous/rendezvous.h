@@ -109,6 +109,8 @@ class Rendezvous {
   void End(JobEnd end);
   void ArmLastCall();
   void OnJoinTimeout();
+  void Refuse(uint64_t index, std::string why);
+  void SayRefusal(const Refusal& r);
   RoundInfo MakeRound() const;
   std::vector<std::string> WatchSet() const;
   std::string Members() const;
@@ -136,6 +138,10 @@ class Rendezvous {
   std::optional<TimerQueue::TimerId> last_call_timer_;
   uint64_t last_call_round_ = UINT64_MAX;
   uint64_t said_waiting_round_ = UINT64_MAX;  // the round this node was last told it waits for
+  // This node's flags differ from the job's: it appends its refusal (a trace for the job's nodes),
+  // then ends with this message; it takes no other part.
+  std::string refusal_;
+  std::vector<std::string> refusals_seen_;  // other nodes refused while this one waited, for OnJoinTimeout
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -306,6 +306,10 @@ TEST(MultiNode, AStaticNodeWithAnotherNnodesIsRefusedAndTheJobRunsOn) {
             std::string::npos)
       << err;
   EXPECT_EQ(ReadPids(dir / "pids").size(), 2u) << "the refused node started no worker";
+  // The job's nodes say so: their operators would otherwise see a node that never came.
+  for (const char* node : {"n0", "n1"})
+    EXPECT_TRUE(WaitFor([&] { return agents.Err(node).find("was refused: its flags differ from this job's (--nnodes=3 there, 2 in the job)") != std::string::npos; }, seconds(10)))
+        << agents.Err(node);
   EXPECT_TRUE(ProcessAlive(agents["n0"].pid())) << agents.Err("n0");
   EXPECT_TRUE(ProcessAlive(agents["n1"].pid())) << agents.Err("n1");
   agents["n1"].Signal(SIGTERM);

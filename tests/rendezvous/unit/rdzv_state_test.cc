@@ -247,6 +247,29 @@ TEST(RdzvState, EncodeDecodeRoundTrip) {
   EXPECT_EQ(*back, s);
 }
 
+// A refusal is recorded in its own entry, changes nothing else, and the next transition drops it.
+TEST(RdzvState, ARefusalIsRecordedInItsEntryAloneAndRoundTrips) {
+  Params p = Elastic(2, 2, 0);
+  State s = JoinAll(State{}, p, {Node("a")});
+  const Params theirs = Elastic(3, 3, 1);
+  State refused = Must(Apply(s, Transition::Refuse("x", theirs), p));
+  ASSERT_TRUE(refused.refused);
+  EXPECT_EQ(refused.refused->id, "x");
+  EXPECT_EQ(refused.refused->params, theirs);
+  State without = refused;
+  without.refused.reset();
+  EXPECT_EQ(without, s) << "a refusal changes nothing but the record";
+  auto back = Decode(Encode(refused));
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(*back, refused);
+  State next = Must(Apply(refused, Transition::Join(Node("b")), p));
+  EXPECT_FALSE(next.refused);
+  EXPECT_EQ(ParamsMismatch(theirs, p, "there"), "--nnodes=3 there, 2 in the job; --max_restarts=1 there, 0 in the job");
+  State closed = Must(Apply(Must(Apply(next, Transition::Succeed(0, "a"), p)), Transition::Succeed(0, "b"), p));
+  ASSERT_EQ(closed.phase, Phase::kClosed);
+  EXPECT_FALSE(Apply(closed, Transition::Refuse("x", theirs), p)) << "a closed job records no refusal";
+}
+
 TEST(RdzvState, DecodeRejectsGarbageWithAMessage) {
   EXPECT_FALSE(Decode("").ok());
   EXPECT_FALSE(Decode("[1,2]").ok());

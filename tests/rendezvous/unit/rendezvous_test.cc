@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <memory>
 
@@ -24,6 +26,7 @@ struct Node : RendezvousListener {
   std::vector<RoundInfo> rounds;
   std::vector<std::string> stops;
   std::optional<JobEnd> end;
+  std::vector<std::string> logs;
   bool auto_rejoin = true;
 
   void OnRoundReady(const RoundInfo& r) override { rounds.push_back(r); }
@@ -32,6 +35,10 @@ struct Node : RendezvousListener {
     if (auto_rejoin) JoinNow();
   }
   void OnJobEnd(const JobEnd& e) override { end = e; }
+  void OnRendezvousLog(int, const std::string& msg) override { logs.push_back(msg); }
+  bool Logged(const std::string& part) const {
+    return std::any_of(logs.begin(), logs.end(), [&](const std::string& l) { return l.find(part) != std::string::npos; });
+  }
   void JoinNow() {
     NodeDesc d;
     d.host = "host-" + id;
@@ -111,6 +118,13 @@ TEST_F(RendezvousTest, ANodeWhoseFlagsDifferFromTheJobsIsRefusedAndNamesThem) {
   EXPECT_TRUE(b.rounds.empty());
   EXPECT_FALSE(a.end) << "the job's own node keeps waiting for a node with its flags";
   EXPECT_TRUE(a.rounds.empty());
+  // The job's node says who was refused and why, at once and again when its join times out.
+  EXPECT_TRUE(a.Logged("node 2 was refused: its flags differ from this job's (--nnodes=3 there, 2 in the job; "
+                       "--max_restarts=1 there, 0 in the job)"))
+      << ::testing::PrintToString(a.logs);
+  timers_.Advance(options_.join_timeout);
+  ASSERT_TRUE(a.end);
+  EXPECT_NE(a.end->message.find("; node 2 was refused: its flags differ"), std::string::npos) << a.end->message;
 }
 
 TEST_F(RendezvousTest, AnElasticRangeAndABackendThatDifferAreNamedToo) {
