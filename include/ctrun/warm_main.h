@@ -34,7 +34,9 @@ using MainFunction = int (*)(int argc, char** argv);
 // The note CTRUN_MAIN places and ctrun reads (one owner of the format: this header).
 inline constexpr char kWarmNoteOwner[] = "ctrun";  // n_namesz 6, padded to 8
 inline constexpr uint32_t kWarmNoteType = 0x6d726177;  // "warm"
-inline constexpr uint32_t kWarmProtocolVersion = 1;
+// 2: the worker spec places its fds by "fd_targets" and closes "closed_fds" (1: fds 0-2 always
+// passed, then "extra_fd_target"). A binary of another version starts cold.
+inline constexpr uint32_t kWarmProtocolVersion = 2;
 // The variable ctrun starts the server with: "<control fd>:<ctrun's pid>".
 inline constexpr char kWarmServerVariable[] = "CTRUN_WARM_SERVER";
 

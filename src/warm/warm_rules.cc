@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 namespace ctrun::warm {
 namespace {
 
@@ -29,11 +31,48 @@ bool HandedOver(const StdioTarget& t) {
          t.kind == StdioTarget::Kind::kPty;
 }
 
+// The interpreter flag of a Python launch that ParsePythonLaunch refuses (it takes a value or
+// runs code), or "".
+std::string_view ColdFlag(const std::string& program, const std::vector<std::string>& argv) {
+  const size_t slash = program.rfind('/');
+  if (!StartsWith(std::string_view(program).substr(slash == std::string::npos ? 0 : slash + 1), "python")) return {};
+  for (size_t i = 1; i < argv.size() && StartsWith(argv[i], "-") && argv[i] != "-m"; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-" || a == "--" || a == "-c" || a == "-X" || a == "-W") return a;
+  }
+  return {};
+}
+
+bool IsUtf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
-const char kNotWarmEntrypoint[] =
-    "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter, nor a binary built "
-    "with CTRUN_MAIN";
+std::string NotWarmEntrypoint(const SpawnSpec& spec) {
+  if (std::string_view flag = ColdFlag(ExecutableOf(spec), spec.argv); !flag.empty())
+    return "the interpreter flag " + std::string(flag) + " is given (the warm path takes only flags without a value)";
+  return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter, nor a binary built "
+         "with CTRUN_MAIN";
+}
+
+std::string NotUtf8(const SpawnSpec& spec, const std::string& cwd) {
+  const char* kWhy = " is not valid UTF-8 (the warm path hands it over as JSON text)";
+  for (const auto& a : spec.argv)
+    if (!IsUtf8(a)) return std::string("an argument") + kWhy;
+  for (const auto& e : spec.env)
+    if (!IsUtf8(e)) {
+      const std::string name(NameOf(e));
+      return (IsUtf8(name) ? "the environment variable " + name : std::string("an environment variable")) + kWhy;
+    }
+  if (!IsUtf8(cwd)) return std::string("the working directory's path") + kWhy;
+  return "";
+}
 
 const std::string& ExecutableOf(const SpawnSpec& spec) {
   static const std::string kNone;
@@ -100,7 +139,7 @@ std::string WarmMismatch(const ServerIdentity& server, const SpawnSpec& spec) {
       return "the executable differs from the warm server's (" + ExecutableOf(spec) + ")";
   } else {
     auto launch = ParsePythonLaunch(spec);
-    if (!launch) return kNotWarmEntrypoint;
+    if (!launch) return NotWarmEntrypoint(spec);
     if (launch->program != server.launch.program)
       return "the interpreter differs from the warm server's (" + launch->program + ")";
     if (launch->flags != server.launch.flags) return "the interpreter flags differ from the warm server's";

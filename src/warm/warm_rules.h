@@ -30,8 +30,14 @@ struct WarmLaunch {
   bool native = false;             // a CTRUN_MAIN binary
 };
 
-// Why a spec has no warm server kind at all.
-extern const char kNotWarmEntrypoint[];
+// Why a spec has no warm server kind at all: an interpreter flag that takes a value or runs code
+// (-c, -W, -X, - or --), named, or an entrypoint that is no .py script, -m module or CTRUN_MAIN
+// binary.
+std::string NotWarmEntrypoint(const SpawnSpec& spec);
+
+// "" when every argument, environment entry and the working directory `cwd` is valid UTF-8 (the
+// warm path hands them over as JSON text); else which one is not, as a reason to start cold.
+std::string NotUtf8(const SpawnSpec& spec, const std::string& cwd);
 
 // The file execve runs for `spec`.
 const std::string& ExecutableOf(const SpawnSpec& spec);

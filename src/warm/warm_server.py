@@ -40,6 +40,12 @@ TARGET = sys.argv[3] if len(sys.argv) > 3 else ""
 SERVER_ENV = dict(os.environ)
 SELF_FILES = ("<ctrun-warm>", "<string>")  # this file, and the -c line that runs it
 UNBUFFERED = isinstance(getattr(sys.stdout, "buffer", None), io.FileIO)  # -u or PYTHONUNBUFFERED
+# `-c` put "" (the working directory) first on sys.path, unless -P, -I or PYTHONSAFEPATH said not
+# to. It goes now, so that no module in the working directory shadows what the server imports; a
+# worker puts its own first entry back as `python script.py` / `python -m` would (script_path_entry).
+SCRIPT_SLOT = not getattr(sys.flags, "safe_path", False) and bool(sys.path) and sys.path[0] == ""
+if SCRIPT_SLOT:
+    del sys.path[0]
 PR_SET_PDEATHSIG = 1
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -105,6 +111,17 @@ def under(path, roots):
     return any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
+def with_script_entry(entry, fn):
+    """fn() with `entry` first on sys.path, as the worker will have it (nothing when safe-path)."""
+    if not SCRIPT_SLOT:
+        return fn()
+    sys.path.insert(0, entry)
+    try:
+        return fn()
+    finally:
+        sys.path.pop(0)
+
+
 def installed_elsewhere(name, script_dir):
     """Whether the top-level module `name` resolves, with the worker's sys.path[0] (the script's
     directory), to code outside the script's directory and the working directory: an installed
@@ -112,14 +129,10 @@ def installed_elsewhere(name, script_dir):
     worker, as a cold start would import them: they may read RANK or LOCAL_RANK at import, and a
     module of the same name in the server's working directory must not shadow them."""
     import importlib.util
-    saved = sys.path[0]
-    sys.path[0] = script_dir
     try:
-        spec = importlib.util.find_spec(name.split(".")[0])
+        spec = with_script_entry(script_dir, lambda: importlib.util.find_spec(name.split(".")[0]))
     except (ImportError, ValueError):
         return False
-    finally:
-        sys.path[0] = saved
     if spec is None:
         return False
     where = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
@@ -194,30 +207,50 @@ class Staleness:
 
 # --- the worker side -----------------------------------------------------------------------------
 def make_stdio():
-    """sys.stdin/stdout/stderr as the interpreter creates them at start-up for fds 0-2."""
+    """sys.stdin/stdout/stderr as the interpreter creates them at start-up for fds 0-2 (CPython's
+    create_stdio on POSIX): stdin always buffered, stdout/stderr unbuffered under -u; newline "\n"
+    (no translation); line buffering on a terminal, and always for stderr; a `mode` attribute."""
     unbuffered = UNBUFFERED
     enc = sys.stdout.encoding if sys.stdout is not None else None
     errs = sys.stdout.errors if sys.stdout is not None else "strict"
 
-    def one(fd, mode):
+    def one(fd, write):
         try:
             os.fstat(fd)
         except OSError:
             return None
-        tty = os.isatty(fd)
-        raw = io.FileIO(fd, mode + "b", closefd=False)
+        buffering = 0 if unbuffered and write else -1
+        buf = io.open(fd, "wb" if write else "rb", buffering, closefd=False)
+        raw = buf if buffering == 0 else buf.raw
         raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]
-        if mode == "r":
-            buf = io.BufferedReader(raw)
-            return io.TextIOWrapper(buf, encoding=enc, errors=errs, line_buffering=False)
-        buf = raw if unbuffered else io.BufferedWriter(raw)
-        e = "backslashreplace" if fd == 2 else errs
-        line = (not unbuffered) and (tty or fd == 2)
-        return io.TextIOWrapper(buf, encoding=enc, errors=e, line_buffering=line, write_through=unbuffered)
+        line = (not unbuffered) and (os.isatty(fd) or fd == 2)
+        stream = io.TextIOWrapper(buf, encoding=enc, errors="backslashreplace" if fd == 2 else errs, newline="\n",
+                                  line_buffering=line, write_through=unbuffered)
+        stream.mode = "w" if write else "r"
+        return stream
 
-    sys.stdin = sys.__stdin__ = one(0, "r")
-    sys.stdout = sys.__stdout__ = one(1, "w")
-    sys.stderr = sys.__stderr__ = one(2, "w")
+    sys.stdin = sys.__stdin__ = one(0, False)
+    sys.stdout = sys.__stdout__ = one(1, True)
+    sys.stderr = sys.__stderr__ = one(2, True)
+
+
+# Whether the worker's code has imported torch (an `import` statement naming torch or a
+# submodule, its own or a library's): from then on a cold worker's torch has read OMP_NUM_THREADS,
+# and setting the variable changes nothing. Watched through builtins.__import__ until then.
+TORCH_IMPORTED = False
+
+
+def watch_torch_import():
+    import builtins
+    original = builtins.__import__
+
+    def watching(name, *args, **kwargs):
+        global TORCH_IMPORTED
+        if name == "torch" or name.startswith("torch."):
+            TORCH_IMPORTED = True
+            builtins.__import__ = original
+        return original(name, *args, **kwargs)
+    builtins.__import__ = watching
 
 
 def apply_omp_num_threads(value):
@@ -226,6 +259,11 @@ def apply_omp_num_threads(value):
     torch = sys.modules.get("torch")
     if torch is not None and value != SERVER_ENV.get("OMP_NUM_THREADS", "") and value.isdigit() and int(value) > 0:
         torch.set_num_threads(int(value))
+
+
+def apply_omp_num_threads_set(value):
+    if not TORCH_IMPORTED:  # a cold script's torch reads it at its import, not later
+        apply_omp_num_threads(value)
 
 
 def rereader(module, function):
@@ -242,11 +280,13 @@ def rereader(module, function):
 
 
 # Variables the preloaded modules read once at import, and how a worker applies its own value:
-# at the start from its environment, and again whenever the script sets one (a cold script that
-# sets OMP_NUM_THREADS before `import torch` gets that many threads; here torch is imported already).
+# at the start from its environment, and again when the script sets one (a cold script that sets
+# OMP_NUM_THREADS before `import torch` gets that many threads, and one that sets it after does
+# not; here torch is imported already).
 REREAD = {"OMP_NUM_THREADS": apply_omp_num_threads,
           "TORCH_DISTRIBUTED_DEBUG": rereader("torch.distributed", "set_debug_level_from_env"),
           "TORCH_LOGS": rereader("torch._logging", "_init_logs")}
+REREAD_ON_SET = dict(REREAD, OMP_NUM_THREADS=apply_omp_num_threads_set)
 
 
 class RereadingEnviron(type(os.environ)):
@@ -254,7 +294,7 @@ class RereadingEnviron(type(os.environ)):
 
     def __setitem__(self, key, value):
         super().__setitem__(key, value)
-        action = REREAD.get(key)
+        action = REREAD_ON_SET.get(key)
         if action is not None:
             action(value)
 
@@ -277,6 +317,13 @@ def reread_environment(env):
             pass
     if torch is not None:
         torch.seed()
+    # multiprocessing draws each process's authkey at its import: every rank and attempt its own.
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None:
+        try:
+            mp.current_process().authkey = os.urandom(32)
+        except Exception:
+            pass
 
 
 def trimmed(tb):
@@ -302,21 +349,38 @@ def exit_code_of(e):
 WORKER_MODULES_AFTER = set()  # sys.modules as forked: what was there is the server's
 
 
-def is_own_code(mod, roots):
+def library_roots():
+    """The directories installed code lives in: the standard library and every site-packages."""
+    import site
+    import sysconfig
+    roots = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+        roots.add(site.getusersitepackages())
+    except Exception:
+        pass
+    return {os.path.realpath(r) for r in roots if r}
+
+
+LIBRARY_ROOTS = library_roots()
+
+
+def is_own_code(mod):
+    """A module of the user's own code (the script's directory, the working directory, a source
+    tree on PYTHONPATH or an editable install), not an installed library."""
     f = getattr(mod, "__file__", None)
-    return isinstance(f, str) and under(os.path.realpath(f), roots)
+    return isinstance(f, str) and not under(os.path.realpath(f), LIBRARY_ROOTS)
 
 
 def release_worker_modules():
     """What interpreter shutdown does to the worker's own code, and only to it: the globals of
-    __main__, then of the modules of its own it imported (under the script's directory or the
-    working directory), are released, so a file opened at module level and never closed is flushed
-    and closed and objects with __del__ run it; then the cycles are collected. Library modules are left alone, preloaded
-    or not (gc.freeze keeps the collection off the preloaded objects): tearing them down is the
-    copy-on-write storm and the slow exit this avoids."""
-    roots = {os.path.realpath(p) for p in (sys.path[0] or os.getcwd(), os.getcwd())}
+    __main__, then of the modules of its own it imported (is_own_code), are released, so a file
+    opened at module level and never closed is flushed and closed and objects with __del__ run it;
+    then the cycles are collected. Library modules are left alone, preloaded or not (gc.freeze
+    keeps the collection off the preloaded objects): tearing them down is the copy-on-write storm
+    and the slow exit this avoids."""
     own = [m for n, m in list(sys.modules.items())
-           if n not in WORKER_MODULES_AFTER and n != "__main__" and is_own_code(m, roots)]
+           if n not in WORKER_MODULES_AFTER and n != "__main__" and is_own_code(m)]
     main = sys.modules.get("__main__")
     if main is not None:
         own.insert(0, main)
@@ -377,17 +441,21 @@ def run_worker(spec):
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     reread_environment(env)
+    watch_torch_import()
+    outcome = (0, 0)  # exit code, signal to die of
     try:
         if rest[0] == "-m":
             import runpy
             sys.argv = [rest[1]] + rest[2:]
-            sys.path[0] = os.getcwd()
+            if SCRIPT_SLOT:
+                sys.path.insert(0, os.getcwd())
             runpy._run_module_as_main(rest[1], alter_argv=True)
         else:
             from importlib.machinery import SourceFileLoader
             path = os.path.abspath(rest[0])
             sys.argv = list(rest)
-            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            if SCRIPT_SLOT:
+                sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
             try:
                 with open(path, "rb") as f:
                     source = f.read()
@@ -399,7 +467,7 @@ def run_worker(spec):
             code = compile(source, path, "exec")
             exec(code, main.__dict__)
     except SystemExit as e:
-        finish(exit_code_of(e))
+        outcome = (exit_code_of(e), 0)
     except BaseException as e:
         tb = trimmed(e.__traceback__)
         e.__traceback__ = tb  # the interpreter prints the exception's own traceback
@@ -407,8 +475,11 @@ def run_worker(spec):
             sys.excepthook(type(e), e, tb)
         except Exception:
             pass
-        finish(1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
-    finish(0)
+        outcome = (1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
+        del tb
+    # Out of the handler: the exception, its traceback and the frames it holds (with their local
+    # files and objects) are released before the shutdown, as the interpreter's would be.
+    finish(*outcome)
 
 
 def worker_main(sock):
@@ -425,12 +496,21 @@ def worker_main(sock):
         os._exit(128 + signal.SIGKILL)
     sock.close()
     WORKER_MODULES_AFTER.update(sys.modules)
-    # fds 0-2, then the heartbeat channel (when ctrun gives one) at its cold-start number.
-    targets = [0, 1, 2, spec.get("extra_fd_target", 3)]
-    for fd, target in zip(fds, targets):
+    # fds 0-2 and the heartbeat channel (when ctrun gives one) at their cold-start numbers; a
+    # stdio fd that a cold worker would not have is closed. Parked above the targets first, so
+    # no dup2 overwrites an fd still to be placed.
+    import fcntl
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 16) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for fd, target in zip(high, spec["fd_targets"]):
         os.dup2(fd, target, inheritable=True)
-        if fd != target:
-            os.close(fd)
+        os.close(fd)
+    for target in spec["closed_fds"]:
+        try:
+            os.close(target)
+        except OSError:
+            pass
     run_worker(spec)
 
 

@@ -182,7 +182,11 @@ void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Spa
 std::string WarmSpawner::Prepare(const std::vector<SpawnSpec>& specs) {
   std::optional<WarmLaunch> launch = ParsePythonLaunch(specs[0]);
   if (!launch && OptsIntoWarm(ExecutableOf(specs[0]))) launch = NativeLaunch(specs[0]);
-  if (!launch) return kNotWarmEntrypoint;
+  if (!launch) return NotWarmEntrypoint(specs[0]);
+  std::error_code ec;
+  const std::string cwd = std::filesystem::current_path(ec).string();
+  for (const auto& s : specs)
+    if (std::string why = NotUtf8(s, cwd); !why.empty()) return why;
   const TimePoint deadline = std::chrono::steady_clock::now() + options_.fork_wait;
   if (server_) {
     // One round trip: preloaded files unchanged on disk, still one thread, no CUDA.
@@ -363,14 +367,21 @@ bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out)
     Warn("cannot prepare a worker's stdio (" + what + ": " + std::strerror(errno) + ")");
     return false;
   }
-  UniqueFd devnull;
-  int in_fd = in_p.child_end ? in_p.child_end.get() : 0;
-  if (!in_p.child_end && ::fcntl(0, F_GETFD) < 0) {
-    devnull.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    in_fd = devnull.get();
+  // Each of fds 0-2 goes to the child at its number, or is closed there: an inherited one that
+  // ctrun got closed (its slot then holds one of ctrun's own fds, all close-on-exec) is closed in
+  // a cold worker by its exec.
+  std::vector<int> fds, targets, closed;
+  const StdioPlumbing* plumbing[] = {&in_p, &out_p, &err_p};
+  for (int target = 0; target < 3; ++target) {
+    const UniqueFd& end = plumbing[target]->child_end;
+    const int flags = end ? 0 : ::fcntl(target, F_GETFD);
+    if (!end && (flags < 0 || (flags & FD_CLOEXEC))) {
+      closed.push_back(target);
+      continue;
+    }
+    fds.push_back(end ? end.get() : target);
+    targets.push_back(target);
   }
-  const int out_fd = out_p.child_end ? out_p.child_end.get() : 1;
-  const int err_fd = err_p.child_end ? err_p.child_end.get() : 2;
   const auto launch = ParsePythonLaunch(spec);
   std::error_code ec;
   const std::string cwd = std::filesystem::current_path(ec).string();
@@ -379,11 +390,12 @@ bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out)
          {"cwd", cwd},
          {"parent", ::getpid()},
          {"nflags", launch ? launch->flags.size() : 0}};
-  std::vector<int> fds{in_fd, out_fd, err_fd};
   if (spec.extra_fd >= 0) {  // the heartbeat channel, at the same fd number as in a cold start
     fds.push_back(spec.extra_fd);
-    j["extra_fd_target"] = spec.extra_fd_target;
+    targets.push_back(spec.extra_fd_target);
   }
+  j["fd_targets"] = targets;
+  j["closed_fds"] = closed;
   // The waiting child has run nothing of the worker yet: move it into the attempt's cgroup now,
   // as a cold child joins it before exec (everything it starts then follows it there).
   if (spec.cgroup_procs_fd >= 0) {

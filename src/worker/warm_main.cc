@@ -4,7 +4,7 @@
 //   ctrun -> server  {"op":"check"}  -> {"op":"check","stale","problem"}
 //   ctrun -> server  {"op":"fork","n"} -> n x {"op":"child","pid"} + [pidfd, spec socket],
 //                                         or {"op":"unsafe","problem"} instead of forking
-//   ctrun -> child   {"argv","env","cwd","parent","extra_fd_target"} + [fd0, fd1, fd2, extra fd]
+//   ctrun -> child   {"argv","env","cwd","parent","fd_targets","closed_fds"} + one fd per fd_targets entry
 // Process tree and reaping are as for the Python server (see the top of warm_server.py): the
 // server forks an intermediate, which forks the worker, opens its pidfd while it is still its
 // parent, hands it over and exits; the worker is reparented to ctrun (the child subreaper) before
@@ -197,13 +197,15 @@ struct Spec {
 
 // fds 0-2 and the heartbeat channel at their cold-start numbers; everything received is parked
 // above kFirstHighFd first, so no dup2 overwrites an fd still to be placed.
-void PlaceFds(std::vector<UniqueFd>& fds, int extra_target) {
+// A stdio fd in `closed` is closed: the one a cold worker would not have either.
+void PlaceFds(std::vector<UniqueFd>& fds, const std::vector<int>& targets, const std::vector<int>& closed) {
   std::vector<UniqueFd> high;
   for (auto& fd : fds) high.emplace_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, kFirstHighFd));
   fds.clear();
-  const int targets[] = {0, 1, 2, extra_target};
-  for (size_t i = 0; i < high.size() && i < 4; ++i)
+  if (high.size() != targets.size()) FailedStart("malformed spec: fd_targets");
+  for (size_t i = 0; i < high.size(); ++i)
     if (!high[i] || ::dup2(high[i].get(), targets[i]) < 0) FailedStart(std::string("dup2: ") + std::strerror(errno));
+  for (int fd : closed) (void)::close(fd);
 }
 
 // A waiting worker: the spec arrives (EOF: ctrun is gone or does not need us: exit quietly).
@@ -218,7 +220,10 @@ Spec BecomeWorker(UniqueFd sock, const SignalState& signals, void (*after_fork)(
     FailedStart("malformed spec");
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != spec.value("parent", -1)) ::_exit(128 + SIGKILL);
   sock.reset();
-  PlaceFds(fds, spec.value("extra_fd_target", 3));
+  if (!spec.contains("fd_targets") || !spec["fd_targets"].is_array() || !spec.contains("closed_fds") ||
+      !spec["closed_fds"].is_array())
+    FailedStart("malformed spec");
+  PlaceFds(fds, spec["fd_targets"].get<std::vector<int>>(), spec["closed_fds"].get<std::vector<int>>());
   const std::string cwd = spec.value("cwd", "");
   if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) FailedStart("chdir " + cwd + ": " + std::strerror(errno));
   // The environment exactly as execve would give it (first entry of a name wins, as getenv).

@@ -55,6 +55,7 @@ bool StartedWarm(const RunResult& r) { return r.err.find("--warm: worker server 
 json Comparable(json j) {
   for (const char* k : {"MASTER_PORT", "PET_MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}) j["env"].erase(k);
   j.erase("random");
+  j.erase("authkey");
   return j;
 }
 
@@ -129,16 +130,71 @@ TEST_F(Warm, RandomStreamsDifferAcrossRanksAndAttempts) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(StartedWarm(r)) << r.err;
   std::set<double> py, torch;
+  std::set<std::string> authkeys;
   for (int attempt = 0; attempt < 2; ++attempt)
     for (int rank = 0; rank < 2; ++rank) {
       json j = ReadProbe(dir_.path(), attempt, rank);
       ASSERT_TRUE(j.is_object()) << attempt << " " << rank;
       py.insert(j["random"].get<double>());
       torch.insert(j["torch_rand"].get<double>());
+      authkeys.insert(j["authkey"].get<std::string>());
       EXPECT_EQ(j["torch_threads"].get<int>(), 1) << "OMP_NUM_THREADS=1 re-read in the child";
     }
   EXPECT_EQ(py.size(), 4u);
   EXPECT_EQ(torch.size(), 4u);
+  EXPECT_EQ(authkeys.size(), 4u) << "multiprocessing's authkey is drawn at its import: one per process, cold";
+}
+
+// Under -I (or -P, PYTHONSAFEPATH) the interpreter puts neither the script's directory nor the
+// working directory on sys.path; a closed stdin stays closed (sys.stdin is None); the working
+// directory never shadows what the server imports. Each exactly as cold.
+TEST_F(Warm, SafePathClosedStdinAndTheWorkingDirectoryAsCold) {
+  std::filesystem::create_directories(dir_ / "cwd");
+  std::ofstream(dir_ / "cwd/json.py") << "raise SystemExit('the working directory shadowed json')\n";
+  for (const bool warm : {false, true}) {
+    const std::string out = dir_ / (warm ? "warm" : "cold");
+    std::filesystem::create_directories(out);
+    std::vector<std::string> argv{"/bin/sh", "-c", "cd \"$1\" && shift && exec \"$@\" <&-", "sh", dir_ / "cwd"};
+    std::vector<std::string> flags;
+    if (warm) flags = {"--warm", "--warm-preload=json"};
+    for (const std::string& a : Ctrun(1, 0, flags, {"/usr/bin/python3", "-I", WARM_PROBE, out})) argv.push_back(a);
+    RunResult r = RunCommand(argv, {}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+  }
+  json a = ReadProbe(dir_ / "cold", 0, 0), b = ReadProbe(dir_ / "warm", 0, 0);
+  ASSERT_TRUE(a.is_object() && b.is_object());
+  EXPECT_EQ(a["path"], b["path"]);
+  EXPECT_EQ(a["fds"][0], "closed");
+  EXPECT_EQ(b["fds"][0], "closed");
+  EXPECT_TRUE(b["stdio"][0].is_null()) << b["stdio"].dump();
+  EXPECT_EQ(a["stdio"], b["stdio"]);
+}
+
+// What rank 0 reads from stdin is the bytes piped in: no newline translation ("\r", "\r\n").
+TEST_F(Warm, StdinIsReadWithoutNewlineTranslationAsCold) {
+  std::ofstream(dir_ / "cat.py") << "import sys\nprint(repr(sys.stdin.read()), sys.stdin.mode)\n";
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> argv{"/bin/sh", "-c", "printf 'a\\rb\\r\\nc\\n' | exec \"$@\"", "sh"};
+    std::vector<std::string> flags{"--log-prefix", "none"};
+    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=json"});
+    for (const std::string& a : Ctrun(1, 0, flags, {dir_ / "cat.py"})) argv.push_back(a);
+    RunResult r = RunCommand(argv, kPythonEnv, 60s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(r.out, "'a\\rb\\r\\nc\\n' r\n") << (warm ? "warm" : "cold");
+  }
+}
+
+// The warm path hands argv, the environment and the working directory over as JSON text: one
+// that is not UTF-8 starts the workers cold, with one warning, instead of failing.
+TEST_F(Warm, AnEnvironmentThatIsNotUtf8StartsColdWithOneWarning) {
+  RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=json"}, Probe(dir_.path(), {"--exit", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "BADVAR=caf\xe9"}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "the environment variable BADVAR is not valid UTF-8"), 1) << r.err;
+  EXPECT_FALSE(StartedWarm(r)) << r.err;
+  EXPECT_EQ(CountOf(r.out, "probe rank 0 attempt 0"), 1) << r.out;
 }
 
 TEST_F(Warm, NonPythonEntrypointStartsColdWithOneWarning) {
@@ -278,6 +334,38 @@ TEST_F(Warm, ScriptFilesLeftOpenAreFlushedAndDelRunsAsCold) {
   }
 }
 
+// The same for a file that a function left open when it raised or called sys.exit (the traceback
+// holds its frame), and for one that a module of the user's own code outside the script's
+// directory (a source tree on PYTHONPATH) opened at import.
+TEST_F(Warm, FilesHeldByAFailingFrameOrALibraryOfTheUsersAreFlushedAsCold) {
+  std::filesystem::create_directories(dir_ / "src/mylib");
+  std::filesystem::create_directories(dir_ / "scripts");
+  std::ofstream(dir_ / "src/mylib/__init__.py") << "import os, sys\n"
+                                                   "LOG = open(sys.argv[1] + '/lib' + os.environ['RANK'], 'w')\n";
+  std::ofstream(dir_ / "scripts/s.py") << "import os, sys\nimport mylib\n"
+                                          "def main():\n"
+                                          "    f = open(sys.argv[1] + '/local' + os.environ['RANK'], 'w')\n"
+                                          "    f.write('local\\n')\n"
+                                          "    mylib.LOG.write('lib\\n')\n"
+                                          "    if sys.argv[2] == 'raise':\n"
+                                          "        raise RuntimeError('boom')\n"
+                                          "    sys.exit(3)\n"
+                                          "main()\n";
+  for (const std::string how : {"raise", "exit"}) {
+    for (const bool warm : {false, true}) {
+      TempDir out;
+      std::vector<std::string> flags;
+      if (warm) flags = {"--warm", "--warm-preload=json"};
+      RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "scripts/s.py", out.path(), how}),
+                               {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + (dir_ / "src")}, 60s);
+      EXPECT_EQ(r.exit_code, how == "raise" ? 1 : 3) << r.err;
+      EXPECT_EQ(StartedWarm(r), warm) << r.err;
+      EXPECT_EQ(ReadFileOr(out / "local0"), "local\n") << how << (warm ? " warm" : " cold");
+      EXPECT_EQ(ReadFileOr(out / "lib0"), "lib\n") << how << (warm ? " warm" : " cold");
+    }
+  }
+}
+
 // --warm-preload=@script preloads the script's installed imports, never its own modules (they may
 // read RANK or LOCAL_RANK at import), and resolves them from the script's directory, not from the
 // working directory, where a module of the same name must not shadow the script's.
@@ -312,6 +400,17 @@ TEST_F(Warm, VariablesTheScriptSetsBeforeImportingTorchApplyAsCold) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(StartedWarm(r), warm) << r.err;
     EXPECT_EQ(r.out, "threads 2 DebugLevel.DETAIL\n") << (warm ? "warm" : "cold");
+  }
+  // Set after `import torch`, OMP_NUM_THREADS changes nothing, warm or cold.
+  std::ofstream(dir_ / "late.py") << "import os, torch\nos.environ['OMP_NUM_THREADS'] = '2'\n"
+                                     "print('threads', torch.get_num_threads())\n";
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> flags{"--log-prefix", "none"};
+    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=torch"});
+    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "late.py"}), kPythonEnv, 120s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(r.out, "threads 1\n") << (warm ? "warm" : "cold");
   }
 }
 

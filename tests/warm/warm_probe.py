@@ -46,6 +46,15 @@ def handlers():
     return out
 
 
+def stdio(f):
+    """How the interpreter made a std stream (None when its fd was closed at start)."""
+    if f is None:
+        return None
+    return {k: repr(getattr(f, k, "<absent>")) for k in
+            ("mode", "name", "encoding", "errors", "line_buffering", "write_through")} | {
+        "buffer": type(getattr(f, "buffer", None)).__name__}
+
+
 def pdeathsig():
     import ctypes
     sig = ctypes.c_int(0)
@@ -86,6 +95,9 @@ def main():
         "stdout_line_buffering": sys.stdout.line_buffering,
         "stdout_write_through": getattr(sys.stdout, "write_through", None),
         "stdin_name": getattr(sys.stdin, "name", None),
+        "stdio": [stdio(sys.stdin), stdio(sys.stdout), stdio(sys.stderr)],
+        "path": sys.path,
+        "authkey": __import__("multiprocessing").current_process().authkey.hex(),
         "flags": repr(sys.flags),
         "executable": sys.executable,
         "random": random.random(),

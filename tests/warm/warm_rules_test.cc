@@ -92,6 +92,22 @@ TEST_F(WarmMismatchTest, InterpreterFlagsAndEntrypointKindSendTheWorkerCold) {
   EXPECT_NE(WarmMismatch(server_, Spec({"/usr/bin/python3", "-u", "-O", "train.py"}, env_)).find("flags differ"),
             std::string::npos);
   EXPECT_NE(WarmMismatch(server_, Spec({"./train"}, env_)).find("not a Python script"), std::string::npos);
+  // A flag that takes a value is named, not called "not a Python script".
+  EXPECT_EQ(WarmMismatch(server_, Spec({"/usr/bin/python3", "-W", "error", "train.py"}, env_)),
+            "the interpreter flag -W is given (the warm path takes only flags without a value)");
+  EXPECT_NE(NotWarmEntrypoint(Spec({"./train", "-c", "x"})).find("not a Python script"), std::string::npos);
+}
+
+TEST(WarmRules, ArgumentsEnvironmentAndDirectoryMustBeUtf8) {
+  EXPECT_EQ(NotUtf8(Spec({"/usr/bin/python3", "t.py", "na\u00efve"}, {"A=caf\u00e9"}), "/tmp/\u00e9t\u00e9"), "");
+  EXPECT_EQ(NotUtf8(Spec({"/usr/bin/python3", "t.py", "na\xefve"}), "/tmp"),
+            "an argument is not valid UTF-8 (the warm path hands it over as JSON text)");
+  EXPECT_NE(NotUtf8(Spec({"/usr/bin/python3", "t.py"}, {"OK=1", "BADVAR=caf\xe9"}), "/tmp").find("the environment variable BADVAR"),
+            std::string::npos);
+  EXPECT_NE(NotUtf8(Spec({"/usr/bin/python3", "t.py"}, {"B\xe9=1"}), "/tmp").find("an environment variable is"),
+            std::string::npos);
+  EXPECT_NE(NotUtf8(Spec({"/usr/bin/python3", "t.py"}), "/tmp/dir_caf\xe9").find("the working directory's path"),
+            std::string::npos);
 }
 
 TEST(WarmRules, NativeLaunchesPinLoadTimeVariablesButNotPythons) {
