@@ -248,7 +248,8 @@ def watch_torch_import():
         global TORCH_IMPORTED
         if name == "torch" or name.startswith("torch."):
             TORCH_IMPORTED = True
-            builtins.__import__ = original
+            if builtins.__import__ is watching:  # not if the script put a hook of its own on top
+                builtins.__import__ = original
         return original(name, *args, **kwargs)
     builtins.__import__ = watching
 
@@ -327,8 +328,15 @@ def reread_environment(env):
 
 
 def trimmed(tb):
+    """The traceback without the server's frames: those below the script, and the import watcher's
+    between the script's frames (an import that failed)."""
     while tb is not None and tb.tb_frame.f_code.co_filename in SELF_FILES:
         tb = tb.tb_next
+    link = tb
+    while link is not None:
+        while link.tb_next is not None and link.tb_next.tb_frame.f_code.co_filename in SELF_FILES:
+            link.tb_next = link.tb_next.tb_next
+        link = link.tb_next
     return tb
 
 
@@ -471,6 +479,13 @@ def run_worker(spec):
     except BaseException as e:
         tb = trimmed(e.__traceback__)
         e.__traceback__ = tb  # the interpreter prints the exception's own traceback
+        seen, chained = {id(e)}, [e.__cause__, e.__context__]
+        while chained:  # and the tracebacks of the exceptions it chains
+            x = chained.pop()
+            if x is not None and id(x) not in seen:
+                seen.add(id(x))
+                x.__traceback__ = trimmed(x.__traceback__)
+                chained += [x.__cause__, x.__context__]
         try:
             sys.excepthook(type(e), e, tb)
         except Exception:

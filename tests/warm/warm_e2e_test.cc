@@ -171,6 +171,28 @@ TEST_F(Warm, SafePathClosedStdinAndTheWorkingDirectoryAsCold) {
   EXPECT_EQ(a["stdio"], b["stdio"]);
 }
 
+// Until the script imports torch, imports go through a watcher of the server's (OMP_NUM_THREADS):
+// a failed import's traceback, chained ones included, shows none of its frames, as cold.
+TEST_F(Warm, AFailedImportsTracebackIsTheColdOne) {
+  std::ofstream(dir_ / "imp.py") << "try:\n    import no_such_module_xyz\nexcept ImportError as e:\n"
+                                    "    raise RuntimeError('wrapped') from e\n";
+  std::string cold_err;
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> flags{"--log-prefix", "none"};
+    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=json"});
+    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "imp.py"}), kPythonEnv, 60s);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    const size_t from = r.err.find("Traceback"), to = r.err.find("RuntimeError: wrapped");
+    ASSERT_NE(from, std::string::npos) << r.err;
+    ASSERT_NE(to, std::string::npos) << r.err;
+    const std::string tb = r.err.substr(from, to - from);
+    EXPECT_EQ(tb.find("ctrun-warm"), std::string::npos) << tb;
+    if (!warm) cold_err = tb;
+    else EXPECT_EQ(tb, cold_err);
+  }
+}
+
 // What rank 0 reads from stdin is the bytes piped in: no newline translation ("\r", "\r\n").
 TEST_F(Warm, StdinIsReadWithoutNewlineTranslationAsCold) {
   std::ofstream(dir_ / "cat.py") << "import sys\nprint(repr(sys.stdin.read()), sys.stdin.mode)\n";
