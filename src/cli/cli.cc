@@ -205,7 +205,7 @@ constexpr std::array kOptions = {
               "Delay before the first restart, doubled for each further restart in a row (capped by "
               "--restart-backoff-max); back to this value after an attempt that made progress."},
     OptionDef{"restart_backoff_max", 0, Kind::kValue, "", "SECONDS", "300", Group::kHealth,
-              "Longest delay between restarts."},
+              "Longest delay between restarts (one below --restart-backoff means --restart-backoff)."},
     OptionDef{"crash_loop_limit", 0, Kind::kValue, "", "N", "3", Group::kHealth,
               "With --heartbeat-timeout: stop restarting after N attempts in a row that failed without a "
               "heartbeat step beyond the previous attempt's (a crash loop); 0 turns the guard off."},
@@ -665,9 +665,8 @@ class Builder {
     }
     c.agent_store = !no_agent_store;
     Text("max_run_time", [&](const Raw& r) -> Status {
-      auto v = ParseNumber(r.text);
+      auto v = ParseSeconds(r.text, /*zero_ok=*/false);
       if (!v) return v.status();
-      if (*v <= 0) return Status::Error("must be > 0 seconds");
       c.max_run_time = *v;
       return {};
     });
@@ -714,9 +713,8 @@ class Builder {
   // A number of seconds: > 0, or >= 0 when zero_ok.
   void Seconds(const std::string& dest, bool zero_ok, double* out) {
     Text(dest, [=](const Raw& r) -> Status {
-      auto v = ParseNumber(r.text);
+      auto v = ParseSeconds(r.text, zero_ok);
       if (!v) return v.status();
-      if (zero_ok ? *v < 0 : *v <= 0) return Status::Error(zero_ok ? "must be >= 0 seconds" : "must be > 0");
       *out = *v;
       return {};
     });

@@ -67,6 +67,14 @@ StatusOr<double> ParseNumber(std::string_view text) {
   return v;
 }
 
+StatusOr<double> ParseSeconds(std::string_view text, bool zero_ok) {
+  auto v = ParseNumber(text);
+  if (!v) return v.status();
+  if (zero_ok ? *v < 0 : *v <= 0) return Status::Error(zero_ok ? "must be >= 0 seconds" : "must be > 0 seconds");
+  if (*v > kMaxSeconds) return Status::Error("must be at most 1e9 seconds (about 31 years)");
+  return *v;
+}
+
 StatusOr<NodeRange> ParseNnodes(std::string_view text) {
   std::vector<std::string_view> parts = Split(text, ':');
   if (parts.size() > 2) return Status::Error("expected N or MIN:MAX (more than two ':'-separated parts)");

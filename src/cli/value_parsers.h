@@ -23,6 +23,12 @@ StatusOr<int> ParseInt(std::string_view text);
 // A finite decimal number ("0.1", "5", "1e-3"); blanks around it allowed; nan/inf rejected.
 StatusOr<double> ParseNumber(std::string_view text);
 
+// The longest time any option takes: about 31 years. Beyond ~9.2e9 s a time no longer fits the
+// clocks' 64-bit nanoseconds (it would wrap to a time already past).
+inline constexpr double kMaxSeconds = 1e9;
+// A number of seconds: > 0 (or >= 0 with zero_ok) and at most kMaxSeconds.
+StatusOr<double> ParseSeconds(std::string_view text, bool zero_ok);
+
 struct NodeRange {
   int min_nodes = 1;
   int max_nodes = 1;

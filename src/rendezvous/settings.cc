@@ -2,6 +2,7 @@
 
 #include "cli/value_parsers.h"
 
+#include <cctype>
 #include <functional>
 #include <map>
 
@@ -13,16 +14,20 @@ constexpr int kEtcdDefaultPort = 2379;
 
 // Numbers use the command line's own grammar (cli/value_parsers.h), with the key in the message.
 StatusOr<double> PositiveSeconds(const std::string& key, const std::string& v) {
-  auto d = ParseNumber(v);
-  if (!d.ok() || *d <= 0 || *d > 1e7)
-    return Status::Error("--rdzv_conf " + key + "=" + v + ": expected a positive number of seconds");
+  auto d = ParseSeconds(v, /*zero_ok=*/false);
+  if (!d.ok()) return Status::Error("--rdzv_conf " + key + "=" + v + ": expected a number of seconds: " + d.message());
   return *d;
 }
 
+// torch's get_as_bool: 1/true/t/yes/y and 0/false/f/no/n, in any case.
 StatusOr<bool> Bool(const std::string& key, const std::string& v) {
-  if (v == "1" || v == "true" || v == "True" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "False" || v == "no") return false;
-  return Status::Error("--rdzv_conf " + key + "=" + v + ": expected true/false or 1/0");
+  std::string lower = v;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* yes : {"1", "true", "t", "yes", "y"})
+    if (lower == yes) return true;
+  for (const char* no : {"0", "false", "f", "no", "n"})
+    if (lower == no) return false;
+  return Status::Error("--rdzv_conf " + key + "=" + v + ": expected true/false, yes/no or 1/0");
 }
 
 using Setter = std::function<Status(RdzvSettings*, const std::string& key, const std::string& value)>;

@@ -87,6 +87,9 @@ std::optional<PortHolder> FindPortHolder(int port, const std::string& proc_root)
   if (h.pid == 0) return h;
   for (const std::string& arg : NulList(proc_root + "/" + std::to_string(h.pid) + "/cmdline"))
     h.command += (h.command.empty() ? "" : " ") + arg;
+  // One line: a `python -c` program's newlines (and any other control character) become spaces.
+  for (char& ch : h.command)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = ' ';
   if (h.command.size() > kMaxCommand) h.command = h.command.substr(0, kMaxCommand - 3) + "...";
   h.run_id = RunIdOf(proc_root, h.pid);
   for (size_t i = 0; i < pids.size() && h.run_id.empty(); ++i)

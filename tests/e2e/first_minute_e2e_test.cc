@@ -109,7 +109,7 @@ TEST(FirstMinuteE2E, EveryBadCommandLineHasItsExitCodeAndOneLine) {
       {{"--standalone", "--node_rank=1", w}, 2, "--node_rank=1 with --standalone"},
       {{"--rdzv_endpoint=localhost:abc", w}, 2, "--rdzv_endpoint=localhost:abc: bad port in 'localhost:abc'"},
       {{"--rdzv_endpoint=localhost", w}, 2, "the static backend needs HOST:PORT"},
-      {{"--rdzv_conf=timeout=abc", w}, 2, "--rdzv_conf timeout=abc: expected a positive number of seconds"},
+      {{"--rdzv_conf=timeout=abc", w}, 2, "--rdzv_conf timeout=abc: expected a number of seconds: "},
       {{"--standalone", "--rdzv_conf=timeout=abc", w}, 2, "--rdzv_conf timeout=abc"},
       {{"--master_addr=[::1", w}, 2, "invalid value '[::1' for --master_addr: unbalanced '['"},
       {{"--master_addr=localhost:29500", w}, 2, "--master_addr: an address takes no port here"},

@@ -2,10 +2,13 @@
 // port (/proc/net/tcp parsing, the message), the worker limits, the descendant tree, the cgroup v2
 // path parsing, and the address syntax of --master_addr / --local_addr.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -54,6 +57,31 @@ TEST(PortOwner, NamesARunOfTheSameJobAndOtherHolders) {
   // --standalone cannot help a multi-node job's rendezvous store.
   EXPECT_EQ(DescribePortHolder(std::nullopt, "none", "t", "--master_port", /*single_node=*/false),
             "the port is in use: pick another --master_port");
+}
+
+// A holder's command line is shown on one line: a `python -c` program's newlines become spaces.
+TEST(PortOwner, TheHoldersCommandLineIsOneLine) {
+  char tmpl[] = "/tmp/ctrun-proc-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  ASSERT_EQ(::mkdir((root + "/net").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root + "/42").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root + "/42/fd").c_str(), 0755), 0);
+  auto write = [](const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  write(root + "/net/tcp", "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+                           "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345\n");
+  write(root + "/42/cmdline", std::string("python3\0-c\0import socket\nprint(1)\0", 34));
+  ASSERT_EQ(::symlink("socket:[12345]", (root + "/42/fd/3").c_str()), 0);
+  auto holder = FindPortHolder(30000, root);
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->pid, 42);
+  EXPECT_EQ(holder->command, "python3 -c import socket print(1)");
+  (void)std::system(("rm -rf " + root).c_str());
 }
 
 TEST(WorkerLimits, RefusesWhatThePidFdAndProcessLimitsCannotTakeWithTheNumbers) {

@@ -162,6 +162,19 @@ TEST(ResolveSettings, C10dNeedsAnEndpointAndTakesTorchrunsConfKeys) {
   EXPECT_EQ(c.rdzv.keep_alive_max_attempt, 2);
   ASSERT_TRUE(c.rdzv.is_host);
   EXPECT_FALSE(*c.rdzv.is_host);
+  // torch's get_as_bool spellings, in any case.
+  for (const auto& [text, value] : std::vector<std::pair<std::string, bool>>{
+           {"T", true}, {"y", true}, {"YES", true}, {"TRUE", true}, {"n", false}, {"F", false}, {"No", false}}) {
+    c.rdzv_conf = {{"is_host", text}};
+    ASSERT_TRUE(ResolveSettings(&c).ok()) << text;
+    ASSERT_TRUE(c.rdzv.is_host);
+    EXPECT_EQ(*c.rdzv.is_host, value) << text;
+  }
+  // A timeout past ~9.2e9 s would wrap the clocks' nanoseconds: at most 1e9.
+  c.rdzv_conf = {{"join_timeout", "1e10"}};
+  EXPECT_NE(ResolveSettings(&c).message().find("join_timeout=1e10: expected a number of seconds: must be at most 1e9"),
+            std::string::npos);
+  c.rdzv_conf = {};
   // One node with c10d is still a rendezvous (torchrun tutorials use --nnodes=1 with c10d).
   c = Multi("c10d", 1, 1);
   c.rdzv_endpoint = "localhost:0";
