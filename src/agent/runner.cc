@@ -692,9 +692,13 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // all of it reaches the console before the summary, however slow its reader. A stopping signal
   // (--signals-to-handle) cuts that wait short: readable on this signalfd of its own, which
   // SIGCHLD does not wake. Without one the wait is for the reader alone, as a worker's would be.
+  // A run that a signal stopped already got the one it waits for: its console wait is bounded
+  // (2 s) too, or a reader that stalls would keep ctrun past a SIGTERM meant to end it.
   auto stop_signals = SignalFd::Create(config.signals_to_handle);
   const int stop_fd = stop_signals.ok() ? stop_signals->fd() : -1;
-  relay.FlushAll(loop.Now() + std::chrono::seconds(2), stop_fd);
+  const bool signalled = agent.ended_by_signal() != 0;
+  const TimePoint flush_deadline = loop.Now() + std::chrono::seconds(2);
+  relay.FlushAll(flush_deadline, stop_fd, signalled ? flush_deadline : TimePoint::max());
 
   RunOutcome outcome = Report(config, context, agent, hooks, relay.stderr_console());
   recorder.Fill(&outcome);
@@ -725,7 +729,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
                                       : "the job succeeded while this node waited to join it; no worker ran here");
   // The lines just logged went through the relay's console writer: drain it before it goes.
   // What never reached the console is said (on stderr, when that one still works).
-  if (const size_t lost = relay.FlushAll(loop.Now() + std::chrono::seconds(1), stop_fd); lost > 0) {
+  const TimePoint last_deadline = loop.Now() + std::chrono::seconds(1);
+  if (const size_t lost = relay.FlushAll(last_deadline, stop_fd, signalled ? last_deadline : TimePoint::max()); lost > 0) {
     spdlog::warn("{} bytes of output could not be written to the console: its reader went away, or a signal cut "
                  "the final wait for it short",
                  lost);

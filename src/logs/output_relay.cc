@@ -342,7 +342,7 @@ void OutputRelay::DropWorker(int local_rank) {
   }
 }
 
-size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt) {
+size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt, TimePoint console_deadline) {
   auto now = [] { return TimePoint(std::chrono::steady_clock::now()); };
   std::vector<pollfd> fds;
   std::vector<std::pair<int, int>> keys;
@@ -370,7 +370,7 @@ size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt) {
   size_t lost = 0;
   for (ConsoleWriter* w : {out_.get(), err_.get()}) {
     if (w == nullptr) continue;
-    w->Drain(TimePoint::max(), interrupt);
+    w->Drain(console_deadline, interrupt);
     auto lock = w->Lock();
     lost += w->buffered() + w->dropped();
   }

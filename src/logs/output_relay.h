@@ -108,9 +108,10 @@ class OutputRelay {
   // an escaped descendant, are dropped), then writes everything read to the consoles, waiting as
   // long as their readers take (a slow pipe reader or a paused terminal loses nothing, as workers
   // writing there directly would not), unless `interrupt` (ctrun's signalfd; -1 none) becomes
-  // readable or a console breaks. Returns the bytes left unwritten or discarded since the start.
-  // Runs its own poll(), not the EventLoop.
-  size_t FlushAll(TimePoint deadline, int interrupt = -1);
+  // readable, `console_deadline` passes (a run that a signal already stopped: the reader may be
+  // what stalled it) or a console breaks. Returns the bytes left unwritten or discarded since the
+  // start. Runs its own poll(), not the EventLoop.
+  size_t FlushAll(TimePoint deadline, int interrupt = -1, TimePoint console_deadline = TimePoint::max());
   // No open stream and nothing buffered for the console.
   bool Idle() const;
 

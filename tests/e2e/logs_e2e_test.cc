@@ -320,6 +320,15 @@ TEST(LogsE2E, AStoppingSignalEndsTheWaitForASlowConsoleAndSaysWhatWasLost) {
       << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
 }
 
+// A SIGTERM that stops a running job whose console reader has stalled (a pipe nobody reads) ends
+// ctrun within its bounds: the final flush waits 2 s for that reader, not for ever.
+TEST(LogsE2E, ASigtermEndsTheRunWhileTheConsoleReaderIsStalled) {
+  SlowReaderRun run({"--print", "400000", "--hang"});
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(run.d / "pids").size() >= 2; }, 30s));
+  run.job->Signal(SIGTERM);
+  EXPECT_EQ(run.job->Wait(20s), 128 + SIGTERM) << "ctrun waited for a reader that never came";
+}
+
 // A worker's last lines are in its pipes when its exit is seen: they come before ctrun's line
 // about that exit, not after it.
 TEST(LogsE2E, AFailedWorkersLastLinesPrecedeTheLineAboutItsExit) {
