@@ -10,8 +10,11 @@ constexpr WindowSize kDefaultWindow{24, 80};
 }  // namespace
 
 JobTerminal::JobTerminal(TtyMode mode, EventLoop& loop, Spawner& spawner, int console_fd, int stdin_fd)
-    : console_fd_(console_fd), forwarder_(StdinForwarder::Create(loop, stdin_fd)), terminals_(spawner) {
-  const bool tty = ::isatty(console_fd) == 1;
+    : console_fd_(console_fd),
+      console_tty_(::isatty(console_fd) == 1),
+      forwarder_(StdinForwarder::Create(loop, stdin_fd)),
+      terminals_(spawner) {
+  const bool tty = console_tty_;
   if (mode == TtyMode::kAlways || (mode == TtyMode::kAuto && tty))
     window_ = GetWindowSize(console_fd).value_or(kDefaultWindow);
 }
@@ -24,6 +27,9 @@ void JobTerminal::FillPlanInputs(logs::PlanInputs* in) const {
 void JobTerminal::OnWorkerStarted(int local_rank, const logs::WorkerOutputPlan& plan, SpawnedProcess& proc) {
   if (plan.out.target.kind == StdioTarget::Kind::kPty && proc.stdout_pipe)
     terminals_.Add(proc.pid, proc.stdout_pipe.get(), plan.prefix.size());
+  if (console_tty_ && (plan.out.target.kind == StdioTarget::Kind::kInherit ||
+                       plan.err.target.kind == StdioTarget::Kind::kInherit))
+    terminals_.AddInheriting(proc.pid);
   if (local_rank == 0 && forwarder_ && proc.stdin_pipe) forwarder_->SetTarget(std::move(proc.stdin_pipe));
 }
 
@@ -33,6 +39,7 @@ void JobTerminal::OnNewAttempt() {
 }
 
 void JobTerminal::OnWindowChanged() {
+  terminals_.TellInheriting();
   if (!window_) return;
   if (auto ws = GetWindowSize(console_fd_)) window_ = *ws;
   terminals_.Resize(*window_);

@@ -43,6 +43,7 @@ class JobTerminal {
 
  private:
   int console_fd_;
+  bool console_tty_;  // ctrun's stdout is a terminal: workers that inherit it get SIGWINCH from here
   std::optional<WindowSize> window_;  // set when workers get ptys
   std::unique_ptr<StdinForwarder> forwarder_;
   WorkerTerminals terminals_;

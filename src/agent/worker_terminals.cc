@@ -14,7 +14,14 @@ void WorkerTerminals::Add(pid_t pgid, int master, size_t prefix_width) {
   terminals_[pgid] = Terminal{std::move(dup), prefix_width};
 }
 
-void WorkerTerminals::Remove(pid_t pgid) { terminals_.erase(pgid); }
+void WorkerTerminals::Remove(pid_t pgid) {
+  terminals_.erase(pgid);
+  inheriting_.erase(pgid);
+}
+
+void WorkerTerminals::TellInheriting() {
+  for (pid_t pgid : inheriting_) spawner_.SignalGroup(pgid, SIGWINCH);
+}
 
 void WorkerTerminals::Resize(WindowSize console) {
   for (auto& [pgid, t] : terminals_) {

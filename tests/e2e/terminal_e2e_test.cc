@@ -66,6 +66,21 @@ TEST(TerminalE2E, WorkerSeesATerminalSizedLikeTheConsoleLessThePrefixAndFollowsR
   EXPECT_EQ(t.Wait(30s), 0) << t.screen();
 }
 
+// One worker inherits ctrun's terminal (no pty of its own): the kernel tells only the foreground
+// group (ctrun's) of a resize, so ctrun passes the SIGWINCH on to the worker's group.
+TEST(TerminalE2E, AWorkerThatInheritsTheTerminalIsToldOfResizes) {
+  TempDir d;
+  const std::string f = d / "winsize";
+  TerminalSession t(Ctrun({"--standalone", "--nproc_per_node=1"}, {"--winsize-file", f}), kEnv, 30, 100);
+  ASSERT_TRUE(t.started());
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(f + ".0.0").empty(); }, 10s)) << t.screen();
+  EXPECT_EQ(ReadFileOr(f + ".0.0"), "30 100 1\n");  // the console itself: no prefix
+  t.Resize(40, 120);
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(f + ".0.1").empty(); }, 10s)) << t.screen();
+  EXPECT_EQ(ReadFileOr(f + ".0.1"), "40 120 1\n");
+  EXPECT_EQ(t.Wait(30s), 0) << t.screen();
+}
+
 TEST(TerminalE2E, CarriageReturnProgressUpdatesRedrawOneLine) {
   TerminalSession t(Ctrun({"--standalone", "--nproc_per_node=2", "--local-ranks-filter=0"}, {"--progress", "5"}),
                     kEnv);
