@@ -282,6 +282,16 @@ void Agent::EmitWorkerExit(const Worker& w, const char* cause) {
   events_->Emit(events::kWorkerExit, fields);
 }
 
+void Agent::OnChildStopped(pid_t pid, int sig) {
+  Worker* w = FindWorker(pid);
+  if (!w || w->exited || w->said_tty_stop || (sig != SIGTTIN && sig != SIGTTOU)) return;
+  w->said_tty_stop = true;
+  hooks_.Log(1, Label(*w) + " is stopped by " + SignalName(sig) +
+                    ": it used ctrun's terminal as a foreground program would (a password prompt, a change of "
+                    "the terminal's settings, a write under `stty tostop`), but ctrun runs each worker in a "
+                    "process group of its own, in the background; it stays stopped: end the job with Ctrl-C");
+}
+
 void Agent::OnChildExit(pid_t pid, ExitStatus status) {
   Worker* w = FindWorker(pid);
   if (w && !w->exited) {

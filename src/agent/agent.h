@@ -158,6 +158,9 @@ class Agent final : public rdzv::RendezvousListener {
   void Start();
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
+  // A child stopped by `sig`. A worker stopped by SIGTTIN or SIGTTOU touched the terminal from
+  // its own (background) process group and stays stopped: said once per worker, with the remedy.
+  void OnChildStopped(pid_t pid, int sig);
   // A signal delivered to the agent (from the signalfd).
   void OnSignal(int sig);
   // Job control (see above). Returns the number of groups signalled.
@@ -212,6 +215,7 @@ class Agent final : public rdzv::RendezvousListener {
     std::string hang;  // set when found hung
     bool capturing = false;  // its stacks are being saved (the attempt ends after the capture)
     bool silent = false;     // fell silent beside the hung rank (its stacks are saved too)
+    bool said_tty_stop = false;  // its stop by SIGTTIN/SIGTTOU was logged
     std::string stacks;
     std::chrono::system_clock::time_point hung_at;
   };

@@ -662,6 +662,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
       }
       agent.OnChildExit(pid, st);
     });
+    DrainStoppedChildren([&](pid_t pid, int sig) { agent.OnChildStopped(pid, sig); });
   };
   hooks.set_drain(drain);
   // Without the signalfd in the loop no exit and no signal would ever reach the agent: ctrun

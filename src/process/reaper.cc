@@ -27,4 +27,12 @@ int DrainExitedChildren(const std::function<void(pid_t, ExitStatus)>& on_exit) {
   return n;
 }
 
+void DrainStoppedChildren(const std::function<void(pid_t, int)>& on_stop) {
+  for (;;) {
+    siginfo_t info{};
+    if (RetryOnEintr([&] { return ::waitid(P_ALL, 0, &info, WSTOPPED | WNOHANG); }) != 0 || info.si_pid == 0) return;
+    on_stop(info.si_pid, info.si_status);
+  }
+}
+
 }  // namespace ctrun

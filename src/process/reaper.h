@@ -18,4 +18,8 @@ Status BecomeChildSubreaper();
 // Reaps all exited children; calls on_exit(pid, status) for each. Returns the number reaped.
 int DrainExitedChildren(const std::function<void(pid_t, ExitStatus)>& on_exit);
 
+// Reports every child that stopped since it was last reported (waitid WSTOPPED, which consumes
+// the report and reaps nothing): on_stop(pid, the stopping signal).
+void DrainStoppedChildren(const std::function<void(pid_t, int)>& on_stop);
+
 }  // namespace ctrun

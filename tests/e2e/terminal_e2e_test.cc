@@ -146,6 +146,20 @@ TEST(TerminalE2E, CtrlCOnAStoppedWorkerEndsTheJobAtOnce) {
   EXPECT_LT(took, 1s) << "SIGINT without SIGCONT waits out the 30 s grace period";
 }
 
+// A worker that inherits the terminal runs in a background process group: with `stty tostop` its
+// first write stops it (SIGTTOU). ctrun says so instead of a silent hang, and Ctrl-C ends the job.
+TEST(TerminalE2E, AWorkerStoppedForUsingTheTerminalIsNamed) {
+  std::vector<std::string> argv{"/bin/sh", "-c", "stty tostop && exec \"$@\"", "sh"};
+  for (const std::string& a : Ctrun({"--standalone", "--nproc_per_node=1"}, {"--print", "2"})) argv.push_back(a);
+  TerminalSession t(argv, kEnv);
+  ASSERT_TRUE(t.started());
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return t.screen().find("is stopped by SIGTTOU") != std::string::npos; }, 10s))
+      << t.screen();
+  EXPECT_NE(t.screen().find("runs each worker in a process group of its own"), std::string::npos) << t.screen();
+  t.Type("\x03");
+  EXPECT_EQ(t.Wait(10s), 128 + SIGINT) << t.screen();
+}
+
 TEST(TerminalE2E, CtrlZSuspendsEveryWorkerAndFgResumesThem) {
   TempDir d;
   const std::string pids_file = d / "pids";
