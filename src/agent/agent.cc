@@ -374,7 +374,8 @@ void Agent::OnSignal(int sig) {
   }
   if (state_ == AgentState::kStopping && stop_reason_ == StopReason::kSignal) {
     // Second terminating signal: the user insists. Skip the rest of the grace period.
-    hooks_.Log(1, "received " + SignalName(sig) + " again: killing the workers now");
+    hooks_.Log(1, "received " + SignalName(sig) + (sig == stop_signal_ ? " again" : " after " + SignalName(stop_signal_)) +
+                      ": killing the workers now");
     OnGraceExpired();
     return;
   }

@@ -294,6 +294,16 @@ TEST_F(AgentTest, SecondSignalSkipsTheGracePeriod) {
   agent->OnSignal(SIGINT);
   agent->OnSignal(SIGINT);
   EXPECT_EQ(spawner.CountSignals(SIGKILL), 4);
+  EXPECT_TRUE(hooks.Logged("received SIGINT again: killing the workers now"));
+}
+
+// The line names both signals when they differ (it said "SIGINT again" after a SIGTERM).
+TEST_F(AgentTest, ASecondSignalOfAnotherKindIsNamedAsSuch) {
+  MakeAgent().Start();
+  agent->OnSignal(SIGTERM);
+  agent->OnSignal(SIGINT);
+  EXPECT_EQ(spawner.CountSignals(SIGKILL), 4);
+  EXPECT_TRUE(hooks.Logged("received SIGINT after SIGTERM: killing the workers now"));
 }
 
 TEST_F(AgentTest, SignalDuringFailureTeardownPreventsRestart) {
