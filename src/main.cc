@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
     if (std::string notice = ctrun::MultiNodeRestartFlagsNotice(config); !notice.empty()) spdlog::warn("{}", notice);
     // NVML only where it can exist (the NVIDIA kernel driver is loaded) and is of use.
     std::unique_ptr<ctrun::GpuDriver> nvml = ctrun::WantsGpuDriver(config) ? ctrun::LoadNvml() : nullptr;
+    const ctrun::Environment parent_env = ctx.env;  // before the probe sets CUDA_VISIBLE_DEVICES: for --dry-run
     auto gpus = ctrun::ProbeGpus(config, lookup, nvml.get(), &ctx.env);
     if (!gpus.ok()) return ending.Usage(gpus.message());
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok())
@@ -195,7 +196,8 @@ int main(int argc, char** argv) {
     if (!python_notice.empty()) spdlog::info("{}", python_notice);
     if (std::string notice = ctrun::PythonNotice(config, python, env); !notice.empty()) spdlog::info("{}", notice);
     if (config.dry_run) {
-      std::fputs(ctrun::FormatDryRun(config, ctx.env, ctx.executable, ctx.hostname, &ctx.placement).c_str(), stdout);
+      std::fputs(ctrun::FormatDryRun(config, ctx.env, ctx.executable, ctx.hostname, &ctx.placement, &parent_env).c_str(),
+                 stdout);
       return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));
     }
     if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);

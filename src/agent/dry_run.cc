@@ -6,6 +6,7 @@
 
 #include "agent/rank_plan.h"
 #include "agent/store_bind_error.h"
+#include "health/health_monitor.h"
 
 namespace ctrun {
 namespace {
@@ -60,7 +61,8 @@ std::string ShellQuote(const std::string& word) {
 }
 
 std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env, const std::string& executable,
-                         const std::string& hostname, const PlacementPlan* placement) {
+                         const std::string& hostname, const PlacementPlan* placement, const Environment* parent_env) {
+  const Environment& parent = parent_env ? *parent_env : base_env;
   const AttemptInfo info = FirstAttempt(config);
   const bool dynamic = config.rdzv.multi_node && config.rdzv_backend != "static";
   std::string out = "ctrun dry run: nothing is started\n";
@@ -90,11 +92,14 @@ std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env
     for (const std::string& entry : plan.env.Entries()) {
       const size_t eq = entry.find('=');
       const std::string name = entry.substr(0, eq), value = entry.substr(eq + 1);
-      const std::string* before = base_env.Get(name);
+      const std::string* before = parent.Get(name);
       if (before && *before == value) continue;  // inherited unchanged
       auto ph = placeholders.find(name);
       env_lines.push_back(name + "=" + (ph != placeholders.end() ? ph->second : ShellQuote(value)));
     }
+    // Set at spawn by the health monitor, with the channel it opens.
+    if (config.heartbeat_timeout > 0)
+      env_lines.push_back("CTRUN_HEARTBEAT_FD=" + std::to_string(health::HealthMonitor::kHeartbeatFd));
     std::sort(env_lines.begin(), env_lines.end());
     for (const std::string& line : env_lines) out += "  env: " + line + "\n";
     out += "  binding: " + (plan.binding.empty() ? std::string("none") : plan.binding) + "\n";

@@ -23,9 +23,12 @@
 
 namespace ctrun {
 
-// placement: the planned GPU/CPU binding per local rank (nullptr: none planned).
+// placement: the planned GPU/CPU binding per local rank (nullptr: none planned). base_env: the
+// workers' common environment (with what the GPU probe set); parent_env: ctrun's own, against
+// which "adds or changes" is told (nullptr: base_env).
 std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env, const std::string& executable,
-                         const std::string& hostname, const PlacementPlan* placement = nullptr);
+                         const std::string& hostname, const PlacementPlan* placement = nullptr,
+                         const Environment* parent_env = nullptr);
 
 // A word as a POSIX shell reads it back: unchanged when it only has [A-Za-z0-9_@%+=:,./-] and
 // is not empty, else in single quotes (a ' as '\'').

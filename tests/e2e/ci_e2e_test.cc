@@ -164,6 +164,16 @@ TEST(CiE2E, DryRunShowsThePlannedCpuBinding) {
   EXPECT_EQ(r.out.find("  binding: none"), std::string::npos) << r.out;
 }
 
+// Everything the run would add or change is shown: the GPU list --gpus narrows (set by the GPU
+// probe, not per rank) and the heartbeat channel (set at spawn).
+TEST(CiE2E, DryRunShowsTheNarrowedGpuListAndTheHeartbeatChannel) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=gpu", "--gpus=1,2", "--heartbeat-timeout=100", "--dry-run"}, {}),
+                      {"CUDA_VISIBLE_DEVICES=0,1,2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  env: CUDA_VISIBLE_DEVICES=1,2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  env: CTRUN_HEARTBEAT_FD=3\n"), std::string::npos) << r.out;
+}
+
 TEST(CiE2E, DryRunStillRefusesABadEntrypoint) {
   auto r = RunCommand({CTRUN_BINARY, "--dry-run", "/nonexistent/train"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
