@@ -91,8 +91,9 @@ class Rendezvous {
   void ReportFailure(Cause cause);
   void ReportSucceeded();
   void Leave();
-  // No transition is waiting to be written (for a bounded drain before exit).
-  bool idle() const { return intents_.empty() && !appending_; }
+  // No transition is waiting to be written (for a bounded drain before exit), or none can be: the
+  // log was never read (an unreachable store has no round to leave).
+  bool idle() const { return !appending_ && (intents_.empty() || !head_); }
   const RendezvousLog& log() const { return *log_; }
 
  private:
