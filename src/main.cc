@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     ctx.gpu_driver = nvml.get();
     if (nvml)
       for (const auto& d : gpus.value().devices) ctx.gpu_indices.push_back(d.index);
-    const std::string python_notice = ctrun::ClassifyEntrypoint(&config);
+    const std::string python_notice = ctrun::ClassifyEntrypoint(&config, env.Get("PATH"));
     const std::string python = ctrun::FindPython(env);
     auto executable = ctrun::ResolveEntrypoint(config, python, env);
     if (!executable.ok()) return ending.Usage(executable.message());

@@ -126,15 +126,33 @@ std::string ShebangPython(const std::string& script, const std::string* path) {
   return program.empty() ? "" : ResolveExecutable(program, path);
 }
 
-std::string ClassifyEntrypoint(LaunchConfig* c) {
+std::string ClassifyEntrypoint(LaunchConfig* c, const std::string* path) {
   c->python_text_entrypoint = false;
   if (c->no_python || c->module || UsesPython(*c)) return "";
   struct stat st;
-  if (::stat(c->entrypoint.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  if (::stat(c->entrypoint.c_str(), &st) != 0) return "";
+  if (S_ISDIR(st.st_mode)) {
+    if (::access((c->entrypoint + "/__main__.py").c_str(), F_OK) != 0) return "";
+    c->python_text_entrypoint = true;
+    return c->entrypoint + " is a directory with a __main__.py: it runs under Python, as torchrun runs every entrypoint";
+  }
+  if (!S_ISREG(st.st_mode)) return "";
   const std::string head = ReadFileHead(c->entrypoint, 4096);
+  if (head.rfind("PK\x03\x04", 0) == 0) {  // a zip archive without a #! line: Python runs its __main__.py
+    c->python_text_entrypoint = true;
+    return c->entrypoint + " is a zip archive (a zipapp): it runs under Python, as torchrun runs every entrypoint";
+  }
   if (!IsPythonText(head)) return "";
   const bool executable = ::access(c->entrypoint.c_str(), X_OK) == 0;
-  if (executable && HasShebang(head)) return "";  // the kernel runs it with its interpreter
+  if (executable && HasShebang(head)) {
+    // The kernel runs it with its interpreter; a bare name runs what PATH has, and one PATH lacks
+    // is the working directory's script, which torchrun would run under Python.
+    if (c->entrypoint.find('/') != std::string::npos || ResolveExecutable(c->entrypoint, path).find('/') != std::string::npos)
+      return "";
+    c->python_text_entrypoint = true;
+    return c->entrypoint + " is not in PATH; the working directory's Python script of that name runs under Python, "
+                           "as torchrun runs every entrypoint (give it as ./" + c->entrypoint + " to run it by its #! line)";
+  }
   c->python_text_entrypoint = true;
   if (executable)
     return c->entrypoint + " is a text file without a #! line (the kernel cannot execute it): it runs under "

@@ -41,12 +41,16 @@ std::string FindPython(const Environment& env);
 std::string ShebangPython(const std::string& script, const std::string* path);
 
 // torchrun runs every entrypoint without --no_python under Python; ctrun executes one that does
-// not end in .py directly, except a Python text file it could not execute (no exec bit): that one
-// sets config->python_text_entrypoint and runs under Python, as torchrun would run it. A Python
-// text file: a regular file whose first 4 KiB hold no NUL byte and that starts with a python #!
-// line or with no #! line at all (a "#!/bin/sh" script without the exec bit stays an error).
-// Returns the one-line notice to log when it applies, else "".
-std::string ClassifyEntrypoint(LaunchConfig* config);
+// not end in .py directly, except what it could not execute and Python can run: those set
+// config->python_text_entrypoint and run under Python, as torchrun would run them:
+//  - a Python text file without the exec bit, or without a #! line;
+//  - a bare name (no '/') that PATH does not have but the working directory has as an executable
+//    Python text file (a command name found in PATH still runs that command);
+//  - a directory with a __main__.py, and a zip archive (a zipapp, .pyz) without a #! line.
+// A Python text file: a regular file whose first 4 KiB hold no NUL byte and that starts with a
+// python #! line or with no #! line at all (a "#!/bin/sh" script without the exec bit stays an
+// error). `path`: $PATH. Returns the one-line notice to log when it applies, else "".
+std::string ClassifyEntrypoint(LaunchConfig* config, const std::string* path);
 
 // The info line naming the interpreter the workers run under and where it came from; "" when the
 // entrypoint does not run under Python.

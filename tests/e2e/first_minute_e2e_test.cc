@@ -288,6 +288,32 @@ TEST(FirstMinuteE2E, ABareNameFoundOnlyInTheWorkingDirectoryGetsAHint) {
                                                         "(the working directory has one: give it as ./mytool)"}));
 }
 
+// What torchrun runs under Python and ctrun could not execute runs under Python too: a bare name
+// that only the working directory has, as a Python script; a directory with a __main__.py; a zip
+// archive (a zipapp) without a #! line.
+TEST(FirstMinuteE2E, ScriptsDirectoriesAndZipappsPythonRunsRunUnderPythonLikeTorchrun) {
+  TempDir d;
+  const std::string py = FakePython(d);
+  std::ofstream(d / "exscript") << "#!/usr/bin/env python3\nprint('hi')\n";
+  ASSERT_EQ(::chmod((d / "exscript").c_str(), 0755), 0);
+  std::filesystem::create_directories(d / "pkgdir");
+  std::ofstream(d / "pkgdir/__main__.py") << "print('hi')\n";
+  std::ofstream(d / "app.pyz") << std::string("PK\x03\x04", 4) << std::string(64, '\0');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"exscript", "is not in PATH; the working directory's Python script of that name runs under Python"},
+      {"pkgdir", "is a directory with a __main__.py: it runs under Python"},
+      {"./app.pyz", "is a zip archive (a zipapp): it runs under Python"}};
+  for (const auto& [entry, notice] : cases) {
+    std::filesystem::remove(d / "args.0");
+    const RunResult r = RunCommand({"/bin/sh", "-c", "cd \"$1\" && shift && exec \"$@\"", "sh", d.path(), CTRUN_BINARY,
+                                    "--standalone", entry, "x"},
+                                   {"PYTHON_EXEC=" + py, "FAKEPY_ARGS=" + (d / "args")});
+    ASSERT_EQ(r.exit_code, 0) << entry << ": " << r.err;
+    EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", entry, "x"})) << entry;
+    EXPECT_TRUE(Contains(r.err, notice)) << r.err;
+  }
+}
+
 // --- 6. placeholders ---------------------------------------------------------------------------
 
 TEST(FirstMinuteE2E, OnlyLocalRankIsReplacedUnlessAskedAndTheEscapeWorks) {
