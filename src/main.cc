@@ -57,6 +57,18 @@ std::string CpuCountNotice(const ctrun::LaunchConfig& config, const ctrun::GpuIn
          std::to_string(online) + " online; torchrun would start " + std::to_string(online) + ")";
 }
 
+// GPUs counted from CUDA_VISIBLE_DEVICES alone (no GPU found on the machine) decide the number of
+// workers only with a word: a CPU-only host that inherited the variable would otherwise start
+// that many workers silently (torchrun counts CPUs there for `auto`, and fails for `gpu`).
+std::string UnverifiedGpusNotice(const ctrun::LaunchConfig& config, const ctrun::GpuInventory& gpus) {
+  using Kind = ctrun::NprocSpec::Kind;
+  if (!gpus.as_written || (config.nproc.kind != Kind::kGpu && config.nproc.kind != Kind::kAuto)) return "";
+  return std::string("--nproc_per_node=") + (config.nproc.kind == Kind::kGpu ? "gpu" : "auto") +
+         ": no GPU was found on this machine (NVML, /proc/driver/nvidia, sysfs), so the GPUs are the entries of "
+         "CUDA_VISIBLE_DEVICES as written: " + std::to_string(gpus.count()) +
+         (config.nproc.kind == Kind::kAuto ? " (torchrun would count CPUs here)" : "");
+}
+
 std::string Hostname() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -179,6 +191,7 @@ int main(int argc, char** argv) {
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok())
       return ending.Usage(s.message());
     if (std::string notice = CpuCountNotice(config, gpus.value()); !notice.empty()) spdlog::info("{}", notice);
+    if (std::string notice = UnverifiedGpusNotice(config, gpus.value()); !notice.empty()) spdlog::warn("{}", notice);
     if (ctrun::Status s = ctrun::CheckWorkerLimits(config.nproc_per_node, ctrun::ReadSystemLimits()); !s.ok())
       return ending.Usage(s.message());
     if (ctrun::Status s = ctrun::CheckGpuFlags(config, ctx.env); !s.ok()) return ending.Usage(s.message());

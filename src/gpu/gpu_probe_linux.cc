@@ -105,6 +105,7 @@ GpuInventory SystemGpuProbe::Probe() {
   const VisibleDevicesSpec spec = ParseVisibleDevices(*env);
   inv.source = "CUDA_VISIBLE_DEVICES";
   if (physical.empty()) {  // nothing to check the entries against: take them as written
+    inv.as_written = !spec.entries.empty();
     for (size_t i = 0; i < spec.entries.size(); ++i) {
       GpuDevice d;
       d.index = i < spec.ordinals.size() ? spec.ordinals[i] : -1;
@@ -125,6 +126,7 @@ GpuInventory SystemGpuProbe::Probe() {
 StatusOr<GpuInventory> SelectGpus(const GpuInventory& inv, const std::vector<int>& positions) {
   GpuInventory out;
   out.source = inv.source;
+  out.as_written = inv.as_written;
   for (int p : positions) {
     if (p < 0 || p >= inv.count())
       return Status::Error("GPU " + std::to_string(p) + " does not exist: " +

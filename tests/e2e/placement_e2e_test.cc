@@ -105,6 +105,12 @@ TEST(PlacementE2E, GpusSelectAndVirtualLocalRankNarrows) {
   EXPECT_EQ(EnvValue(e1, "LOCAL_RANK"), "0");
   EXPECT_EQ(EnvValue(e1, "RANK"), "1");
   EXPECT_NE(r.err.find("binding: rank 1 (local_rank 1): cpus not bound | gpu 7"), std::string::npos) << r.err;
+  // The count came from the variable alone: said once (a CPU-only host that inherited it would
+  // otherwise start that many workers silently).
+  EXPECT_EQ(CountOf(r.err, "--nproc_per_node=gpu: no GPU was found on this machine (NVML, /proc/driver/nvidia, sysfs), "
+                           "so the GPUs are the entries of CUDA_VISIBLE_DEVICES as written: 2"),
+            1)
+      << r.err;
 
   auto plain = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--gpus=3,0"}, {"--env-file", d / "plain"}),
                           {"CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb,GPU-cc,GPU-dd"});
