@@ -188,7 +188,10 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
   if (UsesPython(c)) {
     if (python_exec.empty())
       return Status::Error("cannot run " + c.entrypoint + ": no python3 on PATH (set PYTHON_EXEC)");
-    if (Status s = CheckExecutable(python_exec, python_exec); !s.ok()) return s;
+    if (Status s = CheckExecutable(python_exec, python_exec); !s.ok()) {
+      const std::string* chosen = env.Get("PYTHON_EXEC");
+      return chosen && !chosen->empty() ? Status::Error(s.message() + " (the interpreter PYTHON_EXEC names)") : s;
+    }
     // A script path with a placeholder (${local_rank}) names a file per worker: each worker's
     // interpreter reports its own if missing.
     if (!c.module && c.entrypoint.find('$') == std::string::npos) {

@@ -104,6 +104,8 @@ const std::vector<Row>& Table() {
       {"cli", {"--log-prefix=${bogus}", "@W"}, {}, 2, "unknown placeholder '$bogus'"},
       {"cli", {"--summary-file=/nonexistent/dir/s.json", "@W"}, {}, 2, "cannot write --summary-file /nonexistent/dir/s.json"},
       {"cli", {"/nonexistent/prog"}, {}, 2, "cannot execute /nonexistent/prog: No such file or directory"},
+      {"cli", {"train.py"}, {"PYTHON_EXEC=/nonexistent/python"}, 2,
+       "cannot execute /nonexistent/python: No such file or directory (the interpreter PYTHON_EXEC names)"},
       {"cli", {"/etc/ld.so.cache"}, {}, 2, "cannot execute /etc/ld.so.cache: Permission denied"},
       {"cli", {"/tmp"}, {}, 2, "cannot execute /tmp: is a directory"},
       {"cli", {"--log_dir=/proc/forbidden", "@W"}, {}, 1, "cannot create the log directory: mkdir -p /proc/forbidden"},
