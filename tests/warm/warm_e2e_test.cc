@@ -415,25 +415,22 @@ TEST_F(Warm, VariablesTheScriptSetsBeforeImportingTorchApplyAsCold) {
                                     "os.environ['TORCH_DISTRIBUTED_DEBUG'] = 'DETAIL'\n"
                                     "import torch\nimport torch.distributed as dist\n"
                                     "print('threads', torch.get_num_threads(), dist.get_debug_level())\n";
-  for (const bool warm : {false, true}) {
-    std::vector<std::string> flags{"--log-prefix", "none"};
-    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=torch,torch.distributed"});
-    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "omp.py"}), kPythonEnv, 120s);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(StartedWarm(r), warm) << r.err;
-    EXPECT_EQ(r.out, "threads 2 DebugLevel.DETAIL\n") << (warm ? "warm" : "cold");
-  }
+  // Cold, then warm: the script prints `expected`.
+  auto same_both_ways = [&](const std::string& script, const std::string& expected) {
+    for (const bool warm : {false, true}) {
+      std::vector<std::string> flags{"--log-prefix", "none"};
+      if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=torch,torch.distributed"});
+      RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / script}), kPythonEnv, 120s);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(StartedWarm(r), warm) << r.err;
+      EXPECT_EQ(r.out, expected) << script << (warm ? " warm" : " cold");
+    }
+  };
+  same_both_ways("omp.py", "threads 2 DebugLevel.DETAIL\n");
   // Set after `import torch`, OMP_NUM_THREADS changes nothing, warm or cold.
   std::ofstream(dir_ / "late.py") << "import os, torch\nos.environ['OMP_NUM_THREADS'] = '2'\n"
                                      "print('threads', torch.get_num_threads())\n";
-  for (const bool warm : {false, true}) {
-    std::vector<std::string> flags{"--log-prefix", "none"};
-    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=torch"});
-    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "late.py"}), kPythonEnv, 120s);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(StartedWarm(r), warm) << r.err;
-    EXPECT_EQ(r.out, "threads 1\n") << (warm ? "warm" : "cold");
-  }
+  same_both_ways("late.py", "threads 1\n");
 }
 
 TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
