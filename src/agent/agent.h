@@ -159,7 +159,7 @@ class Agent final : public rdzv::RendezvousListener {
   // Any reaped child: a worker leader, a reparented descendant, or something unknown.
   void OnChildExit(pid_t pid, ExitStatus status);
   // A child stopped by `sig`. A worker stopped by SIGTTIN or SIGTTOU touched the terminal from
-  // its own (background) process group and stays stopped: said once per worker, with the remedy.
+  // its own (background) process group and stays stopped: said once per worker, with why.
   void OnChildStopped(pid_t pid, int sig);
   // A signal delivered to the agent (from the signalfd).
   void OnSignal(int sig);

@@ -42,7 +42,7 @@ SELF_FILES = ("<ctrun-warm>", "<string>")  # this file, and the -c line that run
 UNBUFFERED = isinstance(getattr(sys.stdout, "buffer", None), io.FileIO)  # -u or PYTHONUNBUFFERED
 # `-c` put "" (the working directory) first on sys.path, unless -P, -I or PYTHONSAFEPATH said not
 # to. It goes now, so that no module in the working directory shadows what the server imports; a
-# worker puts its own first entry back as `python script.py` / `python -m` would (script_path_entry).
+# worker puts its own first entry back as `python script.py` / `python -m` would (run_worker).
 SCRIPT_SLOT = not getattr(sys.flags, "safe_path", False) and bool(sys.path) and sys.path[0] == ""
 if SCRIPT_SLOT:
     del sys.path[0]
