@@ -44,6 +44,7 @@ void ConsoleWriter::WriteSomeLocked() {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     broken_ = true;  // EPIPE, EIO, ENOSPC...: discard from now on rather than block workers
+    broken_errno_ = errno;
     dropped_ += buffered();
     buf_.clear();
     head_ = 0;

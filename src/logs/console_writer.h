@@ -19,6 +19,8 @@
 //    thread. WriteDiagnostic may be called from any thread.
 #pragma once
 
+#include <cerrno>
+
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -94,6 +96,8 @@ class ConsoleWriter {
   bool is_tty() const { return tty_; }
   bool nonblocking() const { return nb_fd_.valid(); }
   bool broken() const { return broken_; }
+  // Broken because its reader went away (EPIPE): a writer there would get EPIPE/SIGPIPE itself.
+  bool reader_gone() const { return broken_ && broken_errno_ == EPIPE; }
 
   std::unique_lock<std::mutex> Lock() { return std::unique_lock<std::mutex>(mu_); }
   // Under Lock(): the pending bytes; append whole lines only.
@@ -138,6 +142,7 @@ class ConsoleWriter {
   size_t head_ = 0;
   bool line_dirty_ = false;
   bool broken_ = false;
+  int broken_errno_ = 0;  // the write error that broke it
   size_t dropped_ = 0;     // discarded because broken_
   bool armed_ = false;     // EPOLLOUT registered
   bool was_high_ = false;  // went over high water; on_drained_ owed

@@ -262,6 +262,13 @@ bool OutputRelay::ReadOnce(StreamState& s) {
   if (n > 0) {
     if (on_output_) on_output_(s.local_rank);
     Process(s, std::string_view(scratch_.get(), static_cast<size_t>(n)));
+    // The console's reader is gone (`ctrun ... | head`): a worker writing there itself would now
+    // get EPIPE (and SIGPIPE), as under torchrun; so it does, through its own pipe, when the
+    // console was the stream's only destination. (A terminal hung up or a full disk only drop.)
+    if (s.writer != nullptr && s.writer->reader_gone() && !s.file && !s.tap) {
+      Close(s, /*notify=*/true);
+      return false;
+    }
     if (s.writer != nullptr && s.writer->over_high_water()) PauseFor(s.writer);
     return true;
   }

@@ -329,6 +329,26 @@ TEST(LogsE2E, ASigtermEndsTheRunWhileTheConsoleReaderIsStalled) {
   EXPECT_EQ(run.job->Wait(20s), 128 + SIGTERM) << "ctrun waited for a reader that never came";
 }
 
+// `ctrun ... | head -1`: once the console's reader has gone, a worker that keeps printing gets the
+// broken pipe itself (SIGPIPE), as it would writing there directly under torchrun: the job ends
+// instead of printing into nothing for ever.
+TEST(LogsE2E, AConsoleWhoseReaderWentAwayBreaksTheWorkersPipesToo) {
+  TempDir d;
+  const std::string fifo = d / "console";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  UniqueFd reader(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  ASSERT_TRUE(reader);
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2", "--master_port", std::to_string(FreePort())},
+                              {"--print", "100000000"}),
+                        {}, fifo, d / "err");
+  char buf[4096];
+  ASSERT_TRUE(WaitFor([&] { return ::read(reader.get(), buf, sizeof buf) > 0; }, 30s));
+  reader.reset();  // the reader goes away, as `head -1` does after its line
+  const int code = job.Wait(30s);
+  EXPECT_EQ(code, 128 + SIGPIPE) << ReadFileOr(d / "err");
+  EXPECT_NE(ReadFileOr(d / "err").find("SIGPIPE"), std::string::npos) << ReadFileOr(d / "err");
+}
+
 // A worker's last lines are in its pipes when its exit is seen: they come before ctrun's line
 // about that exit, not after it.
 TEST(LogsE2E, AFailedWorkersLastLinesPrecedeTheLineAboutItsExit) {
