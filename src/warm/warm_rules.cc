@@ -31,14 +31,16 @@ bool HandedOver(const StdioTarget& t) {
          t.kind == StdioTarget::Kind::kPty;
 }
 
-// The interpreter flag of a Python launch that ParsePythonLaunch refuses (it takes a value or
-// runs code), or "".
+// An interpreter flag the warm server cannot take: it takes a value or runs code (-c, -X opt,
+// -W arg), or ends the flags ("-", "--"). Not what ctrun builds: such a launch starts cold.
+bool TakesValueOrRunsCode(std::string_view a) { return a == "-c" || a == "-X" || a == "-W" || a == "-" || a == "--"; }
+
+// The interpreter flag of a Python launch that ParsePythonLaunch refuses, or "".
 std::string_view ColdFlag(const std::string& program, const std::vector<std::string>& argv) {
   const size_t slash = program.rfind('/');
   if (!StartsWith(std::string_view(program).substr(slash == std::string::npos ? 0 : slash + 1), "python")) return {};
   for (size_t i = 1; i < argv.size() && StartsWith(argv[i], "-") && argv[i] != "-m"; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "-" || a == "--" || a == "-c" || a == "-X" || a == "-W") return a;
+    if (TakesValueOrRunsCode(argv[i])) return argv[i];
   }
   return {};
 }
@@ -93,8 +95,7 @@ std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
   p.program = ExecutableOf(spec);
   size_t i = 1;
   while (i < a.size() && StartsWith(a[i], "-") && a[i] != "-m") {
-    // A flag that takes a value or runs code (-c, -X opt, -W arg) is not what ctrun builds: cold.
-    if (a[i] == "-c" || a[i] == "-X" || a[i] == "-W" || a[i] == "-" || a[i] == "--") return std::nullopt;
+    if (TakesValueOrRunsCode(a[i])) return std::nullopt;
     p.flags.push_back(a[i++]);
   }
   if (i >= a.size()) return std::nullopt;
