@@ -700,6 +700,18 @@ void Agent::ResumeWorkers(Duration suspended_for) {
     timers_.CancelTimer(*final_timer_);
     ArmFinalWait(final_deadline_ + suspended_for);
   }
+  if (backoff_timer_) {
+    timers_.CancelTimer(*backoff_timer_);
+    ArmBackoff(backoff_deadline_ + suspended_for);
+  }
+}
+
+void Agent::ArmBackoff(TimePoint deadline) {
+  backoff_deadline_ = deadline;
+  backoff_timer_ = timers_.AddTimer(deadline, [this] {
+    backoff_timer_.reset();
+    Restart();
+  });
 }
 
 void Agent::CancelTimers() {
@@ -748,10 +760,7 @@ void Agent::FinishAttempt() {
           events_->Emit(events::kBackoff, {{"delay_s", std::chrono::duration<double>(d.delay).count()},
                                            {"restart_count", restart_count_ + 1}});
           hooks_.Log(1, "restarting in " + health::FormatSeconds(d.delay) + " (--restart-backoff)");
-          backoff_timer_ = timers_.AddTimerAfter(d.delay, [this] {
-            backoff_timer_.reset();
-            Restart();
-          });
+          ArmBackoff(timers_.Now() + d.delay);
           return;
         }
         crash_loop_ = d.why;

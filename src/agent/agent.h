@@ -38,8 +38,9 @@
 // instead of sitting out the grace period.
 //
 // Job control (Ctrl-Z): SuspendWorkers sends SIGTSTP to every worker group with members;
-// ResumeWorkers sends SIGCONT and moves the grace / final-wait deadlines by the time the job was
-// suspended, so a teardown's grace period counts only time the workers could run.
+// ResumeWorkers sends SIGCONT and moves the grace / final-wait / back-off deadlines by the time the
+// job was suspended, so a teardown's grace period and a restart's back-off count only time the job
+// could run.
 #pragma once
 
 #include <sys/types.h>
@@ -248,6 +249,7 @@ class Agent final : public rdzv::RendezvousListener {
   void EmitStop(StopReason reason, int sig);
   void SignalToStop(pid_t pgid, int sig);
   void ArmGrace(TimePoint deadline);
+  void ArmBackoff(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
   void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
   void OnStacksSaved(pid_t pid, const std::string& summary);
@@ -295,6 +297,7 @@ class Agent final : public rdzv::RendezvousListener {
   health::Monitor* health_ = nullptr;
   health::RestartPolicy restart_policy_;
   std::optional<TimerQueue::TimerId> backoff_timer_;
+  TimePoint backoff_deadline_{};
   std::string crash_loop_;
   // Set while the attempt waits (kPeerLossWait) after a failure that lost a peer; peer_loss_pid_
   // is that first failure.

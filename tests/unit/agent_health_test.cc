@@ -331,6 +331,26 @@ TEST_F(AgentHealthTest, ASignalDuringTheBackOffEndsTheRunAtOnce) {
   EXPECT_EQ(timers.pending(), 0u);
 }
 
+// Ctrl-Z during a back-off: ctrun is stopped, no timer runs, but the loop's clock goes on. The
+// back-off counts only the time the job was not suspended, as the grace period does.
+TEST_F(AgentHealthTest, TheBackOffDoesNotRunWhileTheJobIsSuspended) {
+  config.max_restarts = 3;
+  config.restart_backoff = 10;
+  MakeAgent().Start();
+  FailAttempt();
+  ASSERT_EQ(agent->state(), AgentState::kBackoff);
+  const size_t spawned = spawner.specs.size();
+  timers.Advance(std::chrono::seconds(4));
+  agent->SuspendWorkers();
+  agent->ResumeWorkers(std::chrono::seconds(60));
+  timers.Advance(std::chrono::seconds(65));
+  EXPECT_EQ(spawner.specs.size(), spawned) << "restarted 4 s into a 10 s back-off";
+  EXPECT_EQ(agent->state(), AgentState::kBackoff);
+  timers.Advance(std::chrono::seconds(1));
+  EXPECT_EQ(spawner.specs.size(), spawned + 2);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+}
+
 TEST_F(AgentHealthTest, CrashLoopGuardStopsAttemptsThatMakeNoProgress) {
   config.max_restarts = 10;
   config.crash_loop_limit = 2;
