@@ -56,6 +56,8 @@ Status CheckSummaryPath(const std::string& path) {
   if (!std::filesystem::is_directory(dir, ec))
     return Status::Error("cannot write --summary-file " + path + ": " + dir.string() + " is not a directory");
   if (::access(dir.c_str(), W_OK) != 0) return Status::Errno("cannot write --summary-file " + path + " in " + dir.string(), errno);
+  if (std::filesystem::is_directory(path, ec))  // found here, not after the job
+    return Status::Error("cannot write --summary-file " + path + ": it is a directory");
   return Status::Ok();
 }
 

@@ -161,6 +161,8 @@ TEST(SummaryFile, WrittenAtomicallyAndParsesBack) {
   EXPECT_FALSE(WriteSummaryFile("/nonexistent-dir/s.json", FailedOutcome(), {}).ok());
   EXPECT_FALSE(CheckSummaryPath("/nonexistent-dir/s.json").ok());
   EXPECT_TRUE(CheckSummaryPath(path).ok());
+  const Status is_dir = CheckSummaryPath(d.path());
+  EXPECT_EQ(is_dir.message(), "cannot write --summary-file " + d.path() + ": it is a directory");
 }
 
 TEST(RunEnd, AnnotationOnlyOnFailureAndOnlyUnderActions) {
