@@ -61,6 +61,24 @@ def send(obj, fds=()):
         ctl.send(data)
 
 
+def set_cmdline(text):
+    """What ps, top and pgrep -f show for this process: `text`, written over the interpreter's
+    argument area as setproctitle does (its last byte made non-NUL, so /proc/PID/cmdline is
+    `text` up to its first NUL). The area holds this file's source, so some 20 KB; a longer text
+    is cut. The arguments show joined by spaces, as ps shows a cold worker's."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()  # fields[0] is stat's field 3
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+        size = end - start
+        if size < 2:
+            return
+        raw = text.encode("utf-8", "surrogateescape")[:size - 2]
+        ctypes.memmove(start, raw + b"\0" * (size - 1 - len(raw)) + b" ", size)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
 def thread_count():
     try:
         return len(os.listdir("/proc/self/task"))
@@ -443,6 +461,7 @@ def run_worker(spec):
     os.environ.update(env)
     os.environ.__class__ = RereadingEnviron  # the same object: every reference to it sees the writes
     make_stdio()
+    set_cmdline(" ".join(argv))
     rest = argv[1 + spec["nflags"]:]
     sys.orig_argv = list(argv)
     main = types.ModuleType("__main__")
@@ -574,6 +593,7 @@ def fork_one(stale_fd):
 
 
 def serve():
+    set_cmdline("ctrun-warm-server " + sys.executable)  # not its source; not the script's name (pkill -f)
     problem = preload()
     stale = Staleness()
     if not problem:

@@ -62,6 +62,12 @@ def pdeathsig():
     return sig.value
 
 
+def ps_args():
+    # The command line as ps, top and pgrep -f show it: the arguments joined by spaces.
+    with open("/proc/self/cmdline", "rb") as f:
+        return f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
 def main():
     out_dir = sys.argv[1]
     args = sys.argv[2:]
@@ -81,6 +87,7 @@ def main():
         "env": dict(os.environ),
         "argv": sys.argv,
         "orig_argv": getattr(sys, "orig_argv", None),
+        "ps_args": ps_args(),
         "cwd": os.getcwd(),
         "path0": sys.path[0],
         "name": __name__,
