@@ -2,6 +2,8 @@
 
 #include "cli/value_parsers.h"
 
+#include <arpa/inet.h>
+
 #include <cctype>
 #include <functional>
 #include <map>
@@ -107,6 +109,11 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
   return {};
 }
 
+bool IsIPv6(std::string_view text) {
+  in6_addr a;
+  return ::inet_pton(AF_INET6, std::string(text).c_str(), &a) == 1;
+}
+
 StatusOr<int> Port(std::string_view text, std::string_view whole) {
   int port = 0;
   for (char ch : text) {
@@ -174,8 +181,17 @@ StatusOr<HostPort> ParseHostPort(std::string_view text, int default_port) {
   }
   size_t colon = text.find(':');
   if (colon != std::string_view::npos && text.find(':', colon + 1) != std::string_view::npos) {
-    hp.host = std::string(text);  // a bare IPv6 address: no port
-    return hp;
+    // A bare IPv6 address (no port). What is not one is refused, never split at its last ':' as
+    // torchrun does (it reads "::1" as host ":" and port 1).
+    if (IsIPv6(text)) {
+      hp.host = std::string(text);
+      return hp;
+    }
+    const size_t last = text.rfind(':');
+    if (IsIPv6(text.substr(0, last)) && Port(text.substr(last + 1), text).ok())
+      return Status::Error("'" + std::string(text) + "': an IPv6 address with a port is written in brackets: [" +
+                           std::string(text.substr(0, last)) + "]:" + std::string(text.substr(last + 1)));
+    return Status::Error("'" + std::string(text) + "' is neither HOST:PORT nor an IPv6 address");
   }
   hp.host = std::string(text.substr(0, colon));
   if (hp.host.empty()) return Status::Error("no host in '" + std::string(text) + "'");

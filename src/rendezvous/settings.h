@@ -13,7 +13,8 @@ namespace ctrun::rdzv {
 Status ResolveSettings(LaunchConfig* config);
 
 // "host", "host:port", "[v6]", "[v6]:port", "v6 without brackets" (no port then) -> HostPort;
-// default_port when none is given.
+// default_port when none is given. Text with two or more ':' that is not a valid IPv6 address is
+// an error (one that is an address and a port names the bracketed form).
 StatusOr<HostPort> ParseHostPort(std::string_view text, int default_port);
 
 }  // namespace ctrun::rdzv

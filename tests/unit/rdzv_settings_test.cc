@@ -30,6 +30,19 @@ TEST(ParseHostPort, AcceptsNamesIPv4AndBracketedIPv6) {
     EXPECT_FALSE(ParseHostPort(bad, 1).ok()) << bad;
 }
 
+// torchrun splits at the last ':' (so "::1" would be host ":" and port 1); ctrun takes a valid
+// bare IPv6 address as an address, and refuses the rest in one line that shows what to write.
+TEST(ParseHostPort, TextWithManyColonsIsAnIPv6AddressOrAnError) {
+  auto v6 = ParseHostPort("fe80::1:2961", 7);
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "fe80::1:2961");
+  EXPECT_EQ(v6->port, 7);
+  EXPECT_EQ(ParseHostPort("::1:29613", 7).message(),
+            "'::1:29613': an IPv6 address with a port is written in brackets: [::1]:29613");
+  EXPECT_EQ(ParseHostPort("127.0.0.1::", 7).message(), "'127.0.0.1::' is neither HOST:PORT nor an IPv6 address");
+  EXPECT_EQ(ParseHostPort("a:b:c", 7).message(), "'a:b:c' is neither HOST:PORT nor an IPv6 address");
+}
+
 LaunchConfig Multi(const std::string& backend, int min, int max) {
   LaunchConfig c;
   c.rdzv_backend = backend;
