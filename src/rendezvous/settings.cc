@@ -109,9 +109,12 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
   return {};
 }
 
+// A literal IPv6 address, with or without a zone ("fe80::1%eth0").
 bool IsIPv6(std::string_view text) {
+  const size_t zone = text.find('%');
+  if (zone != std::string_view::npos && zone + 1 == text.size()) return false;
   in6_addr a;
-  return ::inet_pton(AF_INET6, std::string(text).c_str(), &a) == 1;
+  return ::inet_pton(AF_INET6, std::string(text.substr(0, zone)).c_str(), &a) == 1;
 }
 
 StatusOr<int> Port(std::string_view text, std::string_view whole) {
