@@ -3,6 +3,7 @@
 #include "cli/value_parsers.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <functional>
@@ -50,6 +51,15 @@ Setter TextField(std::string RdzvSettings::*field) {
   };
 }
 
+// A TLS file: checked at the start, not when the first request fails.
+Setter FileField(std::string RdzvSettings::*field) {
+  return [field](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
+    if (::access(v.c_str(), R_OK) != 0) return Status::Errno("--rdzv_conf " + k + "=" + v, errno);
+    s->*field = v;
+    return {};
+  };
+}
+
 const std::map<std::string, Setter>& Keys() {
   static const std::map<std::string, Setter> keys = {
       {"join_timeout", SecondsField(&RdzvSettings::join_timeout)},
@@ -87,9 +97,15 @@ const std::map<std::string, Setter>& Keys() {
          s->protocol = v;
          return {};
        }},
-      {"cacert", TextField(&RdzvSettings::cacert)},
-      {"cert", TextField(&RdzvSettings::cert)},
-      {"key", TextField(&RdzvSettings::key)},
+      // torchrun's etcd backend names them cacert, cert, key; its etcd-v2 backend ca_cert,
+      // ssl_cert, ssl_cert_key. Both sets are taken for both backends. A cert alone is a PEM
+      // file that holds the key too.
+      {"cacert", FileField(&RdzvSettings::cacert)},
+      {"cert", FileField(&RdzvSettings::cert)},
+      {"key", FileField(&RdzvSettings::key)},
+      {"ca_cert", FileField(&RdzvSettings::cacert)},
+      {"ssl_cert", FileField(&RdzvSettings::cert)},
+      {"ssl_cert_key", FileField(&RdzvSettings::key)},
       {"username", TextField(&RdzvSettings::username)},
   };
   return keys;
@@ -105,7 +121,8 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
     }
     if (Status st = it->second(s, k, v); !st.ok()) return st;
   }
-  if (s->cert.empty() != s->key.empty()) return Status::Error("--rdzv_conf: cert and key must be given together");
+  if (s->cert.empty() && !s->key.empty())
+    return Status::Error("--rdzv_conf: a client key (key, ssl_cert_key) needs its certificate (cert, ssl_cert)");
   return {};
 }
 

@@ -198,7 +198,7 @@ TEST(ResolveSettings, C10dNeedsAnEndpointAndTakesTorchrunsConfKeys) {
 TEST(ResolveSettings, EtcdTakesSeveralEndpointsAndV2IsAnAlias) {
   LaunchConfig c = Multi("etcd-v2", 2, 3);
   c.rdzv_endpoint = "e1,e2:2390,[::1]";
-  c.rdzv_conf = {{"etcd_prefix", "/jobs"}, {"protocol", "https"}, {"cacert", "/ca.pem"}};
+  c.rdzv_conf = {{"etcd_prefix", "/jobs"}, {"protocol", "https"}, {"cacert", "/proc/self/cmdline"}};
   ASSERT_TRUE(ResolveSettings(&c).ok());
   EXPECT_EQ(c.rdzv.backend, "etcd");
   ASSERT_EQ(c.rdzv.endpoints.size(), 3u);
@@ -207,10 +207,31 @@ TEST(ResolveSettings, EtcdTakesSeveralEndpointsAndV2IsAnAlias) {
   EXPECT_EQ(c.rdzv.etcd_prefix, "/jobs");
 }
 
+// torchrun's etcd-v2 backend names its TLS files ca_cert, ssl_cert, ssl_cert_key; a certificate
+// alone is a PEM file that holds the key too (as torchrun takes it).
+TEST(ResolveSettings, EtcdTlsFilesTakeBothBackendsNamesAndAreCheckedAtTheStart) {
+  LaunchConfig c = Multi("etcd-v2", 2, 2);
+  c.rdzv_endpoint = "e1";
+  c.rdzv_conf = {{"ca_cert", "/proc/self/cmdline"}, {"ssl_cert", "/proc/self/environ"}, {"ssl_cert_key", "/proc/self/stat"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.cacert, "/proc/self/cmdline");
+  EXPECT_EQ(c.rdzv.cert, "/proc/self/environ");
+  EXPECT_EQ(c.rdzv.key, "/proc/self/stat");
+  LaunchConfig alone = Multi("etcd", 2, 2);
+  alone.rdzv_endpoint = "e1";
+  alone.rdzv_conf = {{"cert", "/proc/self/environ"}};
+  EXPECT_TRUE(ResolveSettings(&alone).ok());
+  LaunchConfig missing = Multi("etcd", 2, 2);
+  missing.rdzv_endpoint = "e1";
+  missing.rdzv_conf = {{"ca_cert", "/nonexistent/ca.pem"}};
+  EXPECT_EQ(ResolveSettings(&missing).message(), "--rdzv_conf ca_cert=/nonexistent/ca.pem: No such file or directory");
+}
+
 TEST(ResolveSettings, BadConfValuesAreOneLineNamingTheKey) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"join_timeout", "-1"}, {"join_timeout", "abc"}, {"keep_alive_max_attempt", "0"}, {"is_host", "maybe"},
-      {"store_type", "file"}, {"protocol", "ftp"},     {"no_such_key", "1"},            {"cert", "/c.pem"}};
+      {"store_type", "file"}, {"protocol", "ftp"},     {"no_such_key", "1"},            {"cert", "/c.pem"},
+      {"key", "/proc/self/stat"}};
   for (const auto& [k, v] : bad) {
     LaunchConfig c = Multi("c10d", 2, 2);
     c.rdzv_endpoint = "h";
