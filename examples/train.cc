@@ -255,7 +255,7 @@ int Train(const Args& a, int64_t started_ns) {
     progress.samples_seen += end - begin;
     progress.step = step + 1;
     progress.epoch = progress.step / steps_per_epoch;
-    ctrun::heartbeat();
+    ctrun::heartbeat(static_cast<uint64_t>(progress.step));  // the global step: the crash-loop guard compares it across restarts
     if (first_step) Stamp(a, env, "first_step");
     if (first_step && leader) {
       std::fprintf(stderr, "[train] attempt %d first step done unix_ms=%" PRId64 "\n", env.restart_count, NowMs());

@@ -14,9 +14,13 @@
 //  - DistributedSampler: torch.utils.data.DistributedSampler's index math, bit for bit: the same
 //    torch.randperm(n, generator seeded seed+epoch) permutation, padding by repeating the head of
 //    the list (or dropping the tail with drop_last), then every world_size-th index from rank.
-//  - all_reduce_gradients(module, pg): averages all parameter gradients across ranks with ONE
-//    all-reduce over a flat buffer in parameters() order (undefined grads count as zeros), so the
-//    reduction order, and thus the result, is deterministic and identical on every rank.
+//  - all_reduce_gradients(module, pg): averages the gradients of the parameters that require one
+//    across ranks with ONE all-reduce over a flat buffer in parameters() order, so the reduction
+//    order, and thus the result, is deterministic and identical on every rank. As under DDP: a
+//    frozen parameter (requires_grad false) is left alone; a gradient undefined on some ranks
+//    counts as zeros there; one undefined on every rank (a parameter no rank used) stays
+//    undefined, so an optimizer (weight decay included) does not touch it. Every rank must have
+//    the same parameters requiring gradients.
 //    broadcast_parameters(module, pg) copies rank 0's parameters and buffers to all ranks.
 #pragma once
 

@@ -69,6 +69,9 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
   } else {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
+  if (options.gloo_threads < 1)
+    throw std::invalid_argument("ctrun::worker: DistOptions.gloo_threads must be at least 1, not " +
+                                std::to_string(options.gloo_threads));
   opts->threads = options.gloo_threads;
   ctx.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, env.rank, env.world_size, opts);
   ctx.backend = "gloo";
@@ -131,28 +134,42 @@ std::vector<int64_t> DistributedSampler::indices() const {
 // Gradients
 
 void all_reduce_gradients(torch::nn::Module& module, c10d::ProcessGroup& pg) {
-  std::vector<at::Tensor> params = module.parameters();
+  std::vector<at::Tensor> params;
+  for (auto& p : module.parameters())
+    if (p.requires_grad()) params.push_back(p);  // a frozen parameter has no gradient to average
   if (params.empty()) return;
+  // The gradients, then one "defined here" flag per parameter: a parameter no rank used keeps
+  // an undefined gradient (an optimizer then leaves it alone), as under DDP.
   std::vector<at::Tensor> flat_parts;
-  flat_parts.reserve(params.size());
+  flat_parts.reserve(params.size() + 1);
+  std::vector<float> defined;
+  defined.reserve(params.size());
   for (auto& p : params) {
-    flat_parts.push_back(p.grad().defined() ? p.grad().detach().reshape({-1})
-                                            : torch::zeros({p.numel()}, p.options()));
+    const bool d = p.grad().defined();
+    defined.push_back(d ? 1.0f : 0.0f);
+    flat_parts.push_back(d ? p.grad().detach().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   }
+  flat_parts.push_back(torch::tensor(defined, params[0].options().dtype(torch::kFloat32)).to(params[0].dtype()));
   std::vector<at::Tensor> bufs{torch::cat(flat_parts)};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
   pg.allreduce(bufs, o)->wait();
-  bufs[0].div_(pg.getSize());
+  const int64_t grads = bufs[0].numel() - static_cast<int64_t>(params.size());
+  const at::Tensor used = bufs[0].narrow(0, grads, static_cast<int64_t>(params.size())).to(torch::kCPU);
+  at::Tensor sums = bufs[0].narrow(0, 0, grads);
+  sums.div_(pg.getSize());
   int64_t offset = 0;
   torch::NoGradGuard no_grad;
-  for (auto& p : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor& p = params[i];
     const int64_t n = p.numel();
-    at::Tensor slice = bufs[0].narrow(0, offset, n).view(p.sizes());
-    if (p.grad().defined()) {
-      p.mutable_grad().copy_(slice);
-    } else {
-      p.mutable_grad() = slice.clone();
+    if (used[static_cast<int64_t>(i)].item<double>() > 0) {
+      at::Tensor slice = sums.narrow(0, offset, n).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(slice);
+      } else {
+        p.mutable_grad() = slice.clone();
+      }
     }
     offset += n;
   }

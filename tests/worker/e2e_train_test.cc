@@ -157,5 +157,20 @@ TEST(ExamplesUnderCtrun, FailedTrainLeavesTorchelasticErrorFileForTheSummary) {
   EXPECT_NE((r.out + r.err).find("injected failure at step 2 on rank 1"), std::string::npos) << r.out << r.err;
 }
 
+// train beats its global step (resumed from the snapshot), so ctrun's crash-loop guard sees each
+// attempt get further than the last one failed, and lets a job that makes progress go on. With
+// the bare beat counter (1, 2, ... per process) four failures ended it as a crash loop.
+TEST(ExamplesUnderCtrun, TrainBeatsItsGlobalStepSoRepeatedFailuresWithProgressAreNotACrashLoop) {
+  SkipUnlessCtrunRunsJobs();
+  TempDir dir;
+  std::vector<std::string> cmd{"--heartbeat-timeout", "120", TRAIN_BINARY, "--epochs", "4", "--quiet",
+                               "--snapshot-dir", dir / "snap", "--snapshot-every", "5",
+                               "--fail-at-step", "12,22,32,42", "--fail-rank", "0"};
+  RunResult r = RunCommand(Ctrun(2, 10, cmd), {}, 240s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ((r.out + r.err).find("crash loop"), std::string::npos) << r.err;
+  EXPECT_EQ(CountOf(r.out, "resumed from snapshot"), 4) << r.out;
+}
+
 }  // namespace
 }  // namespace ctrun::worker

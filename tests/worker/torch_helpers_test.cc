@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -151,6 +152,52 @@ TEST(TrainingSnapshot, RanksAgreeOnTheNewestCommonSnapshot) {
   r = ResumeTwoRanks({{10}, {}}, {});
   EXPECT_FALSE(r[0]);
   EXPECT_FALSE(r[1]);
+}
+
+// As under DDP: a frozen parameter is left alone, a gradient undefined on one rank counts as
+// zeros there, and one no rank produced stays undefined (weight decay must not move it).
+TEST(AllReduceGradients, AveragesUsedGradientsAndLeavesFrozenAndUnusedOnesAlone) {
+  struct ThreeLayers : torch::nn::Module {
+    ThreeLayers()
+        : used(register_module("used", torch::nn::Linear(2, 2))),
+          frozen(register_module("frozen", torch::nn::Linear(2, 2))),
+          unused(register_module("unused", torch::nn::Linear(2, 2))),
+          half(register_module("half", torch::nn::Linear(2, 2))) {}
+    torch::nn::Linear used, frozen, unused, half;
+  };
+  auto hash = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::map<std::string, at::Tensor>> grads(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      c10d::ProcessGroupGloo pg(hash, r, 2, opts);
+      ThreeLayers net;
+      for (auto& p : net.frozen->parameters()) p.set_requires_grad(false);
+      at::Tensor x = torch::full({1, 2}, static_cast<float>(r + 1));
+      at::Tensor loss = net.used->forward(x).sum();
+      if (r == 1) loss = loss + net.half->forward(x).sum();  // only rank 1 uses `half`
+      loss.backward();
+      all_reduce_gradients(net, pg);
+      for (const auto& item : net.named_parameters()) {
+        const at::Tensor& g = item.value().grad();
+        grads[static_cast<size_t>(r)][item.key()] = g.defined() ? g.clone() : at::Tensor();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    auto& g = grads[static_cast<size_t>(r)];
+    EXPECT_FALSE(g["frozen.weight"].defined()) << r;
+    EXPECT_FALSE(g["unused.weight"].defined()) << r;
+    EXPECT_FALSE(g["unused.bias"].defined()) << r;
+    ASSERT_TRUE(g["used.weight"].defined() && g["half.weight"].defined()) << r;
+    // d(sum(W x + b))/dW = x per row: x is 1 on rank 0 and 2 on rank 1, so the mean is 1.5.
+    EXPECT_TRUE(torch::allclose(g["used.weight"], torch::full({2, 2}, 1.5f))) << g["used.weight"];
+    EXPECT_TRUE(torch::allclose(g["half.weight"], torch::full({2, 2}, 1.0f))) << g["half.weight"];  // (0 + 2) / 2
+  }
+  EXPECT_TRUE(torch::equal(grads[0]["used.weight"], grads[1]["used.weight"]));
 }
 
 }  // namespace
