@@ -121,6 +121,7 @@ std::string ErrorText(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ctrun::OccupyClosedStdio();  // before anything opens an fd
   try {
     // ctrun's line format from the first word on (a line logged before the flags are read, say
     // about a --summary-file it cannot write, would otherwise take spdlog's default); the level

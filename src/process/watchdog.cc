@@ -23,6 +23,12 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
 
 [[noreturn]] void WatchdogMain(int rfd, const std::string& cgroup_dir, const std::function<void()>& on_agent_death) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
+  // The pipe moves above fds 0-2 first (ctrun started with them closed can have it there), or
+  // /dev/null would replace it below.
+  if (rfd < 3) {
+    const int moved = ::fcntl(rfd, F_DUPFD, 3);
+    if (moved >= 0) rfd = moved;
+  }
   for (int fd = 0; fd < 3; ++fd) {
     int nul = ::open("/dev/null", O_RDWR);
     if (nul >= 0 && nul != fd) {

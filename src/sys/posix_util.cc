@@ -96,4 +96,16 @@ std::string RandomHex(size_t bytes) {
   return s;
 }
 
+void OccupyClosedStdio() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int nul = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul < 0) return;
+    if (nul != fd) {
+      ::dup3(nul, fd, O_CLOEXEC);
+      ::close(nul);
+    }
+  }
+}
+
 }  // namespace ctrun

@@ -35,6 +35,11 @@ bool SetNonBlocking(int fd, bool on);
 // take for large jobs. The original limit is remembered so workers get it back (some programs
 // still use select()).
 void RaiseFdLimit();
+// Puts /dev/null, close-on-exec, on each of fds 0-2 that ctrun inherited closed, before ctrun
+// opens anything: otherwise its own signalfd, epoll or watchdog pipe lands there, where code that
+// sets up a child's stdio overwrites it. Close-on-exec keeps the slot closed for the workers, as
+// it was for ctrun (every spawner treats a close-on-exec fd 0-2 as closed).
+void OccupyClosedStdio();
 // The soft/hard limits before RaiseFdLimit; false when it was not called or changed nothing.
 bool OriginalFdLimit(struct rlimit* out);
 

@@ -25,6 +25,9 @@ Status BlockAgentSignals(const std::vector<int>& signals) {
     g_mask_saved = true;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  // An inherited SIG_IGN (or SA_NOCLDWAIT) for SIGCHLD makes the kernel reap ctrun's children
+  // itself: no exit status, no pidfd event ever reports them.
+  ::signal(SIGCHLD, SIG_DFL);
   return Status::Ok();
 }
 

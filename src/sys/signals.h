@@ -13,8 +13,9 @@
 
 namespace ctrun {
 
-// Blocks `signals` (plus SIGCHLD) for the calling thread, records the previous mask, and sets
-// SIGPIPE to SIG_IGN (a dead console must be an EPIPE, not a dead agent). Call once, early.
+// Blocks `signals` (plus SIGCHLD) for the calling thread, records the previous mask, sets
+// SIGPIPE to SIG_IGN (a dead console must be an EPIPE, not a dead agent) and SIGCHLD to SIG_DFL
+// (an inherited SIG_IGN would let the kernel reap the workers unseen). Call once, early.
 Status BlockAgentSignals(const std::vector<int>& signals);
 // The mask in force before BlockAgentSignals (empty set if never called). Safe after fork.
 const sigset_t& OriginalSignalMask();

@@ -255,6 +255,54 @@ TEST(CtrunE2E, SigkilledCtrunLeavesNoWorkerOrGrandchild) {
   EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 1s)) << "survivors after ctrun was SIGKILLed";
 }
 
+// What ctrun inherits from its parent must not blind it. SIGCHLD ignored: the kernel would reap
+// the workers itself and ctrun waited for ever. Fds 1 and 2 closed: ctrun's own fds took their
+// slots, and the watchdog's /dev/null over 0-2 closed its pipe (workers died of SIGPIPE, or
+// the watchdog was gone and a SIGKILL of ctrun left grandchildren).
+TEST(CtrunE2E, AnIgnoredSigchldInheritedFromTheParentChangesNothing) {
+  const std::vector<std::string> ok = Ctrun({"--standalone", "--nproc_per_node=2"}, {"--sleep-ms", "50"});
+  std::vector<std::string> argv{"/usr/bin/env", "--ignore-signal=CHLD"};
+  argv.insert(argv.end(), ok.begin(), ok.end());
+  auto r = RunCommand(argv, {}, 20s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  argv.resize(2);
+  const std::vector<std::string> fail =
+      Ctrun({"--standalone", "--nproc_per_node=2"}, {"--only-rank", "1", "--exit", "3", "--sleep-ms", "50"});
+  argv.insert(argv.end(), fail.begin(), fail.end());
+  r = RunCommand(argv, {}, 20s);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+}
+
+TEST(CtrunE2E, StdoutAndStderrClosedByTheParentChangeNothing) {
+  TempDir d;
+  std::string cmd;
+  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=2", "--summary-file", d / "s.json"},
+                             {"--fd-file", d / "fds", "--sleep-ms", "20"}))
+    cmd += "'" + a + "' ";
+  for (int i = 0; i < 5; ++i) {
+    auto r = RunCommand({"/bin/sh", "-c", "exec " + cmd + ">&- 2>&-"}, {}, 20s);
+    ASSERT_EQ(r.exit_code, 0) << i << ": " << ReadFileOr(d / "s.json");
+  }
+  // A single worker inherits ctrun's stdout and stderr: it sees them closed, as ctrun did (the
+  // slots ctrun filled are close-on-exec).
+  std::string one;
+  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=1"}, {"--fd-file", d / "one"})) one += "'" + a + "' ";
+  ASSERT_EQ(RunCommand({"/bin/sh", "-c", "exec " + one + ">&- 2>&-"}, {}, 20s).exit_code, 0);
+  std::set<int> fds;
+  for (const auto& l : SplitLines(ReadFileOr(d / "one.0"))) fds.insert(std::stoi(l));
+  EXPECT_EQ(fds, (std::set<int>{0}));
+  // The watchdog still runs: a SIGKILL of ctrun takes the grandchildren with it.
+  std::string hang;
+  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=2"}, {"--pid-file", d / "pids", "--grandchildren", "2", "--hang"}))
+    hang += "'" + a + "' ";
+  BackgroundProcess p({"/bin/sh", "-c", "exec " + hang + ">&- 2>&-"}, {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 6; }, 10s));
+  auto pids = ReadPids(d / "pids");
+  p.Signal(SIGKILL);
+  p.Wait(5s);
+  EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 5s)) << "survivors after ctrun was SIGKILLed";
+}
+
 TEST(CtrunE2E, MissingEntrypointIsAUsageError) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "/nonexistent/train"});
   EXPECT_EQ(r.exit_code, 2);
