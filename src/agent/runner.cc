@@ -106,7 +106,6 @@ class RealHooks final : public AgentHooks {
         spdlog::warn("cannot prepare the workers' cgroups ({}); leftovers are found through /proc instead",
                      s.message());
         cgroups_.reset();
-        NoteInherited();
       }
     }
     return Status::Ok();
@@ -125,11 +124,12 @@ class RealHooks final : public AgentHooks {
   }
 
   // What the attempt left behind outside the workers' process groups dies here: with a cgroup
-  // sub-tree, whatever is still in it (one read of cgroup.events when nothing is); without one,
-  // every remaining descendant of ctrun but the watchdog, the warm server (with its waiting
-  // children) and what ctrun inherited (the rest are orphans of this attempt: every worker
-  // leader is gone, and ctrun, their subreaper, adopted them), found through /proc, which costs a
-  // scan of every process where the kernel has no /proc/<pid>/task/<tid>/children. Bounded: 2 s.
+  // sub-tree, whatever is still in it (one read of cgroup.events when nothing is); then, with or
+  // without one, every remaining descendant of ctrun but the watchdog, the warm server (with its
+  // waiting children) and what ctrun inherited (the rest are orphans of this attempt: every
+  // worker leader is gone, and ctrun, their subreaper, adopted them; one may have left the
+  // cgroup), found through /proc, which costs a scan of every process where the kernel has no
+  // /proc/<pid>/task/<tid>/children. Bounded: 2 s each.
   void OnAttemptOver() override {
     rank_oom_kills_.clear();
     int leftover = 0;
@@ -144,7 +144,7 @@ class RealHooks final : public AgentHooks {
         rank_oom_kills_.push_back(before && after ? std::optional<uint64_t>(*after - *before) : std::nullopt);
       }
     }
-    if (!cgroups_) {
+    {  // with a cgroup too: a descendant can move itself out of it (setsid, then its own cgroup)
       std::vector<pid_t> keep = inherited_;
       if (watchdog_) keep.push_back(watchdog_->pid());
       if (warm_)
@@ -166,8 +166,8 @@ class RealHooks final : public AgentHooks {
 
   const std::string& log_run_dir() const { return log_dir_.run_dir(); }
 
-  // Without a cgroup, before the first worker: what ctrun already has below it (children of a
-  // shell that exec'd it) is not the workers' and is never swept.
+  // Before the first worker: what ctrun already has below it (children of a shell that exec'd
+  // it) is not the workers' and is never swept.
   void NoteInherited() {
     inherited_ = ListDescendants(::getpid());
     if (watchdog_) std::erase(inherited_, watchdog_->pid());
@@ -629,9 +629,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (config.warm) warm_spawner.emplace(cold_spawner, MakeWarmOptions(config));
   Spawner& spawner = warm_spawner ? static_cast<Spawner&>(*warm_spawner) : cold_spawner;
   JobTerminal terminal(config.tty, loop, spawner);
-  const bool no_cgroup = !cgroups;
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
-  if (no_cgroup) hooks.NoteInherited();
+  hooks.NoteInherited();
   hooks.set_terminal(&terminal);
   if (warm_spawner) hooks.set_warm(&*warm_spawner);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);

@@ -27,6 +27,7 @@ using ctrun::testing::RunCommand;
 using ctrun::testing::RunResult;
 using ctrun::testing::TempDir;
 using ctrun::testing::WaitFor;
+using ctrun::testing::ProcessAlive;
 
 // Every rank's env file shows restart count `attempt` (the workers of that attempt all started).
 bool AllStarted(const TempDir& dir, int nproc, int attempt) {
@@ -255,6 +256,34 @@ TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
   const auto left = WaitJobGone(marker);
   EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\n" << ReadFileOr(dir / "err");
   EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(cgroup); }, 10s)) << cgroup << " is left";
+}
+
+// A descendant that leaves the workers' cgroup (setsid, then a cgroup of its own; here the test
+// moves it, as root) is still ctrun's descendant: the end of the attempt kills it too.
+TEST(Hygiene, ADescendantThatLeftTheWorkersCgroupIsKilledAtTheEnd) {
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: no cgroup for the workers";
+  TempDir dir;
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=1", "--log-level=debug"},
+                              {"--pid-file", dir / "pids", "--detached-grandchild", "--wait-file", dir / "go"}),
+                        {}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() == 2; }, 20s)) << ReadFileOr(dir / "err");
+  const pid_t escaped = ReadPids(dir / "pids")[1];
+  const std::string cgroup = ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "err"));
+  const std::string elsewhere =
+      std::filesystem::path(cgroup).parent_path().string() + "/ctrun-test-escape-" + std::to_string(::getpid());
+  std::error_code ec;
+  const bool moved = !cgroup.empty() && std::filesystem::create_directory(elsewhere, ec) &&
+                     (std::ofstream(elsewhere + "/cgroup.procs") << escaped << "\n").flush().good() &&
+                     ReadFileOr(elsewhere + "/cgroup.procs").find(std::to_string(escaped)) != std::string::npos;
+  std::ofstream(dir / "go").put('x');
+  EXPECT_EQ(job.Wait(20s), 0) << ReadFileOr(dir / "err");
+  const bool gone = WaitFor([&] { return !ProcessAlive(escaped); }, 5s);
+  if (!gone) ::kill(escaped, SIGKILL);
+  WaitFor([&] { return ::rmdir(elsewhere.c_str()) == 0 || errno == ENOENT; }, 5s);
+  if (!moved) GTEST_SKIP() << "cannot move a process to " << elsewhere << " here";
+  EXPECT_TRUE(gone) << "pid " << escaped << " left the workers' cgroup and outlived the job";
+  EXPECT_NE(ReadFileOr(dir / "err").find("killed 1 process(es) the workers left running"), std::string::npos)
+      << ReadFileOr(dir / "err");
 }
 
 }  // namespace
