@@ -656,7 +656,10 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     DrainExitedChildren([&](pid_t pid, ExitStatus st) {
       if (pid == watchdog_pid) {
         watchdog_reaped = true;
-        if (watchdog) spdlog::warn("the watchdog exited unexpectedly ({})", st.ToString());
+        if (watchdog)
+          spdlog::warn("the watchdog (pid {}) exited unexpectedly ({}): if ctrun is now SIGKILLed, the workers' "
+                       "children outlive it",
+                       pid, st.ToString());
         return;
       }
       agent.OnChildExit(pid, st);

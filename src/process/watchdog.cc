@@ -43,7 +43,9 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::prctl(PR_SET_NAME, "ctrun-watchdog");
+  // Not "ctrun...": `pkill -9 ctrun` matches process names, and must leave the watchdog to do
+  // its job (it took both, and the workers' children ran on).
+  ::prctl(PR_SET_NAME, "ct-watchdog");
 
   static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;

@@ -258,6 +258,33 @@ TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
   EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(cgroup); }, 10s)) << cgroup << " is left";
 }
 
+// `pkill -9 ctrun` SIGKILLs every process whose name contains "ctrun": the watchdog must not be
+// one of them, or nothing kills the workers' children (they ran on).
+TEST(Hygiene, PkillOfCtrunByNameLeavesTheWatchdogToKillTheGrandchildren) {
+  TempDir dir;
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2"},
+                              {"--pid-file", dir / "pids", "--grandchildren", "2", "--hang"}),
+                        {}, dir / "out", dir / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() == 6; }, 20s)) << ReadFileOr(dir / "err");
+  const std::vector<pid_t> job_pids = ReadPids(dir / "pids");
+  // pkill signals in pid order, ctrun first; the watchdog, woken by ctrun's death, often wins
+  // that race. The other order (the watchdog first) is the one that must not matter either.
+  // (The fake worker's own name has "ctrun" in it too; a real worker's would not: spared.)
+  std::vector<pid_t> named;
+  for (pid_t p : ctrun::testing::LiveDescendants(job.pid()))
+    if (std::find(job_pids.begin(), job_pids.end(), p) == job_pids.end() &&
+        ReadFileOr("/proc/" + std::to_string(p) + "/comm").find("ctrun") != std::string::npos)
+      named.push_back(p);
+  named.push_back(job.pid());
+  for (pid_t p : named) ::kill(p, SIGKILL);
+  job.Wait(10s);
+  EXPECT_TRUE(WaitFor([&] {
+    for (pid_t p : job_pids)
+      if (ProcessAlive(p)) return false;
+    return true;
+  }, 10s)) << "killed by name: " << named.size() << " process(es); the job's processes ran on";
+}
+
 // A descendant that leaves the workers' cgroup (setsid, then a cgroup of its own; here the test
 // moves it, as root) is still ctrun's descendant: the end of the attempt kills it too.
 TEST(Hygiene, ADescendantThatLeftTheWorkersCgroupIsKilledAtTheEnd) {
