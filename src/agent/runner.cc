@@ -535,6 +535,12 @@ void SuspendJob(EventLoop& loop, Agent& agent, logs::OutputRelay& relay) {
   spdlog::info("resuming the job after {:.1f} s: SIGCONT to the worker process groups", ToSeconds(suspended_for));
 }
 
+// A signal that stops the job (--signals-to-handle, not forward-only).
+bool IsStoppingSignal(const LaunchConfig& config, int sig) {
+  auto named = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), sig) != v.end(); };
+  return named(config.signals_to_handle) && !named(config.forward_only_signals);
+}
+
 // The signals of the terminal and job control: ctrun's own (read on the signalfd) unless the
 // user named them in --signals-to-handle / --forward-signals.
 bool IsJobControlSignal(const LaunchConfig& config, int sig) {
@@ -667,12 +673,18 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     DrainStoppedChildren([&](pid_t pid, int sig) { agent.OnChildStopped(pid, sig); });
   };
   hooks.set_drain(drain);
+  RepeatedSignalFilter repeats(std::chrono::seconds(1));
   // Without the signalfd in the loop no exit and no signal would ever reach the agent: ctrun
   // could not stop. Nothing has started yet, so the run ends here.
   if (Status s = loop.AddFd(sigfd->fd(), EPOLLIN,
                             [&](uint32_t) {
-                              for (int sig : sigfd->ReadPending()) {
+                              for (const ReadSignal& read : sigfd->ReadPending()) {
+                                const int sig = read.signo;
                                 if (sig == SIGCHLD) drain();
+                                else if (IsStoppingSignal(config, sig) &&
+                                         repeats.IsRepeat(read, std::chrono::steady_clock::now()))
+                                  spdlog::debug("{} from pid {} again at once: the same event", SignalName(sig),
+                                                read.sender);
                                 else if (!IsJobControlSignal(config, sig)) agent.OnSignal(sig);
                                 else if (sig == SIGWINCH) terminal.OnWindowChanged();
                                 else if (sig == SIGCONT) terminal.OnContinued();

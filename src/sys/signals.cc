@@ -48,16 +48,29 @@ StatusOr<SignalFd> SignalFd::Create(const std::vector<int>& signals) {
   return SignalFd(UniqueFd(fd));
 }
 
-std::vector<int> SignalFd::ReadPending() {
-  std::vector<int> out;
+std::vector<ReadSignal> SignalFd::ReadPending() {
+  std::vector<ReadSignal> out;
   signalfd_siginfo info[16];
   for (;;) {
     ssize_t n = RetryOnEintr([&] { return ::read(fd_.get(), info, sizeof info); });
     if (n <= 0) break;
-    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(signalfd_siginfo); ++i)
-      out.push_back(static_cast<int>(info[i].ssi_signo));
+    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(signalfd_siginfo); ++i) {
+      const signalfd_siginfo& si = info[i];
+      const bool user = si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
+      out.push_back({static_cast<int>(si.ssi_signo), user && si.ssi_pid != 0, static_cast<pid_t>(si.ssi_pid)});
+    }
   }
   return out;
+}
+
+bool RepeatedSignalFilter::IsRepeat(const ReadSignal& s, std::chrono::steady_clock::time_point now) {
+  const bool repeat = s.from_process && last_ && last_->from_process && last_->signo == s.signo &&
+                      last_->sender == s.sender && now - last_at_ <= window_;
+  if (!repeat) {
+    last_ = s;
+    last_at_ = now;
+  }
+  return repeat;
 }
 
 }  // namespace ctrun

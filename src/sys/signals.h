@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <chrono>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
@@ -20,17 +22,41 @@ Status BlockAgentSignals(const std::vector<int>& signals);
 // The mask in force before BlockAgentSignals (empty set if never called). Safe after fork.
 const sigset_t& OriginalSignalMask();
 
+// One signal as read from a signalfd: its number, and who sent it (kill(2) from another process:
+// from_process, with its pid; the kernel, a terminal's ^C, a child's exit: from_process false).
+struct ReadSignal {
+  int signo = 0;
+  bool from_process = false;
+  pid_t sender = 0;
+};
+
 // A signalfd over the given signals (which must already be blocked).
 class SignalFd {
  public:
   static StatusOr<SignalFd> Create(const std::vector<int>& signals);
   int fd() const { return fd_.get(); }
-  // Reads every pending signal (non-blocking); returns their numbers in arrival order.
-  std::vector<int> ReadPending();
+  // Reads every pending signal (non-blocking); returns them in arrival order.
+  std::vector<ReadSignal> ReadPending();
 
  private:
   explicit SignalFd(UniqueFd fd) : fd_(std::move(fd)) {}
   UniqueFd fd_;
+};
+
+// The same signal sent twice by one process within `window` is one event: timeout(1) signals
+// its child, then its own process group, which holds the child too, so ctrun got SIGTERM twice
+// from one timeout and took the second for a user who insists (the grace period was skipped).
+// Signals from the kernel (^C at a terminal) are never merged: two ^C are two presses. Pure.
+class RepeatedSignalFilter {
+ public:
+  explicit RepeatedSignalFilter(std::chrono::steady_clock::duration window) : window_(window) {}
+  // True when `s`, arriving at `now`, repeats the last signal this filter let through.
+  bool IsRepeat(const ReadSignal& s, std::chrono::steady_clock::time_point now);
+
+ private:
+  std::chrono::steady_clock::duration window_;
+  std::optional<ReadSignal> last_;
+  std::chrono::steady_clock::time_point last_at_{};
 };
 
 }  // namespace ctrun

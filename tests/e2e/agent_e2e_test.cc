@@ -216,6 +216,26 @@ TEST(CtrunE2E, SigintAndSigtermAreForwardedAndExitCodeIs128PlusSignal) {
   }
 }
 
+// timeout(1) sends its SIGTERM to ctrun, then to its own process group, ctrun included: one
+// process's second copy right after the first is the same request, and the workers keep their
+// grace period (it was skipped as "SIGTERM again"). The test sends both itself, the second once
+// ctrun has acted on the first.
+TEST(CtrunE2E, OneSendersSigtermTwiceAtOnceIsOneRequestAndKeepsTheGracePeriod) {
+  TempDir d;
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=1", "--shutdown-timeout=2"},
+                            {"--pid-file", d / "pids", "--ignore-term", "--hang"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 1; }, 10s));
+  const auto start = std::chrono::steady_clock::now();
+  p.Signal(SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return ReadFileOr(d / "err").find("received SIGTERM") != std::string::npos; }, 5s));
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(10s), 128 + SIGTERM) << ReadFileOr(d / "err");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(ReadFileOr(d / "err").find("killing the workers now"), std::string::npos) << ReadFileOr(d / "err");
+  EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short";
+}
+
 TEST(CtrunE2E, Usr1IsForwardedWithoutEndingTheJob) {
   TempDir d;
   // Workers die of SIGUSR1 (default action): proof that it reached them, and ctrun reports it.

@@ -1,0 +1,35 @@
+// RepeatedSignalFilter: one process's back-to-back copies of a signal are one event; the kernel's
+// (a terminal's ^C) never are.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include "sys/signals.h"
+
+namespace ctrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+TEST(RepeatedSignalFilter, OneSendersSecondCopyWithinTheWindowIsTheSameEvent) {
+  RepeatedSignalFilter f(1s);
+  const Clock::time_point t0{};
+  const ReadSignal from_timeout{SIGTERM, true, 4242};
+  EXPECT_FALSE(f.IsRepeat(from_timeout, t0));
+  EXPECT_TRUE(f.IsRepeat(from_timeout, t0 + 1ms)) << "timeout(1): its child, then its own group";
+  EXPECT_FALSE(f.IsRepeat(from_timeout, t0 + 1500ms)) << "a second later it is a second request";
+  EXPECT_FALSE(f.IsRepeat({SIGTERM, true, 777}, t0 + 1501ms)) << "another sender";
+  EXPECT_FALSE(f.IsRepeat({SIGINT, true, 777}, t0 + 1502ms)) << "another signal";
+}
+
+TEST(RepeatedSignalFilter, SignalsFromTheKernelAreNeverMerged) {
+  RepeatedSignalFilter f(1s);
+  const Clock::time_point t0{};
+  const ReadSignal ctrl_c{SIGINT, false, 0};
+  EXPECT_FALSE(f.IsRepeat(ctrl_c, t0));
+  EXPECT_FALSE(f.IsRepeat(ctrl_c, t0 + 10ms)) << "two presses of ^C are two";
+}
+
+}  // namespace
+}  // namespace ctrun
