@@ -49,29 +49,49 @@ std::string SecondsText(Duration d) {
 
 // --- creation and teardown ---------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::Create(
-    EventLoop& loop, const AsyncClientOptions& opts) {
-  const std::string where = Where(opts.host, opts.port);
-  if (opts.port <= 0 || opts.port > 65535) return Status::Error("store: bad port in " + where);
+namespace {
+
+// EAI_NONAME / EAI_AGAIN (and EAI_NODATA where glibc has it): a name that does not resolve *yet*
+// (a pod's DNS record is published after the other pods start) or a resolver that did not answer.
+bool RetryableResolveError(int gai) {
+#ifdef EAI_NODATA
+  if (gai == EAI_NODATA) return true;
+#endif
+  return gai == EAI_NONAME || gai == EAI_AGAIN;
+}
+
+}  // namespace
+
+// getaddrinfo for host:port; *gai gets its code (0 on success).
+std::vector<AsyncStoreClient::Address> AsyncStoreClient::Resolve(const std::string& host, int port, int* gai) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  const std::string port = std::to_string(opts.port);
-  if (int gai = ::getaddrinfo(opts.host.c_str(), port.c_str(), &hints, &res); gai != 0) {
-    return Status::Error("store: cannot resolve " + where + ": " + gai_strerror(gai));
-  }
-  std::vector<Address> addrs;
+  std::vector<AsyncStoreClient::Address> addrs;
+  *gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (*gai != 0) return addrs;
   for (const addrinfo* ai = res; ai; ai = ai->ai_next) {
     if (ai->ai_addrlen > sizeof(sockaddr_storage)) continue;
-    Address a;
+    AsyncStoreClient::Address a;
     std::memcpy(&a.addr, ai->ai_addr, ai->ai_addrlen);
     a.len = ai->ai_addrlen;
     addrs.push_back(a);
   }
   ::freeaddrinfo(res);
-  if (addrs.empty()) return Status::Error("store: no usable address for " + where);
+  return addrs;
+}
+
+StatusOr<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::Create(
+    EventLoop& loop, const AsyncClientOptions& opts) {
+  const std::string where = Where(opts.host, opts.port);
+  if (opts.port <= 0 || opts.port > 65535) return Status::Error("store: bad port in " + where);
+  int gai = 0;
+  std::vector<Address> addrs = Resolve(opts.host, opts.port, &gai);
+  if (gai != 0 && !RetryableResolveError(gai))
+    return Status::Error("store: cannot resolve " + where + ": " + gai_strerror(gai));
+  if (gai == 0 && addrs.empty()) return Status::Error("store: no usable address for " + where);
   return std::unique_ptr<AsyncStoreClient>(new AsyncStoreClient(loop, opts, std::move(addrs)));
 }
 
@@ -250,6 +270,16 @@ void AsyncStoreClient::StartConnect() {
 
 void AsyncStoreClient::TryConnect() {
   state_ = State::kConnecting;
+  if (addrs_.empty()) {  // the name did not resolve yet: again now, then retried like a refusal
+    int gai = 0;
+    addrs_ = Resolve(opts_.host, opts_.port, &gai);
+    if (addrs_.empty()) {
+      last_connect_error_ = std::string("cannot resolve it: ") + (gai ? gai_strerror(gai) : "no usable address");
+      if (gai != 0 && !RetryableResolveError(gai))
+        return FailAll(Status::Error("store: cannot resolve " + where_ + ": " + gai_strerror(gai)));
+      return RetryLater();
+    }
+  }
   const Address& a = addrs_[addr_index_];
   UniqueFd fd(::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return OnConnectError(errno);
@@ -286,7 +316,13 @@ void AsyncStoreClient::OnConnectError(int err) {
   }
   if (++addr_index_ < addrs_.size()) return TryConnect();
   addr_index_ = 0;
-  if (!said_unreachable_ && opts_.on_unreachable) {
+  RetryLater();
+}
+
+void AsyncStoreClient::RetryLater() {
+  // Said once, and only while the server was never reached: a connection lost later is reported
+  // by its owner (a rendezvous that lost its store ends), not as a wait that will not happen.
+  if (!said_unreachable_ && !ever_connected_ && opts_.on_unreachable) {
     said_unreachable_ = true;
     opts_.on_unreachable("cannot reach " + where_ + " yet (" + last_connect_error_ + "); retrying for up to " +
                          SecondsText(opts_.connect_timeout));
@@ -315,6 +351,7 @@ void AsyncStoreClient::OnConnectDeadline() {
 
 void AsyncStoreClient::OnConnected() {
   state_ = State::kConnected;
+  ever_connected_ = true;
   if (connect_timer_) loop_.CancelTimer(connect_timer_);
   connect_timer_ = 0;
   // AUTH (when configured) and VALIDATE lead; requests are pipelined right behind them, since

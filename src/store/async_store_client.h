@@ -3,8 +3,9 @@
 //
 // Contract:
 //  - Single-threaded: every method must be called on the loop's thread. No method blocks the
-//    loop: connect is non-blocking; only Create() resolves the host name (getaddrinfo, blocking),
-//    once, before any use.
+//    loop: connect is non-blocking; only name resolution (getaddrinfo) blocks: in Create(), and
+//    again at each connect retry while the name does not resolve (EAI_NONAME/EAI_AGAIN: a DNS
+//    record published after this node started), which is retried like a refused connect.
 //  - Every callback runs later on the loop, never from inside the call that registered it; a
 //    callback may call into the client or destroy it. A null callback is allowed (fire and forget).
 //  - Dialect: modern (VALIDATE first), after a ctrun AUTH carrying options.token when non-empty.
@@ -55,7 +56,8 @@ struct AsyncClientOptions {
   Duration op_timeout = Seconds(30);       // reply deadline of each request once sent
   size_t max_value_bytes = 256u << 20;     // a longer value in a reply is a protocol error
   // Called once per connect, at its first failed attempt that will be retried (refused,
-  // unreachable), with one line for the user; the retries go on silently until connect_timeout.
+  // unreachable, a name that does not resolve yet), with one line for the user; the retries go on
+  // silently until connect_timeout. Not after the client was once connected.
   std::function<void(const std::string&)> on_unreachable;
 };
 
@@ -66,7 +68,8 @@ class AsyncStoreClient {
   using DoneCallback = std::function<void(Status)>;
   using WaitId = uint64_t;  // 0 is never a valid id
 
-  // Resolves opts.host (blocking, once). Connecting waits for the first request.
+  // Resolves opts.host (blocking); a name that does not resolve yet is resolved again when
+  // connecting. Connecting waits for the first request.
   static StatusOr<std::unique_ptr<AsyncStoreClient>> Create(EventLoop& loop,
                                                             const AsyncClientOptions& opts);
   ~AsyncStoreClient();
@@ -154,6 +157,8 @@ class AsyncStoreClient {
   void TryConnect();
   void OnConnectWritable();
   void OnConnectError(int err);
+  void RetryLater();  // backoff, then TryConnect; gives up at the connect deadline
+  static std::vector<Address> Resolve(const std::string& host, int port, int* gai);
   void OnConnected();
   void OnConnectDeadline();
 
@@ -205,6 +210,7 @@ class AsyncStoreClient {
   size_t rbuf_off_ = 0;
   bool got_reply_ = false;  // any reply byte on this connection (for error hints)
   bool said_unreachable_ = false;  // on_unreachable was called for the current connect
+  bool ever_connected_ = false;    // a connection was made once (on_unreachable is for the first)
 
   struct Ready {
     WaitId wait_id = 0;

@@ -434,14 +434,55 @@ TEST_F(AsyncClientTest, GetOfAMissingKeyFailsAndTheNextRequestReconnects) {
   EXPECT_EQ(after->value(), 2);
 }
 
-TEST(AsyncStoreClientCreate, RejectsBadPortAndUnknownHost) {
+TEST(AsyncStoreClientCreate, RejectsABadPort) {
   EventLoop loop;
   AsyncClientOptions o;
   o.port = 0;
   EXPECT_FALSE(AsyncStoreClient::Create(loop, o).ok());
-  o.port = 29500;
+}
+
+// A name that does not resolve yet (a pod's DNS record comes after the other pods start) is
+// retried like a refused connect until the connect deadline, with one line for the user, as
+// torch's TCPStore client retries; it used to end the agent at once.
+TEST_F(AsyncClientTest, AHostThatDoesNotResolveYetIsRetriedUntilTheConnectDeadline) {
+  AsyncClientOptions o;
   o.host = "no-such-host.invalid";
-  EXPECT_FALSE(AsyncStoreClient::Create(loop, o).ok());
+  o.port = 29500;
+  o.connect_timeout = 600ms;
+  std::vector<std::string> said;
+  o.on_unreachable = [&](const std::string& line) { said.push_back(line); };
+  auto c = Client(o);
+  ASSERT_NE(c, nullptr);
+  std::optional<Status> ping;
+  const TimePoint t0 = loop_.Now();
+  c->Ping(IntoStatus(&ping));
+  ASSERT_TRUE(RunUntil([&] { return ping.has_value(); }));
+  EXPECT_FALSE(ping->ok());
+  EXPECT_NE(ping->message().find("cannot resolve it"), std::string::npos) << ping->message();
+  EXPECT_GE(loop_.Now() - t0, 550ms);
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("cannot reach no-such-host.invalid:29500 yet (cannot resolve it: "), std::string::npos)
+      << said[0];
+}
+
+// "Retrying for up to N s" is for a server never reached: after a loss the owner reports the
+// loss (a rendezvous that lost its store ends at once; the line was false).
+TEST_F(AsyncClientTest, UnreachableIsSaidOnlyBeforeTheFirstConnection) {
+  StartServer();
+  AsyncClientOptions o;
+  o.connect_timeout = 300ms;
+  int said = 0;
+  o.on_unreachable = [&](const std::string&) { ++said; };
+  auto c = Client(o);
+  std::optional<Status> first, second;
+  c->Ping(IntoStatus(&first));
+  ASSERT_TRUE(RunUntil([&] { return first.has_value(); }));
+  ASSERT_TRUE(first->ok()) << first->message();
+  server_.reset();
+  c->Ping(IntoStatus(&second));
+  ASSERT_TRUE(RunUntil([&] { return second.has_value(); }));
+  EXPECT_FALSE(second->ok());
+  EXPECT_EQ(said, 0);
 }
 
 TEST(TunePeerSocket, KeepaliveDetectsACutLinkWithinTheOpTimeout) {
