@@ -13,6 +13,9 @@
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
 //    (listed in LoadResult::skipped, never deleted by a load) and the next older one is tried.
+//    A name that is not a regular file (a FIFO, directory, socket, device or symbolic link) is
+//    skipped the same way: candidates are opened O_NONBLOCK|O_NOFOLLOW and checked with fstat
+//    before any read, so a FIFO never blocks a load and a link is never followed.
 //    load_latest(max_step) only considers steps <= max_step (used by ranks agreeing on a step).
 //  - save_async(step, bytes) takes ownership of the buffer and returns at once when no save is in
 //    flight; with one in flight it first waits for it (double buffering: at most one buffer being

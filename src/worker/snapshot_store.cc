@@ -139,13 +139,38 @@ uint64_t NowUnixNs() {
 
 bool snapshot_compression_available() { return CTRUN_WORKER_HAVE_ZSTD != 0; }
 
+namespace {
+
+// Opens a candidate file for reading without ever blocking or following a link: a FIFO with a
+// snapshot name would block a plain open() until some writer appears (forever), and a symlink
+// could point anywhere. Returns an error text (the file is not a snapshot), or empty with *fd and
+// *size set for a regular file. O_NONBLOCK has no effect on reads of a regular file.
+std::string OpenRegular(const std::string& path, UniqueFd* fd, uint64_t* size) {
+  const int raw = RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC); });
+  if (raw < 0) {
+    if (errno == ELOOP) return "not a regular file (symbolic link, not followed)";
+    return std::string("open: ") + std::strerror(errno);
+  }
+  fd->reset(raw);
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0) return std::string("stat: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO"
+                       : S_ISSOCK(st.st_mode) ? "socket" : "device";
+    fd->reset();
+    return std::string("not a regular file (") + kind + ")";
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return {};
+}
+
+}  // namespace
+
 std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
                                  uint64_t* step_out) {
-  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
-  if (!fd) return std::string("open: ") + std::strerror(errno);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return std::string("stat: ") + std::strerror(errno);
-  const auto size = static_cast<uint64_t>(st.st_size);
+  UniqueFd fd;
+  uint64_t size = 0;
+  if (std::string e = OpenRegular(path, &fd, &size); !e.empty()) return e;
   if (size < kHeaderSize) return "truncated header (" + std::to_string(size) + " bytes)";
   unsigned char h[kHeaderSize];
   if (!ReadExactly(fd.get(), h, kHeaderSize, 0)) return "short read of header";

@@ -1,5 +1,6 @@
 // SnapshotStore: round trip, retention, corruption handling, async save, zstd, CRC32C.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "crc32c.h"
@@ -44,6 +46,21 @@ void Corrupt(const std::string& path, off_t offset) {
   c ^= 0x40;
   ASSERT_EQ(::pwrite(fd, &c, 1, offset), 1);
   ::close(fd);
+}
+
+// Runs fn in a forked child; its return value is the exit code. -1 when the child has not ended
+// by the deadline (it is then killed): a call that blocks fails the test instead of hanging it.
+int RunInChild(const std::function<int()>& fn, std::chrono::milliseconds timeout) {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(fn());
+  if (pid < 0) return -1;
+  int status = 0;
+  if (!ctrun::testing::WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST(Crc32c, KnownValuesAndHardwareMatchesSoftware) {
@@ -121,6 +138,39 @@ TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
   EXPECT_EQ(r.snapshot->step, 2u);
   EXPECT_NE(r.skipped[0].find("truncated header"), std::string::npos) << r.skipped[0];
   EXPECT_NE(r.skipped[1].find("bad magic"), std::string::npos) << r.skipped[1];
+}
+
+TEST(SnapshotStore, SkipsNamesThatAreNotRegularFilesWithoutBlocking) {
+  TempDir dir;
+  TempDir other;
+  SnapshotStore store(Opts(dir.path(), 10));
+  store.save(5, Bytes("five"));
+  ASSERT_EQ(::mkfifo(store.path_for(9).c_str(), 0644), 0);  // a plain open() blocks on it forever
+  std::filesystem::create_directory(store.path_for(8));
+  // A link to a valid snapshot of the same step elsewhere: never followed.
+  SnapshotStore elsewhere(Opts(other.path()));
+  elsewhere.save(7, Bytes("seven"));
+  std::filesystem::create_symlink(elsewhere.path_for(7), store.path_for(7));
+  // First prove in a child that neither load blocks, then check the results here.
+  const int rc = RunInChild([&] {
+    (void)store.load(9);
+    (void)store.load_latest();
+    return 0;
+  }, std::chrono::seconds(30));
+  ASSERT_EQ(rc, 0) << "a load blocked on the FIFO (or died)";
+  EXPECT_FALSE(store.load(9));
+  EXPECT_FALSE(store.load(7));
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 5u);
+  EXPECT_EQ(r.snapshot->data, Bytes("five"));
+  ASSERT_EQ(r.skipped.size(), 3u);
+  EXPECT_NE(r.skipped[0].find("not a regular file (FIFO)"), std::string::npos) << r.skipped[0];
+  EXPECT_NE(r.skipped[1].find("not a regular file (directory)"), std::string::npos) << r.skipped[1];
+  EXPECT_NE(r.skipped[2].find("symbolic link, not followed"), std::string::npos) << r.skipped[2];
+  EXPECT_EQ(r.skipped[0].rfind(store.path_for(9) + ": ", 0), 0u) << r.skipped[0];
+  // Loads leave them in place, like any other rejected file.
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{5, 7, 8, 9}));
 }
 
 TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {
