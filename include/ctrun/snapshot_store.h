@@ -8,8 +8,12 @@
 //  - Each file is a 64-byte header (magic "CTSNAP01", version, flags, step, stored length, raw
 //    length, CRC32C of the stored bytes, CRC32C of the header) followed by the stored bytes (raw,
 //    or one zstd frame when compression is on). docs/worker-library.md has the byte layout.
-//  - After a successful save only the newest `keep_last` valid snapshots are kept (by step);
-//    older ones, and temp files left by dead writers of this directory, are removed.
+//  - Retention, after a successful save of step s: snapshots of steps above s are removed (the run
+//    went back to s, by a fresh start or a resume from an older snapshot, so they are an
+//    abandoned future that a later resume must not prefer to s; their removal is durable when
+//    the save is). Of the steps below s the newest keep_last - 1 are kept, older ones removed.
+//    The snapshot just written is never removed by its own save's retention.
+//  - Temp files left by dead writers of this directory are removed when a store opens it.
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
 //    (listed in LoadResult::skipped, never deleted by a load) and the next older one is tried.
@@ -99,7 +103,7 @@ class SnapshotStore {
  private:
   struct Async;
   void write_now(uint64_t step, const void* data, size_t size);
-  void prune();
+  void prune(uint64_t step);
 
   SnapshotOptions options_;
   std::unique_ptr<Async> async_;

@@ -300,13 +300,29 @@ void SnapshotStore::write_now(uint64_t step, const void* data, size_t size) {
   std::string err = write_file_atomic(path_for(step), {{h, kHeaderSize}, {stored, stored_len}},
                                       options_.fsync);
   if (!err.empty()) throw SnapshotError("snapshot save: " + err);
-  prune();
+  prune(step);
 }
 
-void SnapshotStore::prune() {
-  std::vector<uint64_t> steps = list_steps();
-  if (steps.size() <= static_cast<size_t>(options_.keep_last)) return;
-  for (size_t i = 0; i + options_.keep_last < steps.size(); ++i) ::unlink(path_for(steps[i]).c_str());
+// Retention after the save of `step`, whose file is durable by now. Steps above it are an
+// abandoned future (the run went back to `step`: a fresh start, or a resume from an older
+// snapshot): a later resume must find `step`, not them, so they go, and their removal is made
+// durable before the save counts as done. Of the older steps the newest keep_last - 1 stay; the
+// file just written is never a candidate.
+void SnapshotStore::prune(uint64_t step) {
+  std::vector<uint64_t> older;
+  bool removed_newer = false;
+  for (uint64_t s : list_steps()) {
+    if (s > step) {
+      removed_newer |= ::unlink(path_for(s).c_str()) == 0;
+    } else if (s < step) {
+      older.push_back(s);  // ascending
+    }
+  }
+  const size_t keep_older = static_cast<size_t>(options_.keep_last) - 1;
+  for (size_t i = 0; i + keep_older < older.size(); ++i) ::unlink(path_for(older[i]).c_str());
+  if (removed_newer && options_.fsync) {
+    if (std::string err = fsync_dir(options_.dir); !err.empty()) throw SnapshotError("snapshot save: " + err);
+  }
 }
 
 std::string SnapshotStore::save(uint64_t step, const void* data, size_t size) {

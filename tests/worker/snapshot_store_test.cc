@@ -87,8 +87,8 @@ TEST(SnapshotStore, RoundTripAndNewestWins) {
   TempDir dir;
   SnapshotStore store(Opts(dir.path()));
   store.save(5, Bytes("five"));
-  store.save(12, Bytes("twelve"));
   store.save(9, Bytes("nine"));
+  store.save(12, Bytes("twelve"));  // (saved after 9: a save of 9 would supersede 12)
   LoadResult r = store.load_latest();
   ASSERT_TRUE(r.snapshot);
   EXPECT_EQ(r.snapshot->step, 12u);
@@ -109,6 +109,39 @@ TEST(SnapshotStore, KeepsOnlyTheLastK) {
   SnapshotStore store(Opts(dir.path(), 2));
   for (uint64_t s = 1; s <= 6; ++s) store.save(s * 10, Bytes("s" + std::to_string(s)));
   EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{50, 60}));
+}
+
+TEST(SnapshotStore, ASaveSupersedesHigherStepsAndNeverRemovesItself) {
+  TempDir dir;
+  {
+    SnapshotStore earlier(Opts(dir.path(), 2));  // a longer earlier run in the same directory
+    earlier.save(40, Bytes("forty"));
+    earlier.save(50, Bytes("fifty"));
+  }
+  SnapshotStore store(Opts(dir.path(), 2));  // a fresh start there
+  const std::string path = store.save(10, Bytes("ten"));
+  EXPECT_EQ(path, store.path_for(10));
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{10});  // 40 and 50: its abandoned future
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 10u);
+  EXPECT_EQ(r.snapshot->data, Bytes("ten"));
+  store.save(20, Bytes("twenty"));
+  store.save(30, Bytes("thirty"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 30}));
+  // A resume from 20 (say the other ranks lack 30), then the next save: 30 goes, 20 stays.
+  store.save(25, Bytes("twenty-five"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 25}));
+  EXPECT_EQ(store.load_latest().snapshot->data, Bytes("twenty-five"));
+  // Async saves follow the same rule; so does keep_last = 1 (only the new one stays).
+  store.save_async(21, Bytes("twenty-one"));
+  store.wait();
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 21}));
+  SnapshotStore one(Opts(dir.path(), 1));
+  one.save(3, Bytes("three"));
+  EXPECT_EQ(one.list_steps(), std::vector<uint64_t>{3});
+  EXPECT_EQ(one.load_latest().snapshot->data, Bytes("three"));
 }
 
 TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
