@@ -11,8 +11,15 @@
 //  - Retention, after a successful save of step s: snapshots of steps above s are removed (the run
 //    went back to s, by a fresh start or a resume from an older snapshot, so they are an
 //    abandoned future that a later resume must not prefer to s; their removal is durable when
-//    the save is). Of the steps below s the newest keep_last - 1 are kept, older ones removed.
-//    The snapshot just written is never removed by its own save's retention.
+//    the save is). Of the steps below s the newest keep_last - 1 valid snapshots are kept, so
+//    with the new one the newest keep_last valid snapshots remain; every name below the oldest
+//    kept one is removed, valid or not. "Valid" here is a cheap check that reads 64 bytes: a
+//    regular file (not a symlink, directory or FIFO) whose header decodes (magic, version,
+//    flags, header CRC) with its name's step and whose length matches; the payload CRC is only
+//    checked by loads. Invalid names between kept snapshots stay (loads report them) and do not
+//    count; with fewer valid snapshots than keep_last, no older name is removed; a directory of a
+//    snapshot name is never removed. The snapshot just written is never removed by its own
+//    save's retention.
 //  - Temp files left by dead writers of this directory are removed when a store opens it.
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped

@@ -164,6 +164,30 @@ std::string OpenRegular(const std::string& path, UniqueFd* fd, uint64_t* size) {
   return {};
 }
 
+// Reads and checks the header of an open regular file of `size` bytes: magic, header CRC,
+// version, flags, and a file length that matches the stored length. Error text, or empty.
+std::string ReadHeader(int fd, uint64_t size, Header* hd) {
+  if (size < kHeaderSize) return "truncated header (" + std::to_string(size) + " bytes)";
+  unsigned char h[kHeaderSize];
+  if (!ReadExactly(fd, h, kHeaderSize, 0)) return "short read of header";
+  if (std::string e = DecodeHeader(h, hd); !e.empty()) return e;
+  if (size != kHeaderSize + hd->stored_len) {
+    return "length mismatch: file has " + std::to_string(size - kHeaderSize) + " payload bytes, header says " +
+           std::to_string(hd->stored_len);
+  }
+  return {};
+}
+
+// Whether the file named for `step` looks like a valid snapshot by a cheap check (64 bytes read,
+// no payload CRC): a regular file, a well-formed header of that step and the exact length.
+// Retention counts only these, without reading gigabytes per save.
+bool LooksValid(const std::string& path, uint64_t step) {
+  UniqueFd fd;
+  uint64_t size = 0;
+  Header hd;
+  return OpenRegular(path, &fd, &size).empty() && ReadHeader(fd.get(), size, &hd).empty() && hd.step == step;
+}
+
 }  // namespace
 
 std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
@@ -171,15 +195,8 @@ std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>
   UniqueFd fd;
   uint64_t size = 0;
   if (std::string e = OpenRegular(path, &fd, &size); !e.empty()) return e;
-  if (size < kHeaderSize) return "truncated header (" + std::to_string(size) + " bytes)";
-  unsigned char h[kHeaderSize];
-  if (!ReadExactly(fd.get(), h, kHeaderSize, 0)) return "short read of header";
   Header hd;
-  if (std::string e = DecodeHeader(h, &hd); !e.empty()) return e;
-  if (size != kHeaderSize + hd.stored_len) {
-    return "length mismatch: file has " + std::to_string(size - kHeaderSize) + " payload bytes, header says " +
-           std::to_string(hd.stored_len);
-  }
+  if (std::string e = ReadHeader(fd.get(), size, &hd); !e.empty()) return e;
   std::vector<std::byte> stored(hd.stored_len);
   if (!ReadExactly(fd.get(), stored.data(), stored.size(), kHeaderSize)) return "short read of payload";
   if (crc32c(stored.data(), stored.size()) != hd.payload_crc) return "payload checksum mismatch";
@@ -306,8 +323,12 @@ void SnapshotStore::write_now(uint64_t step, const void* data, size_t size) {
 // Retention after the save of `step`, whose file is durable by now. Steps above it are an
 // abandoned future (the run went back to `step`: a fresh start, or a resume from an older
 // snapshot): a later resume must find `step`, not them, so they go, and their removal is made
-// durable before the save counts as done. Of the older steps the newest keep_last - 1 stay; the
-// file just written is never a candidate.
+// durable before the save counts as done. Of the older steps the newest keep_last - 1 VALID ones
+// stay (LooksValid: a corrupt file, a link, a directory or a FIFO with a snapshot name does not
+// count), and every name below the oldest of them goes, valid or not. An invalid name between
+// kept ones stays until it falls below them (a load reports it). With fewer valid ones than
+// that, nothing older goes. The file just written is never a candidate. unlink() leaves a
+// directory of a snapshot name in place.
 void SnapshotStore::prune(uint64_t step) {
   std::vector<uint64_t> older;
   bool removed_newer = false;
@@ -318,8 +339,16 @@ void SnapshotStore::prune(uint64_t step) {
       older.push_back(s);  // ascending
     }
   }
-  const size_t keep_older = static_cast<size_t>(options_.keep_last) - 1;
-  for (size_t i = 0; i + keep_older < older.size(); ++i) ::unlink(path_for(older[i]).c_str());
+  size_t wanted = static_cast<size_t>(options_.keep_last) - 1;
+  size_t first_kept = older.size();  // names below this index go
+  for (size_t i = older.size(); i-- > 0 && wanted > 0;) {
+    if (LooksValid(path_for(older[i]), older[i])) {
+      first_kept = i;
+      --wanted;
+    }
+  }
+  if (wanted > 0) first_kept = 0;  // fewer valid ones than keep_last - 1: keep all
+  for (size_t i = 0; i < first_kept; ++i) ::unlink(path_for(older[i]).c_str());
   if (removed_newer && options_.fsync) {
     if (std::string err = fsync_dir(options_.dir); !err.empty()) throw SnapshotError("snapshot save: " + err);
   }

@@ -144,6 +144,35 @@ TEST(SnapshotStore, ASaveSupersedesHigherStepsAndNeverRemovesItself) {
   EXPECT_EQ(one.load_latest().snapshot->data, Bytes("three"));
 }
 
+TEST(SnapshotStore, RetentionCountsOnlyValidSnapshots) {
+  TempDir dir;
+  TempDir other;
+  SnapshotStore store(Opts(dir.path(), 2));
+  store.save(10, Bytes("ten"));
+  // Names that are not valid snapshots, all newer than 10: garbage, a copy of 10 (its header
+  // names step 10), a broken symlink, a directory and a FIFO.
+  std::ofstream(store.path_for(20)) << "not a snapshot at all, but long enough to have a header..................";
+  std::filesystem::copy_file(store.path_for(10), store.path_for(24));
+  std::filesystem::create_symlink(other / "gone.ctsnap", store.path_for(21));
+  std::filesystem::create_directory(store.path_for(22));
+  ASSERT_EQ(::mkfifo(store.path_for(23).c_str(), 0644), 0);
+  store.save(30, Bytes("thirty"));
+  // keep_last = 2 valid ones: 30 and 10. The invalid names between them do not count and stay.
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{10, 20, 21, 22, 23, 24, 30}));
+  ASSERT_TRUE(store.load(10));
+  EXPECT_EQ(store.load(10)->data, Bytes("ten"));
+  // A torn newest older one does not count either: 30 is the second valid one, and everything
+  // below it goes but the directory.
+  store.save(35, Bytes("thirty-five"));
+  std::filesystem::resize_file(store.path_for(35), 64 + 3);
+  store.save(40, Bytes("forty"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{22, 30, 35, 40}));
+  LoadResult r = store.load_latest(39);
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 30u);
+  EXPECT_EQ(r.snapshot->data, Bytes("thirty"));
+}
+
 TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
   TempDir dir;
   SnapshotStore store(Opts(dir.path(), 10));
