@@ -5,6 +5,8 @@
 //    to a temp file in the same directory (".tmp-snapshot-<step>-<pid>-<n>"), is fsync'ed, renamed
 //    over the final name, and the directory is fsync'ed. A reader never sees a partial final file;
 //    a crash (even SIGKILL or power loss after the fsync) leaves either the old set or the new set.
+//    Directories the constructor creates (mkdir -p of dir) are fsync'ed into their parents at
+//    creation, so a durable snapshot's directory is durable too.
 //  - Each file is a 64-byte header (magic "CTSNAP01", version, flags, step, stored length, raw
 //    length, CRC32C of the stored bytes, CRC32C of the header) followed by the stored bytes (raw,
 //    or one zstd frame when compression is on). docs/worker-library.md has the byte layout.
@@ -57,7 +59,8 @@ class SnapshotError : public std::runtime_error {
 };
 
 struct SnapshotOptions {
-  std::string dir;              // created (with parents) if missing
+  std::string dir;              // created (with parents) if missing; each directory created is
+                                // fsync'ed into its parent (unless fsync is false)
   int keep_last = 3;            // >= 1
   int zstd_level = 0;           // 0: store raw; 1..19: zstd (throws if built without zstd)
   int zstd_workers = 0;         // zstd multithreading (0: single-threaded)

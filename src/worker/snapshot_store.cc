@@ -14,7 +14,6 @@
 #include <cstring>
 #include <exception>
 #include <cstdio>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -248,9 +247,10 @@ SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(optio
 #endif
   if (std::string why = PlantedSymlink(options_.dir); !why.empty())
     throw SnapshotError("snapshot directory " + options_.dir + " not followed: " + why);
-  std::error_code ec;
-  std::filesystem::create_directories(options_.dir, ec);
-  if (ec) throw SnapshotError("create " + options_.dir + ": " + ec.message());
+  // Durable like the snapshots it will hold: each directory created here is fsync'ed into its
+  // parent (wait() promises a durable snapshot, which needs its directory's entry too).
+  if (std::string err = make_dirs(options_.dir, options_.fsync); !err.empty())
+    throw SnapshotError("create " + options_.dir + ": " + err);
   // Temp files of writers that died mid-save ("<prefix>snapshot-<step>.ctsnap-<pid>-<n>").
   const std::string tmp_prefix = std::string(kTempPrefix) + kFilePrefix;
   for (const std::string& name : ListDir(options_.dir)) {

@@ -83,6 +83,37 @@ TEST(SnapshotStore, EmptyDirectoryLoadsNothing) {
   EXPECT_TRUE(std::filesystem::is_directory(dir / "snaps"));  // created
 }
 
+// Under strace: every directory the store creates is followed by an fsync of its parent.
+TEST(SnapshotStore, CreatedDirectoriesAreFsyncedIntoTheirParents) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace not installed";
+  TempDir dir;
+  const std::string root = std::filesystem::canonical(dir.path()).string();
+  std::filesystem::create_directory(root + "/a");  // exists: must not need an fsync
+  const std::string trace = root + "/trace";
+  auto r = ctrun::testing::RunCommand({"/usr/bin/strace", "-f", "-qq", "-y", "-e", "trace=mkdir,mkdirat,fsync", "-o",
+                                       trace, WORKER_HELPER, "snapshot-open", root + "/a/b/c/d"});
+  if (r.exit_code != 0 && r.err.find("ptrace") != std::string::npos) GTEST_SKIP() << "no ptrace here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::filesystem::is_directory(root + "/a/b/c/d"));
+  const std::vector<std::string> lines = ctrun::testing::SplitLines(ctrun::testing::ReadFileOr(trace));
+  auto find_from = [&](size_t from, const std::string& a, const std::string& b) {
+    for (size_t i = from; i < lines.size(); ++i)
+      if (lines[i].find(a) != std::string::npos && lines[i].find(b) != std::string::npos) return i;
+    return lines.size();
+  };
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  const std::vector<std::pair<std::string, std::string>> created{
+      {root + "/a/b", root + "/a"}, {root + "/a/b/c", root + "/a/b"}, {root + "/a/b/c/d", root + "/a/b/c"}};
+  for (const auto& [child, parent] : created) {
+    const size_t made = find_from(0, "mkdir", "\"" + child + "\", 0777) = 0");
+    ASSERT_LT(made, lines.size()) << child << " not created in:\n" << all;
+    EXPECT_LT(find_from(made + 1, "fsync(", "<" + parent + ">) = 0"), lines.size())
+        << parent << " not fsync'ed after creating " << child << " in:\n" << all;
+  }
+  EXPECT_EQ(find_from(0, "fsync(", "<" + root + ">"), lines.size()) << "an existing parent fsync'ed:\n" << all;
+}
+
 TEST(SnapshotStore, RoundTripAndNewestWins) {
   TempDir dir;
   SnapshotStore store(Opts(dir.path()));
