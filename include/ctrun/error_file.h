@@ -4,7 +4,10 @@
 // fsync of the directory), the JSON that torch's ErrorHandler writes and ProcessFailure reads:
 //   {"message": {"message": "<message>",
 //                "extraInfo": {"py_callstack": "<callstack>", "timestamp": "<epoch seconds>"}}}
-// to $TORCHELASTIC_ERROR_FILE (or to an explicit path). The timestamp is an integer written as a
+// to $TORCHELASTIC_ERROR_FILE (or to an explicit path). With an empty callstack the
+// "py_callstack" key is left out: torch's reader (ChildFailedError) shows py_callstack whenever
+// the key exists, so an empty one would print an empty traceback, and falls back to the message
+// only when the key is missing (ctrun's reader does the same). The timestamp is an integer written as a
 // string, as the Python reader requires. extraInfo also carries "ctrun_timestamp_ns" (epoch
 // nanoseconds, a string; torch ignores it): ctrun orders failures that happen within the same
 // second by it, so the rank that failed first is named as the root cause, not a peer that died of

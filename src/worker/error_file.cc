@@ -106,9 +106,15 @@ std::string error_file_json(const std::string& message, const std::string& calls
   if (timestamp_ns < 0) timestamp_ns = static_cast<long long>(timestamp) * 1000000000LL;
   std::string out = "{\"message\": {\"message\": ";
   AppendJsonString(&out, message);
-  out += ", \"extraInfo\": {\"py_callstack\": ";
-  AppendJsonString(&out, callstack);
-  out += ", \"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"";
+  out += ", \"extraInfo\": {";
+  // No callstack, no key: torch's reader shows py_callstack whenever the key exists (an empty one
+  // is an empty traceback) and falls back to the message only when it is missing.
+  if (!callstack.empty()) {
+    out += "\"py_callstack\": ";
+    AppendJsonString(&out, callstack);
+    out += ", ";
+  }
+  out += "\"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"";
   out += ", \"ctrun_timestamp_ns\": \"" + std::to_string(timestamp_ns) + "\"}}}\n";
   return out;
 }

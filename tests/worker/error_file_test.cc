@@ -27,6 +27,32 @@ TEST(ErrorFile, JsonHasTorchelasticShape) {
   EXPECT_EQ(precise["message"]["extraInfo"]["ctrun_timestamp_ns"], "1700000000123456789");
 }
 
+TEST(ErrorFile, NoCallstackLeavesOutThePyCallstackKey) {
+  auto j = nlohmann::json::parse(error_file_json("RuntimeError: no stack here", "", 1700000000));
+  EXPECT_EQ(j["message"]["message"], "RuntimeError: no stack here");
+  EXPECT_FALSE(j["message"]["extraInfo"].contains("py_callstack")) << j.dump();
+  EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "1700000000");
+  EXPECT_EQ(j["message"]["extraInfo"]["ctrun_timestamp_ns"], "1700000000000000000");
+}
+
+// torch's ChildFailedError prints py_callstack when the key exists, else the message.
+TEST(ErrorFile, TorchShowsTheMessageWhenThereIsNoCallstack) {
+  TempDir dir;
+  const std::string path = dir / "error.json";
+  ASSERT_TRUE(record_error_to(path, "RuntimeError: no stack here"));
+  const std::string py =
+      "import sys\n"
+      "from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure\n"
+      "f = ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=sys.argv[1])\n"
+      "print(ChildFailedError('train', {0: f}).format_msg())\n";
+  auto r = RunCommand({"/usr/bin/python3", "-c", py, path}, {}, std::chrono::seconds(60));
+  if (r.exit_code != 0 && r.err.find("No module named 'torch'") != std::string::npos) {
+    GTEST_SKIP() << "Debian python3-torch not installed";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("traceback : RuntimeError: no stack here"), std::string::npos) << r.out;
+}
+
 TEST(ErrorFile, EscapesControlQuotesAndInvalidUtf8) {
   const std::string nasty = std::string("q\"b\\s\x01\x7f tab\t \xc3\xa9 bad:\xff\xc3 end");
   const std::string doc = error_file_json(nasty, "", 1);
