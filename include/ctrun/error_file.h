@@ -14,6 +14,12 @@
 // "connection closed" a millisecond later. A reader never sees a partial file. Without
 // TORCHELASTIC_ERROR_FILE (or with it empty) record_error() does nothing and returns false.
 // record_error() never throws; it returns whether the file was written.
+// Size: message and callstack are each capped at kMaxErrorTextBytes; a longer one keeps its head
+// and its tail (cut on UTF-8 character boundaries) around "\n... [<n> bytes cut] ...\n", n the
+// bytes left out. JSON escaping makes a byte at most 6 ("\u0001"), so the whole file stays under
+// 800 KB, inside the 1 MiB that ctrun (and a sane reader) reads of an error file; uncapped, a
+// message over ~512 KB, written twice (message and the callstack's last line), made ctrun drop
+// the file and its message.
 //
 // install_terminate_handler() makes an uncaught C++ exception (or std::terminate) record
 // "<demangled type>: <what()>" with a native backtrace as the callstack, then chain to the
@@ -21,12 +27,15 @@
 // Python's @record: it runs fn, and on an exception records it and returns 1.
 #pragma once
 
+#include <cstddef>
 #include <ctime>
 #include <exception>
 #include <functional>
 #include <string>
 
 namespace ctrun::worker {
+
+inline constexpr size_t kMaxErrorTextBytes = 64 * 1024;
 
 // The JSON document, for tests and for callers that want to write it elsewhere.
 // timestamp_ns < 0: derived from timestamp (whole seconds).
