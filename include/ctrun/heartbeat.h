@@ -3,7 +3,9 @@
 // Contract: heartbeat() is a no-op (a few nanoseconds) unless the launcher asked for beats through
 // one of these variables, read once on the first call:
 //   CTRUN_HEARTBEAT_FD=<n>     an inherited, writable fd (ctrun gives a datagram socket; a pipe,
-//                              FIFO or stream socket works too): each beat writes one line
+//                              FIFO or stream socket works too; fstat decides, and any other kind
+//                              of fd, a regular file included, is treated like a closed one: not
+//                              used): each beat writes one line
 //                              "<step> <unix_time_ns>\n" (< PIPE_BUF, so atomic on a pipe). The
 //                              reader takes the first field as the step and ignores the rest, so
 //                              "<step>\n" alone is a valid beat (what a Python worker writes). The
@@ -17,7 +19,10 @@
 // The step is what the caller passes, or for heartbeat() the beat counter: 1, 2, ... per process
 // (a restarted worker starts again at 1). Pass the training step (global, resumed from the
 // checkpoint) when there is one: ctrun reports the last step of a hung rank and compares steps
-// across restarts to tell a crash loop from progress. When FD is set it wins over FILE. Errors
+// across restarts to tell a crash loop from progress. When FD is set it wins over FILE (an FD that
+// is closed or not a pipe, FIFO or socket counts as unset). The fd is made CLOEXEC, so a child
+// process inherits the variable but not the fd; when the child's own open() reuses the number,
+// the fd check keeps beats out of that file. Errors
 // (EBADF, ENOSPC, a closed reader) disable beats for the rest of the process silently: heartbeats
 // must never kill training. Thread-safe.
 // The launcher decides how long a worker may go without a beat; a worker should beat at least once

@@ -5,14 +5,30 @@
 //    to a temp file in the same directory (".tmp-snapshot-<step>-<pid>-<n>"), is fsync'ed, renamed
 //    over the final name, and the directory is fsync'ed. A reader never sees a partial final file;
 //    a crash (even SIGKILL or power loss after the fsync) leaves either the old set or the new set.
+//    Directories the constructor creates (mkdir -p of dir) are fsync'ed into their parents at
+//    creation, so a durable snapshot's directory is durable too.
 //  - Each file is a 64-byte header (magic "CTSNAP01", version, flags, step, stored length, raw
 //    length, CRC32C of the stored bytes, CRC32C of the header) followed by the stored bytes (raw,
 //    or one zstd frame when compression is on). docs/worker-library.md has the byte layout.
-//  - After a successful save only the newest `keep_last` valid snapshots are kept (by step);
-//    older ones, and temp files left by dead writers of this directory, are removed.
+//  - Retention, after a successful save of step s: snapshots of steps above s are removed (the run
+//    went back to s, by a fresh start or a resume from an older snapshot, so they are an
+//    abandoned future that a later resume must not prefer to s; their removal is durable when
+//    the save is). Of the steps below s the newest keep_last - 1 valid snapshots are kept, so
+//    with the new one the newest keep_last valid snapshots remain; every name below the oldest
+//    kept one is removed, valid or not. "Valid" here is a cheap check that reads 64 bytes: a
+//    regular file (not a symlink, directory or FIFO) whose header decodes (magic, version,
+//    flags, header CRC) with its name's step and whose length matches; the payload CRC is only
+//    checked by loads. Invalid names between kept snapshots stay (loads report them) and do not
+//    count; with fewer valid snapshots than keep_last, no older name is removed; a directory of a
+//    snapshot name is never removed. The snapshot just written is never removed by its own
+//    save's retention.
+//  - Temp files left by dead writers of this directory are removed when a store opens it.
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
 //    (listed in LoadResult::skipped, never deleted by a load) and the next older one is tried.
+//    A name that is not a regular file (a FIFO, directory, socket, device or symbolic link) is
+//    skipped the same way: candidates are opened O_NONBLOCK|O_NOFOLLOW and checked with fstat
+//    before any read, so a FIFO never blocks a load and a link is never followed.
 //    load_latest(max_step) only considers steps <= max_step (used by ranks agreeing on a step).
 //  - save_async(step, bytes) takes ownership of the buffer and returns at once when no save is in
 //    flight; with one in flight it first waits for it (double buffering: at most one buffer being
@@ -43,7 +59,8 @@ class SnapshotError : public std::runtime_error {
 };
 
 struct SnapshotOptions {
-  std::string dir;              // created (with parents) if missing
+  std::string dir;              // created (with parents) if missing; each directory created is
+                                // fsync'ed into its parent (unless fsync is false)
   int keep_last = 3;            // >= 1
   int zstd_level = 0;           // 0: store raw; 1..19: zstd (throws if built without zstd)
   int zstd_workers = 0;         // zstd multithreading (0: single-threaded)
@@ -96,7 +113,7 @@ class SnapshotStore {
  private:
   struct Async;
   void write_now(uint64_t step, const void* data, size_t size);
-  void prune();
+  void prune(uint64_t step);
 
   SnapshotOptions options_;
   std::unique_ptr<Async> async_;

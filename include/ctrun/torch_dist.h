@@ -7,7 +7,11 @@
 //    client of MASTER_ADDR:MASTER_PORT (the agent hosts it) and the store is wrapped in
 //    PrefixStore("/worker/attempt_<restart_count>") so keys of earlier attempts never collide.
 //    Otherwise rank 0 hosts a multi-tenant TCPStore server on MASTER_PORT and the others connect.
-//    Both wait for all WORLD_SIZE ranks to connect (or throw after `timeout`).
+//    As in torch 1.13: a client retries its connection until `timeout` and then throws; once
+//    connected, every rank checks in (increments the store's init key), and the rank hosting the
+//    server then waits until all WORLD_SIZE ranks have checked in, or until `timeout` has passed,
+//    and RETURNS either way (no throw: a rank that never came shows up later, as a timeout of the
+//    process group's first collective). Clients do not wait for the other ranks.
 //  - init_distributed(env): make_store + a process group over PrefixStore("default_pg/", store):
 //    gloo (tensors on CPU), or NCCL when LibTorch was built with it and CUDA is available
 //    (backend "auto"). Throws c10::Error / std::runtime_error on failure.

@@ -8,6 +8,11 @@
 //    "scheduler_step_count" (for any torch::optim::LRScheduler), "rng_cpu" (the default CPU
 //    generator state), "progress" (epoch, step, samples_seen) and an optional user archive
 //    "extra". deserialize_training_state() restores all of them in place and returns the progress.
+//    Before it loads anything it checks every parameter and buffer of the model against the
+//    snapshot (as Python's load_state_dict does, strictly): a tensor that is missing or whose shape
+//    or dtype differs throws SnapshotError, e.g. "snapshot does not fit the model: size mismatch
+//    for fc1.weight: shape [64, 4] in the snapshot, [32, 4] in the model", and the model is left
+//    as it was. (LibTorch's Module::load alone would replace the tensors whatever their shape.)
 //  - save_training_snapshot(store, state, progress, async): serializes on the calling thread (the
 //    only part that must see a consistent model), then hands the bytes to the store, in the
 //    background when async (see SnapshotStore::save_async for the at-most-one-in-flight rule).
@@ -17,6 +22,9 @@
 //    repeat with lower bounds until all hold the same step (or none: fresh start, nullopt). Ranks
 //    with newer snapshots (a crash between ranks' saves) thus fall back to the common one. All
 //    ranks must call it collectively. With pg == nullptr it just loads the newest valid one.
+//    An agreed snapshot that does not fit the model is not loaded: the SnapshotError above is
+//    rethrown with the snapshot's path in front (no fallback to an older snapshot or a fresh
+//    start, whose next save would remove it). Ranks with the same model all throw.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>

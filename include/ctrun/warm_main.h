@@ -22,6 +22,13 @@
 // with the server (a copy-on-write storm at every exit).
 // With ctrun::worker_torch (CTRUN_WITH_TORCH), LibTorch's default CPU generator is reseeded from
 // fresh entropy in every worker, as a fresh process seeds it at its first use.
+// NOT as in a cold process: static initialisers (everything that runs before main) ran ONCE, in
+// the server, before any worker existed, and every rank of every attempt inherits their results.
+// A static std::mt19937 seeded from std::random_device has the same state in all of them, and
+// getenv() during static initialisation read the server's environment: the variables common to
+// the node's first-attempt workers, so RANK, LOCAL_RANK and the like were unset there (or, with
+// one worker per node, attempt 0's values), never this worker's. Seed generators and read the
+// launcher's variables in train_main (or lazily, on first use after it started), not in statics.
 // Plain C++: no LibTorch needed (target ctrun::worker).
 #pragma once
 

@@ -52,6 +52,31 @@ std::string fsync_dir(const std::string& dir) {
   return {};
 }
 
+std::string make_dirs(const std::string& dir, bool durable) {
+  if (dir.empty()) return "mkdir: empty directory name";
+  std::string path = dir[0] == '/' ? "/" : "";  // the components made so far
+  for (size_t pos = 0; pos < dir.size();) {
+    size_t slash = dir.find('/', pos);
+    if (slash == std::string::npos) slash = dir.size();
+    const std::string component = dir.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (component.empty()) continue;  // a leading, doubled or trailing '/'
+    const std::string parent = path.empty() ? "." : path;
+    path = path.empty() ? component : path == "/" ? "/" + component : path + "/" + component;
+    if (::mkdir(path.c_str(), 0777) == 0) {
+      if (durable) {
+        if (std::string err = fsync_dir(parent); !err.empty()) return err;
+      }
+      continue;
+    }
+    if (errno != EEXIST) return ErrnoText("mkdir", path, errno);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return ErrnoText("stat", path, errno);
+    if (!S_ISDIR(st.st_mode)) return ErrnoText("mkdir", path, ENOTDIR);
+  }
+  return {};
+}
+
 std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
                               bool durable) {
   static std::atomic<unsigned> counter{0};

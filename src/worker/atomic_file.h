@@ -29,6 +29,12 @@ std::string write_file_atomic(const std::string& path, std::initializer_list<Con
 std::string read_whole_file(const std::string& path, std::vector<std::byte>* out);
 // fsync of a directory; error text or empty.
 std::string fsync_dir(const std::string& dir);
+// mkdir -p that makes what it creates durable: right after each mkdir that creates a component,
+// the component's parent is fsync'ed (once), so the new entry survives a crash as the files later
+// made durable inside it do. Components that exist are left alone (one that is not a directory
+// is an error: ENOTDIR); a concurrent creator is fine (EEXIST). durable=false skips the fsyncs.
+// Mode 0777 & ~umask, as mkdir -p. Error text ("mkdir <path>: Permission denied"), or empty.
+std::string make_dirs(const std::string& dir, bool durable = true);
 std::string dir_of(const std::string& path);
 std::string base_of(const std::string& path);
 

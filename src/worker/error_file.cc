@@ -72,6 +72,22 @@ void AppendJsonString(std::string* out, const std::string& s) {
   out->push_back('"');
 }
 
+bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xc0) == 0x80; }
+
+// s itself when it fits kMaxErrorTextBytes; else its head and tail around a marker that says how
+// many bytes were cut, both cut on a UTF-8 character boundary (a character of at most 4 bytes is
+// never split, so valid UTF-8 stays valid), the whole at most kMaxErrorTextBytes.
+std::string CapErrorText(const std::string& s) {
+  if (s.size() <= kMaxErrorTextBytes) return s;
+  constexpr size_t kMarkerRoom = 64;  // "\n... [<up to 20 digits> bytes cut] ...\n" is 42 bytes
+  const size_t half = (kMaxErrorTextBytes - kMarkerRoom) / 2;
+  size_t head = half;  // bytes kept at the front: s[head] must start a character
+  for (int k = 0; k < 3 && head > 0 && IsUtf8Continuation(s[head]); ++k) --head;
+  size_t tail = s.size() - half;  // first byte kept at the back: must start a character
+  for (int k = 0; k < 3 && tail < s.size() && IsUtf8Continuation(s[tail]); ++k) ++tail;
+  return s.substr(0, head) + "\n... [" + std::to_string(tail - head) + " bytes cut] ...\n" + s.substr(tail);
+}
+
 std::string Demangle(const char* name) {
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(name, nullptr, nullptr, &status),
@@ -105,10 +121,16 @@ std::string error_file_json(const std::string& message, const std::string& calls
                             std::time_t timestamp, long long timestamp_ns) {
   if (timestamp_ns < 0) timestamp_ns = static_cast<long long>(timestamp) * 1000000000LL;
   std::string out = "{\"message\": {\"message\": ";
-  AppendJsonString(&out, message);
-  out += ", \"extraInfo\": {\"py_callstack\": ";
-  AppendJsonString(&out, callstack);
-  out += ", \"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"";
+  AppendJsonString(&out, CapErrorText(message));
+  out += ", \"extraInfo\": {";
+  // No callstack, no key: torch's reader shows py_callstack whenever the key exists (an empty one
+  // is an empty traceback) and falls back to the message only when it is missing.
+  if (!callstack.empty()) {
+    out += "\"py_callstack\": ";
+    AppendJsonString(&out, CapErrorText(callstack));
+    out += ", ";
+  }
+  out += "\"timestamp\": \"" + std::to_string(static_cast<long long>(timestamp)) + "\"";
   out += ", \"ctrun_timestamp_ns\": \"" + std::to_string(timestamp_ns) + "\"}}}\n";
   return out;
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,21 +39,33 @@ State& GetState() {
   return *s;
 }
 
+// How beats go out through an inherited fd: kSocket (what ctrun gives: a datagram socket) takes
+// one send(MSG_NOSIGNAL) per beat, kFd (a pipe or FIFO) a write with the SIGPIPE dance in Beat.
+// Anything else is kOff: a closed fd, and a regular file, tty or device, which is never a
+// launcher's channel. It can be a stranger's: a child process inherits the variable but not the
+// fd (FD_CLOEXEC, set below), and its own first open() may reuse the number; beats must not be
+// written into that file.
+Mode InheritedFdMode(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Mode::kOff;
+  if (S_ISSOCK(st.st_mode)) return Mode::kSocket;
+  if (S_ISFIFO(st.st_mode)) return Mode::kFd;
+  return Mode::kOff;
+}
+
 void Init(State& s) {
   s.initialized = true;
   if (const char* fd_env = std::getenv("CTRUN_HEARTBEAT_FD"); fd_env && *fd_env) {
     int fd = -1;
     auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
-    if (ec == std::errc() && *p == '\0' && fd >= 0 && ::fcntl(fd, F_GETFD) != -1) {
+    // An unusable fd is treated as an absent one, as a closed fd always was.
+    if (const Mode mode = ec == std::errc() && *p == '\0' && fd >= 0 ? InheritedFdMode(fd) : Mode::kOff;
+        mode != Mode::kOff) {
       // Keep it away from our own children (dataloaders, compilers) and never block training.
       ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       s.fd = fd;
-      // A socket (what ctrun gives) takes one send(MSG_NOSIGNAL) per beat; a pipe needs the
-      // SIGPIPE dance below.
-      int type = 0;
-      socklen_t len = sizeof type;
-      s.mode = ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 ? Mode::kSocket : Mode::kFd;
+      s.mode = mode;
       return;
     }
   }

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <exception>
 #include <cstdio>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -139,22 +138,64 @@ uint64_t NowUnixNs() {
 
 bool snapshot_compression_available() { return CTRUN_WORKER_HAVE_ZSTD != 0; }
 
-std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
-                                 uint64_t* step_out) {
-  UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
-  if (!fd) return std::string("open: ") + std::strerror(errno);
+namespace {
+
+// Opens a candidate file for reading without ever blocking or following a link: a FIFO with a
+// snapshot name would block a plain open() until some writer appears (forever), and a symlink
+// could point anywhere. Returns an error text (the file is not a snapshot), or empty with *fd and
+// *size set for a regular file. O_NONBLOCK has no effect on reads of a regular file.
+std::string OpenRegular(const std::string& path, UniqueFd* fd, uint64_t* size) {
+  const int raw = RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC); });
+  if (raw < 0) {
+    if (errno == ELOOP) return "not a regular file (symbolic link, not followed)";
+    return std::string("open: ") + std::strerror(errno);
+  }
+  fd->reset(raw);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return std::string("stat: ") + std::strerror(errno);
-  const auto size = static_cast<uint64_t>(st.st_size);
+  if (::fstat(fd->get(), &st) != 0) return std::string("stat: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO"
+                       : S_ISSOCK(st.st_mode) ? "socket" : "device";
+    fd->reset();
+    return std::string("not a regular file (") + kind + ")";
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return {};
+}
+
+// Reads and checks the header of an open regular file of `size` bytes: magic, header CRC,
+// version, flags, and a file length that matches the stored length. Error text, or empty.
+std::string ReadHeader(int fd, uint64_t size, Header* hd) {
   if (size < kHeaderSize) return "truncated header (" + std::to_string(size) + " bytes)";
   unsigned char h[kHeaderSize];
-  if (!ReadExactly(fd.get(), h, kHeaderSize, 0)) return "short read of header";
-  Header hd;
-  if (std::string e = DecodeHeader(h, &hd); !e.empty()) return e;
-  if (size != kHeaderSize + hd.stored_len) {
+  if (!ReadExactly(fd, h, kHeaderSize, 0)) return "short read of header";
+  if (std::string e = DecodeHeader(h, hd); !e.empty()) return e;
+  if (size != kHeaderSize + hd->stored_len) {
     return "length mismatch: file has " + std::to_string(size - kHeaderSize) + " payload bytes, header says " +
-           std::to_string(hd.stored_len);
+           std::to_string(hd->stored_len);
   }
+  return {};
+}
+
+// Whether the file named for `step` looks like a valid snapshot by a cheap check (64 bytes read,
+// no payload CRC): a regular file, a well-formed header of that step and the exact length.
+// Retention counts only these, without reading gigabytes per save.
+bool LooksValid(const std::string& path, uint64_t step) {
+  UniqueFd fd;
+  uint64_t size = 0;
+  Header hd;
+  return OpenRegular(path, &fd, &size).empty() && ReadHeader(fd.get(), size, &hd).empty() && hd.step == step;
+}
+
+}  // namespace
+
+std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
+                                 uint64_t* step_out) {
+  UniqueFd fd;
+  uint64_t size = 0;
+  if (std::string e = OpenRegular(path, &fd, &size); !e.empty()) return e;
+  Header hd;
+  if (std::string e = ReadHeader(fd.get(), size, &hd); !e.empty()) return e;
   std::vector<std::byte> stored(hd.stored_len);
   if (!ReadExactly(fd.get(), stored.data(), stored.size(), kHeaderSize)) return "short read of payload";
   if (crc32c(stored.data(), stored.size()) != hd.payload_crc) return "payload checksum mismatch";
@@ -206,9 +247,10 @@ SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(optio
 #endif
   if (std::string why = PlantedSymlink(options_.dir); !why.empty())
     throw SnapshotError("snapshot directory " + options_.dir + " not followed: " + why);
-  std::error_code ec;
-  std::filesystem::create_directories(options_.dir, ec);
-  if (ec) throw SnapshotError("create " + options_.dir + ": " + ec.message());
+  // Durable like the snapshots it will hold: each directory created here is fsync'ed into its
+  // parent (wait() promises a durable snapshot, which needs its directory's entry too).
+  if (std::string err = make_dirs(options_.dir, options_.fsync); !err.empty())
+    throw SnapshotError("create " + options_.dir + ": " + err);
   // Temp files of writers that died mid-save ("<prefix>snapshot-<step>.ctsnap-<pid>-<n>").
   const std::string tmp_prefix = std::string(kTempPrefix) + kFilePrefix;
   for (const std::string& name : ListDir(options_.dir)) {
@@ -275,13 +317,41 @@ void SnapshotStore::write_now(uint64_t step, const void* data, size_t size) {
   std::string err = write_file_atomic(path_for(step), {{h, kHeaderSize}, {stored, stored_len}},
                                       options_.fsync);
   if (!err.empty()) throw SnapshotError("snapshot save: " + err);
-  prune();
+  prune(step);
 }
 
-void SnapshotStore::prune() {
-  std::vector<uint64_t> steps = list_steps();
-  if (steps.size() <= static_cast<size_t>(options_.keep_last)) return;
-  for (size_t i = 0; i + options_.keep_last < steps.size(); ++i) ::unlink(path_for(steps[i]).c_str());
+// Retention after the save of `step`, whose file is durable by now. Steps above it are an
+// abandoned future (the run went back to `step`: a fresh start, or a resume from an older
+// snapshot): a later resume must find `step`, not them, so they go, and their removal is made
+// durable before the save counts as done. Of the older steps the newest keep_last - 1 VALID ones
+// stay (LooksValid: a corrupt file, a link, a directory or a FIFO with a snapshot name does not
+// count), and every name below the oldest of them goes, valid or not. An invalid name between
+// kept ones stays until it falls below them (a load reports it). With fewer valid ones than
+// that, nothing older goes. The file just written is never a candidate. unlink() leaves a
+// directory of a snapshot name in place.
+void SnapshotStore::prune(uint64_t step) {
+  std::vector<uint64_t> older;
+  bool removed_newer = false;
+  for (uint64_t s : list_steps()) {
+    if (s > step) {
+      removed_newer |= ::unlink(path_for(s).c_str()) == 0;
+    } else if (s < step) {
+      older.push_back(s);  // ascending
+    }
+  }
+  size_t wanted = static_cast<size_t>(options_.keep_last) - 1;
+  size_t first_kept = older.size();  // names below this index go
+  for (size_t i = older.size(); i-- > 0 && wanted > 0;) {
+    if (LooksValid(path_for(older[i]), older[i])) {
+      first_kept = i;
+      --wanted;
+    }
+  }
+  if (wanted > 0) first_kept = 0;  // fewer valid ones than keep_last - 1: keep all
+  for (size_t i = 0; i < first_kept; ++i) ::unlink(path_for(older[i]).c_str());
+  if (removed_newer && options_.fsync) {
+    if (std::string err = fsync_dir(options_.dir); !err.empty()) throw SnapshotError("snapshot save: " + err);
+  }
 }
 
 std::string SnapshotStore::save(uint64_t step, const void* data, size_t size) {

@@ -202,6 +202,51 @@ int64_t ReadInt(torch::serialize::InputArchive& a, const std::string& key) {
   return v.toInt();
 }
 
+std::string ShapeText(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+// Why `saved` (read from the archive under `name`) cannot be loaded into `current`, or empty.
+std::string TensorMismatch(const std::string& name, const at::Tensor& saved, const at::Tensor& current) {
+  if (saved.sizes() != current.sizes()) {
+    return "size mismatch for " + name + ": shape " + ShapeText(saved.sizes()) + " in the snapshot, " +
+           ShapeText(current.sizes()) + " in the model";
+  }
+  if (saved.scalar_type() != current.scalar_type()) {
+    return "dtype mismatch for " + name + ": " + std::string(c10::toString(saved.scalar_type())) +
+           " in the snapshot, " + std::string(c10::toString(current.scalar_type())) + " in the model";
+  }
+  return {};
+}
+
+// Module::load replaces each tensor with the archived one (Tensor::set_) whatever its shape, so
+// a snapshot of another model would load silently. This walks the module tree as Module::load
+// does (own parameters, own buffers, then each serializable child's sub-archive) and throws
+// SnapshotError for the first tensor that is missing or differs in shape or dtype, before
+// anything is changed. Names are dotted paths ("fc1.weight"), as in named_parameters().
+void CheckFits(const torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix) {
+  auto check = [&](const std::string& key, const at::Tensor& current, bool is_buffer) {
+    at::Tensor saved;  // undefined: try_read hands over the archived tensor without touching ours
+    if (!archive.try_read(key, saved, is_buffer)) {
+      throw SnapshotError("snapshot does not fit the model: it has no " +
+                          std::string(is_buffer ? "buffer " : "parameter ") + prefix + key);
+    }
+    if (std::string why = TensorMismatch(prefix + key, saved, current); !why.empty())
+      throw SnapshotError("snapshot does not fit the model: " + why);
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value(), false);
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value(), true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive sub;
+    if (!archive.try_read(child.key(), sub))
+      throw SnapshotError("snapshot does not fit the model: it has no module " + prefix + child.key());
+    CheckFits(*child.value(), sub, prefix + child.key() + ".");
+  }
+}
+
 }  // namespace
 
 std::vector<std::byte> serialize_training_state(const TrainState& state, const TrainProgress& progress) {
@@ -253,6 +298,7 @@ TrainProgress deserialize_training_state(const TrainState& state, const std::vec
   root.load_from(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   torch::serialize::InputArchive model;
   root.read("model", model);
+  CheckFits(*state.model, model, "");  // throws before anything is loaded
   state.model->load(model);
   if (state.optimizer) {
     torch::serialize::InputArchive opt;
@@ -325,7 +371,16 @@ std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, cons
     }
     const int64_t have = candidate ? 1 : 0;
     const int64_t all_have = pg ? all_reduce_int(*pg, have, c10d::ReduceOp::MIN) : have;
-    if (all_have == 1) return deserialize_training_state(state, candidate->data);
+    if (all_have == 1) {
+      // A snapshot of another model (shapes, dtypes) is not loaded and not skipped: falling back
+      // to an older one or a fresh start would let the next save remove it (a save supersedes
+      // newer steps), so the caller must decide (another snapshot directory, or the right model).
+      try {
+        return deserialize_training_state(state, candidate->data);
+      } catch (const SnapshotError& e) {
+        throw SnapshotError(candidate->path + ": " + e.what());
+      }
+    }
     // Some rank lacks `agreed` (kept fewer, or its copy is corrupt): look below it.
     if (agreed == 0) return std::nullopt;
     bound = static_cast<uint64_t>(agreed - 1);

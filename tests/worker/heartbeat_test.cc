@@ -1,5 +1,6 @@
 // Heartbeats: off by default; FILE and FD modes write the documented records.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,19 +36,46 @@ TEST(Heartbeat, FileModeRewritesOneFixedWidthRecord) {
   EXPECT_NEAR(ns / 1e9, static_cast<double>(std::time(nullptr)), 60.0);
 }
 
+// All that is buffered in a non-blocking fd now (the writer has exited).
+std::string Drain(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
 TEST(Heartbeat, FdModeWritesOneLinePerBeat) {
   TempDir dir;
-  const std::string path = dir / "hb.log";
-  // The helper inherits fd 9 -> the log file (a pipe in the real agent; a file works the same).
+  const std::string path = dir / "hb.fifo";
+  // The helper inherits fd 9 -> a FIFO whose read end the test holds (ctrun gives a socket; a
+  // pipe or FIFO works the same). Opening the read end non-blocking lets the shell's open for
+  // writing proceed at once; 3 short lines fit the pipe buffer.
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
   auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat 3", WORKER_HELPER},
                {"CTRUN_HEARTBEAT_FD=9"});
+  const std::string beats = Drain(reader);
+  ::close(reader);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "3\n");
-  auto lines = ctrun::testing::SplitLines(ReadFileOr(path));
+  auto lines = ctrun::testing::SplitLines(beats);
   ASSERT_EQ(lines.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(std::regex_match(lines[i], std::regex(std::to_string(i + 1) + " [0-9]+"))) << lines[i];
   }
+}
+
+// A regular file is never a launcher's channel: it is what a child process that inherited the
+// variable but not the (CLOEXEC) fd finds at that number after its own first open().
+TEST(Heartbeat, RegularFileFdIsNotWrittenTo) {
+  TempDir dir;
+  const std::string path = dir / "unrelated.txt";
+  auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat 3", WORKER_HELPER},
+                      {"CTRUN_HEARTBEAT_FD=9", "CTRUN_HEARTBEAT_FILE="});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0\n");  // disabled
+  EXPECT_EQ(ReadFileOr(path, "missing"), "");
 }
 
 TEST(Heartbeat, ClosedPipeReaderDoesNotKillTheWorker) {

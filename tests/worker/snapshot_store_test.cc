@@ -1,5 +1,6 @@
 // SnapshotStore: round trip, retention, corruption handling, async save, zstd, CRC32C.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "crc32c.h"
@@ -46,6 +48,21 @@ void Corrupt(const std::string& path, off_t offset) {
   ::close(fd);
 }
 
+// Runs fn in a forked child; its return value is the exit code. -1 when the child has not ended
+// by the deadline (it is then killed): a call that blocks fails the test instead of hanging it.
+int RunInChild(const std::function<int()>& fn, std::chrono::milliseconds timeout) {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(fn());
+  if (pid < 0) return -1;
+  int status = 0;
+  if (!ctrun::testing::WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 TEST(Crc32c, KnownValuesAndHardwareMatchesSoftware) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   EXPECT_EQ(crc32c("", 0), 0u);
@@ -66,12 +83,43 @@ TEST(SnapshotStore, EmptyDirectoryLoadsNothing) {
   EXPECT_TRUE(std::filesystem::is_directory(dir / "snaps"));  // created
 }
 
+// Under strace: every directory the store creates is followed by an fsync of its parent.
+TEST(SnapshotStore, CreatedDirectoriesAreFsyncedIntoTheirParents) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace not installed";
+  TempDir dir;
+  const std::string root = std::filesystem::canonical(dir.path()).string();
+  std::filesystem::create_directory(root + "/a");  // exists: must not need an fsync
+  const std::string trace = root + "/trace";
+  auto r = ctrun::testing::RunCommand({"/usr/bin/strace", "-f", "-qq", "-y", "-e", "trace=mkdir,mkdirat,fsync", "-o",
+                                       trace, WORKER_HELPER, "snapshot-open", root + "/a/b/c/d"});
+  if (r.exit_code != 0 && r.err.find("ptrace") != std::string::npos) GTEST_SKIP() << "no ptrace here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::filesystem::is_directory(root + "/a/b/c/d"));
+  const std::vector<std::string> lines = ctrun::testing::SplitLines(ctrun::testing::ReadFileOr(trace));
+  auto find_from = [&](size_t from, const std::string& a, const std::string& b) {
+    for (size_t i = from; i < lines.size(); ++i)
+      if (lines[i].find(a) != std::string::npos && lines[i].find(b) != std::string::npos) return i;
+    return lines.size();
+  };
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  const std::vector<std::pair<std::string, std::string>> created{
+      {root + "/a/b", root + "/a"}, {root + "/a/b/c", root + "/a/b"}, {root + "/a/b/c/d", root + "/a/b/c"}};
+  for (const auto& [child, parent] : created) {
+    const size_t made = find_from(0, "mkdir", "\"" + child + "\", 0777) = 0");
+    ASSERT_LT(made, lines.size()) << child << " not created in:\n" << all;
+    EXPECT_LT(find_from(made + 1, "fsync(", "<" + parent + ">) = 0"), lines.size())
+        << parent << " not fsync'ed after creating " << child << " in:\n" << all;
+  }
+  EXPECT_EQ(find_from(0, "fsync(", "<" + root + ">"), lines.size()) << "an existing parent fsync'ed:\n" << all;
+}
+
 TEST(SnapshotStore, RoundTripAndNewestWins) {
   TempDir dir;
   SnapshotStore store(Opts(dir.path()));
   store.save(5, Bytes("five"));
-  store.save(12, Bytes("twelve"));
   store.save(9, Bytes("nine"));
+  store.save(12, Bytes("twelve"));  // (saved after 9: a save of 9 would supersede 12)
   LoadResult r = store.load_latest();
   ASSERT_TRUE(r.snapshot);
   EXPECT_EQ(r.snapshot->step, 12u);
@@ -92,6 +140,68 @@ TEST(SnapshotStore, KeepsOnlyTheLastK) {
   SnapshotStore store(Opts(dir.path(), 2));
   for (uint64_t s = 1; s <= 6; ++s) store.save(s * 10, Bytes("s" + std::to_string(s)));
   EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{50, 60}));
+}
+
+TEST(SnapshotStore, ASaveSupersedesHigherStepsAndNeverRemovesItself) {
+  TempDir dir;
+  {
+    SnapshotStore earlier(Opts(dir.path(), 2));  // a longer earlier run in the same directory
+    earlier.save(40, Bytes("forty"));
+    earlier.save(50, Bytes("fifty"));
+  }
+  SnapshotStore store(Opts(dir.path(), 2));  // a fresh start there
+  const std::string path = store.save(10, Bytes("ten"));
+  EXPECT_EQ(path, store.path_for(10));
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{10});  // 40 and 50: its abandoned future
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 10u);
+  EXPECT_EQ(r.snapshot->data, Bytes("ten"));
+  store.save(20, Bytes("twenty"));
+  store.save(30, Bytes("thirty"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 30}));
+  // A resume from 20 (say the other ranks lack 30), then the next save: 30 goes, 20 stays.
+  store.save(25, Bytes("twenty-five"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 25}));
+  EXPECT_EQ(store.load_latest().snapshot->data, Bytes("twenty-five"));
+  // Async saves follow the same rule; so does keep_last = 1 (only the new one stays).
+  store.save_async(21, Bytes("twenty-one"));
+  store.wait();
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{20, 21}));
+  SnapshotStore one(Opts(dir.path(), 1));
+  one.save(3, Bytes("three"));
+  EXPECT_EQ(one.list_steps(), std::vector<uint64_t>{3});
+  EXPECT_EQ(one.load_latest().snapshot->data, Bytes("three"));
+}
+
+TEST(SnapshotStore, RetentionCountsOnlyValidSnapshots) {
+  TempDir dir;
+  TempDir other;
+  SnapshotStore store(Opts(dir.path(), 2));
+  store.save(10, Bytes("ten"));
+  // Names that are not valid snapshots, all newer than 10: garbage, a copy of 10 (its header
+  // names step 10), a broken symlink, a directory and a FIFO.
+  std::ofstream(store.path_for(20)) << "not a snapshot at all, but long enough to have a header..................";
+  std::filesystem::copy_file(store.path_for(10), store.path_for(24));
+  std::filesystem::create_symlink(other / "gone.ctsnap", store.path_for(21));
+  std::filesystem::create_directory(store.path_for(22));
+  ASSERT_EQ(::mkfifo(store.path_for(23).c_str(), 0644), 0);
+  store.save(30, Bytes("thirty"));
+  // keep_last = 2 valid ones: 30 and 10. The invalid names between them do not count and stay.
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{10, 20, 21, 22, 23, 24, 30}));
+  ASSERT_TRUE(store.load(10));
+  EXPECT_EQ(store.load(10)->data, Bytes("ten"));
+  // A torn newest older one does not count either: 30 is the second valid one, and everything
+  // below it goes but the directory.
+  store.save(35, Bytes("thirty-five"));
+  std::filesystem::resize_file(store.path_for(35), 64 + 3);
+  store.save(40, Bytes("forty"));
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{22, 30, 35, 40}));
+  LoadResult r = store.load_latest(39);
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 30u);
+  EXPECT_EQ(r.snapshot->data, Bytes("thirty"));
 }
 
 TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
@@ -121,6 +231,39 @@ TEST(SnapshotStore, SkipsCorruptAndTornFilesAndFallsBack) {
   EXPECT_EQ(r.snapshot->step, 2u);
   EXPECT_NE(r.skipped[0].find("truncated header"), std::string::npos) << r.skipped[0];
   EXPECT_NE(r.skipped[1].find("bad magic"), std::string::npos) << r.skipped[1];
+}
+
+TEST(SnapshotStore, SkipsNamesThatAreNotRegularFilesWithoutBlocking) {
+  TempDir dir;
+  TempDir other;
+  SnapshotStore store(Opts(dir.path(), 10));
+  store.save(5, Bytes("five"));
+  ASSERT_EQ(::mkfifo(store.path_for(9).c_str(), 0644), 0);  // a plain open() blocks on it forever
+  std::filesystem::create_directory(store.path_for(8));
+  // A link to a valid snapshot of the same step elsewhere: never followed.
+  SnapshotStore elsewhere(Opts(other.path()));
+  elsewhere.save(7, Bytes("seven"));
+  std::filesystem::create_symlink(elsewhere.path_for(7), store.path_for(7));
+  // First prove in a child that neither load blocks, then check the results here.
+  const int rc = RunInChild([&] {
+    (void)store.load(9);
+    (void)store.load_latest();
+    return 0;
+  }, std::chrono::seconds(30));
+  ASSERT_EQ(rc, 0) << "a load blocked on the FIFO (or died)";
+  EXPECT_FALSE(store.load(9));
+  EXPECT_FALSE(store.load(7));
+  LoadResult r = store.load_latest();
+  ASSERT_TRUE(r.snapshot);
+  EXPECT_EQ(r.snapshot->step, 5u);
+  EXPECT_EQ(r.snapshot->data, Bytes("five"));
+  ASSERT_EQ(r.skipped.size(), 3u);
+  EXPECT_NE(r.skipped[0].find("not a regular file (FIFO)"), std::string::npos) << r.skipped[0];
+  EXPECT_NE(r.skipped[1].find("not a regular file (directory)"), std::string::npos) << r.skipped[1];
+  EXPECT_NE(r.skipped[2].find("symbolic link, not followed"), std::string::npos) << r.skipped[2];
+  EXPECT_EQ(r.skipped[0].rfind(store.path_for(9) + ": ", 0), 0u) << r.skipped[0];
+  // Loads leave them in place, like any other rejected file.
+  EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{5, 7, 8, 9}));
 }
 
 TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {

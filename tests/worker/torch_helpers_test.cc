@@ -100,6 +100,91 @@ TEST(TrainingSnapshot, RoundTripRestoresModelOptimizerSchedulerRngAndProgress) {
   EXPECT_DOUBLE_EQ(opt_a.param_groups()[0].options().get_lr(), opt_b.param_groups()[0].options().get_lr());
 }
 
+// The same layer as Net, of another width and dtype.
+struct Wide : torch::nn::Module {
+  explicit Wide(int64_t out, torch::Dtype dtype = torch::kFloat32) : fc(register_module("fc", torch::nn::Linear(4, out))) {
+    to(dtype);
+  }
+  torch::nn::Linear fc;
+};
+
+// A buffer one level down: its name in messages is "body.scale".
+struct Inner : torch::nn::Module {
+  explicit Inner(int64_t n) { scale = register_buffer("scale", torch::ones({n})); }
+  at::Tensor scale;
+};
+struct Outer : torch::nn::Module {
+  explicit Outer(int64_t n) : body(register_module("body", std::make_shared<Inner>(n))) {}
+  std::shared_ptr<Inner> body;
+};
+
+// What deserialize_training_state throws (and the model must stay as it was), or "" if it loads.
+template <typename M>
+std::string LoadError(M& model, const std::vector<std::byte>& bytes) {
+  std::vector<at::Tensor> before;
+  for (const auto& t : model.parameters()) before.push_back(t.clone());
+  for (const auto& t : model.buffers()) before.push_back(t.clone());
+  try {
+    deserialize_training_state(TrainState{&model}, bytes);
+  } catch (const SnapshotError& e) {
+    std::vector<at::Tensor> after = model.parameters();
+    for (const auto& t : model.buffers()) after.push_back(t);
+    EXPECT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < before.size() && i < after.size(); ++i)
+      EXPECT_TRUE(after[i].sizes() == before[i].sizes() && torch::equal(after[i], before[i])) << "tensor " << i << " changed";
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainingSnapshot, RefusesASnapshotOfAnotherShapeOrDtype) {
+  torch::manual_seed(1);
+  Net net;
+  const std::vector<std::byte> bytes = serialize_training_state(TrainState{&net}, TrainProgress{0, 7, 0});
+  Wide wider(5);
+  EXPECT_EQ(LoadError(wider, bytes),
+            "snapshot does not fit the model: size mismatch for fc.weight: shape [3, 4] in the snapshot, [5, 4] in "
+            "the model");
+  Wide doubles(3, torch::kFloat64);
+  EXPECT_EQ(LoadError(doubles, bytes),
+            "snapshot does not fit the model: dtype mismatch for fc.weight: Float in the snapshot, Double in the model");
+  Outer outer(3);
+  const std::vector<std::byte> outer_bytes = serialize_training_state(TrainState{&outer}, TrainProgress{});
+  Outer narrower(2);
+  EXPECT_EQ(LoadError(narrower, outer_bytes),
+            "snapshot does not fit the model: size mismatch for body.scale: shape [3] in the snapshot, [2] in the model");
+  EXPECT_EQ(LoadError(net, outer_bytes), "snapshot does not fit the model: it has no module fc");
+  // The same shapes still load.
+  Wide same(3);
+  EXPECT_EQ(LoadError(same, bytes), "");
+  EXPECT_TRUE(torch::equal(same.fc->weight, net.fc->weight));
+}
+
+TEST(TrainingSnapshot, ResumeRefusesASnapshotOfAnotherModelAndKeepsIt) {
+  TempDir dir;
+  SnapshotOptions o;
+  o.dir = dir.path();
+  SnapshotStore store(o);
+  Net net;
+  save_training_snapshot(store, TrainState{&net}, TrainProgress{0, 5, 50}, /*async=*/false);
+  Wide wider(5);
+  const at::Tensor before = wider.fc->weight.clone();
+  try {
+    resume_training_snapshot(store, TrainState{&wider}, nullptr);
+    ADD_FAILURE() << "a snapshot of a 3-wide layer was resumed into a 5-wide one";
+  } catch (const SnapshotError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(store.path_for(5) + ": snapshot does not fit the model: size mismatch for fc.weight", 0), 0u)
+        << what;
+  }
+  EXPECT_TRUE(torch::equal(wider.fc->weight, before));
+  EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{5});  // neither loaded nor removed
+  Net same;
+  auto p = resume_training_snapshot(store, TrainState{&same}, nullptr);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->step, 5);
+}
+
 // Two ranks in threads, gloo over a shared HashStore; each has its own snapshot directory.
 std::vector<std::optional<TrainProgress>> ResumeTwoRanks(const std::vector<std::vector<uint64_t>>& steps,
                                                          const std::vector<uint64_t>& corrupt_on_rank1) {

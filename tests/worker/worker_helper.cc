@@ -3,6 +3,7 @@
 //   snapshot-writer DIR [START]  saves snapshots START, START+1, ... forever (sync, fsync on);
 //                                payload of step s is Pattern(s) (1..6 MiB); after each save
 //                                prints "saved <s>" (line-buffered). Killed by the test.
+//   snapshot-open DIR            opens a SnapshotStore on DIR (fsync on; creates it), exits 0.
 //   heartbeat N                  calls ctrun::heartbeat() N times, prints the last counter.
 //   throw                        installs the terminate handler and throws std::runtime_error.
 //   record MESSAGE               record_error(MESSAGE) with a backtrace; exit 0 if written.
@@ -30,6 +31,12 @@ int main(int argc, char** argv) {
       store.save(step, ctrun::testing::Pattern(step));
       std::printf("saved %llu\n", static_cast<unsigned long long>(step));
     }
+  }
+  if (mode == "snapshot-open" && argc >= 3) {
+    cw::SnapshotOptions o;
+    o.dir = argv[2];
+    cw::SnapshotStore store(o);
+    return 0;
   }
   if (mode == "heartbeat" && argc >= 3) {
     uint64_t last = 0;
