@@ -124,7 +124,7 @@ struct EtcdClient::WatchState {
 struct EtcdClient::KeepAlive {
   int64_t lease = 0;
   Duration interval{};
-  std::function<void(Status)> on_lost;
+  std::function<void(Status, bool expired)> on_lost;
   TimerQueue::TimerId timer = 0;
   uint64_t call = 0;
 };
@@ -422,7 +422,7 @@ void EtcdClient::LeaseKeepAliveOnce(int64_t lease, Callback<int64_t> done) {
 }
 
 EtcdClient::KeepAliveId EtcdClient::StartKeepAlive(int64_t lease, Duration interval,
-                                                   std::function<void(Status)> on_lost) {
+                                                   std::function<void(Status, bool expired)> on_lost) {
   auto k = std::make_unique<KeepAlive>();
   const KeepAliveId id = next_id_++;
   k->lease = lease;
@@ -453,12 +453,12 @@ void EtcdClient::KeepAliveTick(KeepAliveId id) {
     ka.call = 0;
     StatusOr<int64_t> ttl = r.ok() ? DecodeEtcdKeepAlive(*r) : r.status();
     Status st = ttl.status();
-    if (st.ok() && *ttl <= 0)
-      st = Status::Error("etcd lease " + std::to_string(ka.lease) + " expired or was revoked");
+    const bool expired = st.ok() && *ttl <= 0;
+    if (expired) st = Status::Error("etcd lease " + std::to_string(ka.lease) + " expired or was revoked");
     if (!st.ok()) {
       auto on_lost = std::move(ka.on_lost);
       keepalives_.erase(it);
-      return on_lost(st);
+      return on_lost(st, expired);
     }
     const Duration wait = std::max(Duration::zero(), sent + ka.interval - loop_->Now());
     ka.timer = loop_->AddTimerAfter(wait, [this, id] { KeepAliveTick(id); });

@@ -103,9 +103,10 @@ class EtcdClient {
   // Refreshes the lease once. done: the TTL it was reset to; an error when the lease is gone.
   void LeaseKeepAliveOnce(int64_t lease, Callback<int64_t> done);
   // Refreshes the lease every `interval` (first after one interval) until StopKeepAlive. on_lost
-  // runs at most once, when etcd says the lease is gone or refreshing failed past retry_deadline;
-  // refreshing stops then.
-  KeepAliveId StartKeepAlive(int64_t lease, Duration interval, std::function<void(Status)> on_lost);
+  // runs at most once, when etcd says the lease is gone (expired true: it ran out, e.g. while
+  // this process was stopped, or was revoked) or refreshing failed past retry_deadline (expired
+  // false); refreshing stops then.
+  KeepAliveId StartKeepAlive(int64_t lease, Duration interval, std::function<void(Status, bool expired)> on_lost);
   void StopKeepAlive(KeepAliveId id);
 
   WatchId Watch(EtcdWatchRequest request, WatchCallback on_events);

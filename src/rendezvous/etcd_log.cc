@@ -168,9 +168,14 @@ void EtcdLog::StartLiveness(const std::string& self_id, const LivenessOptions& o
     client_->Put(AliveKey(self_id_), self_id_, lease_, [this, gen](StatusOr<int64_t> put) {
       if (gen == liveness_gen_ && !put.ok()) Broken("etcd liveness of " + self_id_, put.status());
     });
-    keepalive_ = client_->StartKeepAlive(lease_, liveness_.interval, [this, gen](Status st) {
+    keepalive_ = client_->StartKeepAlive(lease_, liveness_.interval, [this, gen](Status st, bool expired) {
       if (gen != liveness_gen_) return;
       keepalive_ = 0;
+      // A lease that ran out (this process was stopped longer than its TTL: Ctrl-Z, SIGSTOP, a
+      // VM pause) is not a broken log: the others have dropped this member by now; it comes back
+      // under a new lease, and the rendezvous finds itself dropped and joins again, as with the
+      // store backend. An etcd unreachable past the retry deadline breaks the log.
+      if (expired) return StartLiveness(self_id_, liveness_);
       Broken("etcd liveness of " + self_id_, st);
     });
   });

@@ -28,9 +28,11 @@
 //    etcd expires leases in a sweep every 500 ms, so "lost" comes 0-0.5 s after the TTL.
 //  - StopLiveness only stops the refreshes (the lease runs out on its own); RevokeLiveness also
 //    revokes it, so the others see this member lost at once.
-//  - If refreshing fails for good (the lease expired, or etcd unreachable past the client's retry
-//    deadline), or the members' watch fails, the log is broken: the pending Wait and every later
-//    call fail with that error.
+//  - A lease that expired (this process was stopped past its TTL) is replaced: a new lease, the
+//    alive key put again; the others have reported this member lost meanwhile, and the caller
+//    (the rendezvous) finds itself dropped and joins again. If refreshing fails for good (etcd
+//    unreachable past the client's retry deadline), or the members' watch fails, the log is
+//    broken: the pending Wait and every later call fail with that error.
 #pragma once
 
 #include <functional>

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <memory>
@@ -118,6 +119,43 @@ TEST_F(EtcdJob, KilledAgentsLeaseExpiresAndTheOthersGoOn) {
   EXPECT_EQ(Wait("n1", seconds(30)), 0) << Err("n1");
   EXPECT_EQ(ReadEnvFile(dir_ / "env.0")["WORLD_SIZE"], "2");
   EXPECT_EQ(ReadEnvFile(dir_ / "env.0")["TORCHELASTIC_RESTART_COUNT"], "0");
+  ExpectWorkersGone();
+}
+
+// An agent stopped past its lease (SIGSTOP; Ctrl-Z does the same) is dropped by the others, who
+// finish the job without it. Continued, it takes a new lease and finds the job over: it ends as a
+// node that waited (exit 0), as with the store backend; its lease's expiry used to end it with
+// "lost the rendezvous" (exit 3).
+TEST_F(EtcdJob, AnAgentStoppedPastItsLeaseComesBackAndTakesTheJobsOutcome) {
+  StartEtcd(1);
+  const std::vector<std::string> worker{"--pid-file", dir_ / "pids", "--hang-if-world", "3"};
+  for (int i = 0; i < 3; ++i) StartAgent("n" + std::to_string(i), EtcdFlags(*etcd_, "2:3", 1, "stopped"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir_ / "pids").size() >= 3; }, seconds(30))) << Err("n0");
+  agents_.at("n2")->Signal(SIGSTOP);
+  EXPECT_EQ(Wait("n0", seconds(40)), 0) << Err("n0");
+  EXPECT_EQ(Wait("n1", seconds(40)), 0) << Err("n1");
+  agents_.at("n2")->Signal(SIGCONT);
+  EXPECT_EQ(Wait("n2", seconds(30)), 0) << Err("n2");
+  EXPECT_EQ(Err("n2").find("lost the rendezvous"), std::string::npos) << Err("n2");
+  ExpectWorkersGone();
+}
+
+// The same while the job still runs: the continued agent joins the next round, and all three
+// finish it (rounds: 3 nodes, 2 while it was stopped, 3 again).
+TEST_F(EtcdJob, AnAgentStoppedPastItsLeaseRejoinsARunningJob) {
+  StartEtcd(1);
+  const std::string go = dir_ / "go";
+  const std::vector<std::string> worker{"--pid-file", dir_ / "pids", "--hang-if-world", "2", "--wait-file", go};
+  for (int i = 0; i < 3; ++i) StartAgent("n" + std::to_string(i), EtcdFlags(*etcd_, "2:3", 1, "rejoin"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir_ / "pids").size() >= 3; }, seconds(30))) << Err("n0");
+  agents_.at("n2")->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir_ / "pids").size() >= 5; }, seconds(30)))
+      << "the others did not go on without the stopped node\n" << Err("n0");
+  agents_.at("n2")->Signal(SIGCONT);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir_ / "pids").size() >= 8; }, seconds(40)))
+      << "no round of 3 after the node came back\n" << Err("n0") << Err("n2");
+  std::ofstream(go).put('x');
+  for (const char* n : {"n0", "n1", "n2"}) EXPECT_EQ(Wait(n, seconds(30)), 0) << n << "\n" << Err(n);
   ExpectWorkersGone();
 }
 

@@ -307,7 +307,7 @@ TEST_F(EtcdTest, LeaseExpiryDeletesKeysAndKeepAliveHoldsThem) {
   EXPECT_EQ(brief->ttl, 1);  // allowed by the fixture's 500 ms election timeout
   bool lost = false;
   Status lost_why;
-  auto ka = c->StartKeepAlive(held->id, 250ms, [&](Status st) {
+  auto ka = c->StartKeepAlive(held->id, 250ms, [&](Status st, bool) {
     lost = true;
     lost_why = st;
   });
