@@ -169,6 +169,10 @@ class RealHooks final : public AgentHooks {
   // Before the first worker: what ctrun already has below it (children of a shell that exec'd
   // it) is not the workers' and is never swept.
   void NoteInherited() {
+    if (!cgroups_ && !ProcIsOurs())
+      spdlog::warn("/proc shows another PID namespace than ctrun's (a PID namespace without its own /proc: "
+                   "unshare --pid --fork without --mount-proc): processes the workers leave outside their "
+                   "process groups cannot be found and are not killed");
     inherited_ = ListDescendants(::getpid());
     if (watchdog_) std::erase(inherited_, watchdog_->pid());
   }

@@ -104,7 +104,16 @@ std::vector<pid_t> ListDescendants(pid_t root, const std::string& proc_root) {
   return out;
 }
 
+bool ProcIsOurs() {
+  char buf[32];
+  const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return std::to_string(::getpid()) == buf;
+}
+
 SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::milliseconds budget) {
+  if (!ProcIsOurs()) return {};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + budget;
   const pid_t self = ::getpid();

@@ -19,6 +19,12 @@
 
 namespace ctrun {
 
+// Whether /proc shows this process's own PID namespace (/proc/self is getpid()). It does not
+// after `unshare --pid --fork` without a /proc mounted for the new namespace: /proc/<n> is then
+// another process than pid n here. KillDescendants does nothing in that case (it would read the
+// wrong tree); the caller says so.
+bool ProcIsOurs();
+
 // Every descendant of `root` (not root itself), parents before their children.
 std::vector<pid_t> ListDescendants(pid_t root, const std::string& proc_root = "/proc");
 

@@ -285,6 +285,20 @@ TEST(Hygiene, PkillOfCtrunByNameLeavesTheWatchdogToKillTheGrandchildren) {
   }, 10s)) << "killed by name: " << named.size() << " process(es); the job's processes ran on";
 }
 
+// In a PID namespace without its own /proc (unshare --pid --fork, no --mount-proc), /proc/<n> is
+// another process than pid n: without a cgroup ctrun cannot find what the workers leave behind.
+// It says so once, at the start, and reads no wrong tree; the job runs as usual.
+TEST(Hygiene, APidNamespaceWithoutItsOwnProcIsSaid) {
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  if (RunCommand({"/usr/bin/unshare", "--pid", "--fork", "/bin/true"}, {}, 10s).exit_code != 0)
+    GTEST_SKIP() << "cannot make a PID namespace here";
+  std::vector<std::string> argv{"/usr/bin/unshare", "--pid", "--fork"};
+  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=2"}, {"--sleep-ms", "10"})) argv.push_back(a);
+  RunResult r = RunCommand(argv, {"CTRUN_NO_CGROUP=1"}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ctrun::testing::CountOf(r.err, "/proc shows another PID namespace than ctrun's"), 1) << r.err;
+}
+
 // A descendant that leaves the workers' cgroup (setsid, then a cgroup of its own; here the test
 // moves it, as root) is still ctrun's descendant: the end of the attempt kills it too.
 TEST(Hygiene, ADescendantThatLeftTheWorkersCgroupIsKilledAtTheEnd) {
