@@ -183,6 +183,12 @@ bool MayShareFiles(const ChildPlan& p) {
   // Before anything of the worker runs (and while we hold the pipe, so the watchdog cannot have
   // seen EOF yet): from here a SIGKILL of ctrun takes the whole group.
   AnnounceGroup(p.watchdog_fd, ::getpid());
+  // A write to a watchdog that died (killed by hand) raised SIGPIPE: ignored, but blocked here,
+  // so it stayed pending and killed the worker once its signals were reset below (every restart
+  // then died of SIGPIPE). Setting SIG_IGN again discards a pending one.
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, nullptr);
   // Joining the cgroup is best effort: without it the descendant sweep still finds what escapes.
   if (p.cgroup_procs_fd >= 0) (void)!::write(p.cgroup_procs_fd, "0", 1);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);

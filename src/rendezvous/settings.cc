@@ -126,10 +126,13 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
   return {};
 }
 
-// A literal IPv6 address, with or without a zone ("fe80::1%eth0").
+// A literal IPv6 address, with or without a zone ("fe80::1%eth0"; a zone holds no ':', so
+// "fe80::1%lo:29613" is an address and a port).
 bool IsIPv6(std::string_view text) {
   const size_t zone = text.find('%');
-  if (zone != std::string_view::npos && zone + 1 == text.size()) return false;
+  if (zone != std::string_view::npos &&
+      (zone + 1 == text.size() || text.find(':', zone) != std::string_view::npos))
+    return false;
   in6_addr a;
   return ::inet_pton(AF_INET6, std::string(text.substr(0, zone)).c_str(), &a) == 1;
 }

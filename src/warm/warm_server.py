@@ -64,8 +64,9 @@ def send(obj, fds=()):
 def set_cmdline(text):
     """What ps, top and pgrep -f show for this process: `text`, written over the interpreter's
     argument area as setproctitle does (its last byte made non-NUL, so /proc/PID/cmdline is
-    `text` up to its first NUL). The area holds this file's source, so some 20 KB; a longer text
-    is cut. The arguments show joined by spaces, as ps shows a cold worker's."""
+    `text` up to its first NUL). The kernel shows at most one page (4 KB) of a command line
+    rewritten this way: a longer one is cut there. The arguments show joined by spaces, as ps
+    shows a cold worker's; a tool that splits /proc/PID/cmdline at NULs sees one argument."""
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()  # fields[0] is stat's field 3

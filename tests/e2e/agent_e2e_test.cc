@@ -323,6 +323,28 @@ TEST(CtrunE2E, StdoutAndStderrClosedByTheParentChangeNothing) {
   EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 5s)) << "survivors after ctrun was SIGKILLed";
 }
 
+// A watchdog killed by hand: the workers of later attempts still start. Each new worker's
+// announcement to the dead watchdog left a SIGPIPE pending (blocked before exec), which killed it
+// as soon as its signals were reset: every restart died of SIGPIPE.
+TEST(CtrunE2E, RestartsStillStartWorkersAfterTheWatchdogWasKilled) {
+  TempDir d;
+  const std::string go = d / "go";
+  BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=2"},
+                            {"--pid-file", d / "pids", "--wait-file", go, "--only-rank", "0", "--only-attempt", "0",
+                             "--exit", "1"}),
+                      {}, d / "out", d / "err");
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s));
+  pid_t watchdog = 0;
+  for (pid_t c : LiveDescendants(p.pid()))
+    if (ReadFileOr("/proc/" + std::to_string(c) + "/comm") == "ct-watchdog\n") watchdog = c;
+  ASSERT_NE(watchdog, 0);
+  ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return ReadFileOr(d / "err").find("the watchdog") != std::string::npos; }, 5s));
+  std::ofstream(go).put('x');
+  EXPECT_EQ(p.Wait(20s), 0) << ReadFileOr(d / "err");
+  EXPECT_EQ(ReadFileOr(d / "err").find("SIGPIPE"), std::string::npos) << ReadFileOr(d / "err");
+}
+
 TEST(CtrunE2E, MissingEntrypointIsAUsageError) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "/nonexistent/train"});
   EXPECT_EQ(r.exit_code, 2);

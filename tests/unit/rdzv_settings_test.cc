@@ -38,6 +38,8 @@ TEST(ParseHostPort, TextWithManyColonsIsAnIPv6AddressOrAnError) {
   EXPECT_EQ(v6->host, "fe80::1:2961");
   EXPECT_EQ(v6->port, 7);
   EXPECT_EQ(ParseHostPort("fe80::1%eth0", 7)->host, "fe80::1%eth0");
+  EXPECT_EQ(ParseHostPort("fe80::1%lo:29613", 7).message(),
+            "'fe80::1%lo:29613': an IPv6 address with a port is written in brackets: [fe80::1%lo]:29613");
   EXPECT_EQ(ParseHostPort("::1:29613", 7).message(),
             "'::1:29613': an IPv6 address with a port is written in brackets: [::1]:29613");
   EXPECT_EQ(ParseHostPort("127.0.0.1::", 7).message(), "'127.0.0.1::' is neither HOST:PORT nor an IPv6 address");
