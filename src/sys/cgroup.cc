@@ -16,6 +16,18 @@
 namespace ctrun {
 namespace {
 
+// ctrun-<pid>, and in a PID namespace other than the initial one ctrun-<pid>-ns<inode>: two
+// ctruns in two namespaces (`unshare --pid` twice from one shell) can have the same pid under one
+// parent cgroup, and the second removed the first one's directory as a stale one and took it.
+std::string WorkersCgroupName() {
+  constexpr ino_t kInitialPidNamespace = 0xEFFFFFFCu;  // the kernel's PROC_PID_INIT_INO
+  std::string name = "ctrun-" + std::to_string(::getpid());
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino != kInitialPidNamespace)
+    name += "-ns" + std::to_string(st.st_ino);
+  return name;
+}
+
 bool WriteText(const std::string& path, const std::string& text) {
   UniqueFd fd(RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC); }));
   return fd && WriteAll(fd.get(), text.data(), text.size());
@@ -131,7 +143,7 @@ StatusOr<std::unique_ptr<WorkerCgroups>> WorkerCgroups::Create(Layout layout) {
   const std::optional<std::string> path = ParseCgroup2Path(self);
   if (!mount || !path) return Status::Error("no cgroup v2 hierarchy");
   if (path->find("..") != std::string::npos) return Status::Error("odd cgroup path " + *path);
-  const std::string dir = CgroupDirectory(*mount, *path) + "/ctrun-" + std::to_string(::getpid());
+  const std::string dir = CgroupDirectory(*mount, *path) + "/" + WorkersCgroupName();
   if (::mkdir(dir.c_str(), 0755) != 0) {
     // Left by an earlier ctrun with this pid that died before it could remove it (only its
     // watchdog removes it after a SIGKILL, and a watchdog can be killed too). A populated one is

@@ -20,6 +20,8 @@
 // the sub-tree: exact per-rank OOM attribution. The destructor kills what is left and removes the
 // directories; when ctrun is SIGKILLed, its watchdog does (process/watchdog.h). A ctrun-<pid> left
 // by an earlier ctrun of the same pid (its watchdog killed too) is removed by Create when empty.
+// In a PID namespace other than the initial one the name is ctrun-<pid>-ns<inode of the
+// namespace>, so ctruns of two namespaces under one parent cgroup never take each other's.
 // Create fails (the caller falls back to process groups and the descendant sweep) when there is
 // no cgroup2 mount or ctrun may not write there. ctrun's own cgroup is never changed: the
 // memory controller is enabled only below ctrun-<pid>, and only when the parent already offers it.

@@ -299,6 +299,34 @@ TEST(Hygiene, APidNamespaceWithoutItsOwnProcIsSaid) {
   EXPECT_EQ(ctrun::testing::CountOf(r.err, "/proc shows another PID namespace than ctrun's"), 1) << r.err;
 }
 
+// Two ctruns as pid 1 of two PID namespaces under one parent cgroup: each gets a workers'
+// cgroup of its own (both were ctrun-1; the second removed the first one's as stale, between two
+// of its attempts, and took it).
+TEST(Hygiene, CtrunsOfTwoPidNamespacesNeverShareAWorkersCgroup) {
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  if (RunCommand({"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "/bin/true"}, {}, 10s).exit_code != 0)
+    GTEST_SKIP() << "cannot make a PID namespace here";
+  TempDir dir;
+  auto in_namespace = [&](const std::string& wait_file) {
+    std::vector<std::string> argv{"/usr/bin/unshare", "--pid", "--fork", "--mount-proc"};
+    for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=1", "--log-level=debug"}, {"--wait-file", wait_file}))
+      argv.push_back(a);
+    return argv;
+  };
+  BackgroundProcess a(in_namespace(dir / "go"), {}, dir / "a.out", dir / "a.err");
+  ASSERT_TRUE(WaitFor([&] { return !ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "a.err")).empty(); }, 20s))
+      << ReadFileOr(dir / "a.err");
+  BackgroundProcess b(in_namespace(dir / "go"), {}, dir / "b.out", dir / "b.err");
+  ASSERT_TRUE(WaitFor([&] { return !ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "b.err")).empty(); }, 20s))
+      << ReadFileOr(dir / "b.err");
+  const std::string cga = ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "a.err"));
+  const std::string cgb = ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "b.err"));
+  std::ofstream(dir / "go").put('x');
+  EXPECT_EQ(a.Wait(20s), 0) << ReadFileOr(dir / "a.err");
+  EXPECT_EQ(b.Wait(20s), 0) << ReadFileOr(dir / "b.err");
+  EXPECT_NE(cga, cgb);
+}
+
 // A descendant that leaves the workers' cgroup (setsid, then a cgroup of its own; here the test
 // moves it, as root) is still ctrun's descendant: the end of the attempt kills it too.
 TEST(Hygiene, ADescendantThatLeftTheWorkersCgroupIsKilledAtTheEnd) {
