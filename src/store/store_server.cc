@@ -490,8 +490,12 @@ bool StoreServer::Flush(Conn& c) {
   return true;
 }
 
+// A paused connection always waits for writability: its replies can be drained elsewhere (a
+// wake-up's FlushDirty), and with nothing pending and no EPOLLIN it had no event left that could
+// resume it (a slow reader stalled for good, seen under ASan). EPOLLOUT then fires at once and
+// OnConnEvent resumes it.
 void StoreServer::UpdateInterest(Conn& c) {
-  uint32_t want = (c.paused ? 0u : uint32_t{EPOLLIN}) | (c.pending() ? uint32_t{EPOLLOUT} : 0u);
+  uint32_t want = (c.paused ? 0u : uint32_t{EPOLLIN}) | (c.pending() || c.paused ? uint32_t{EPOLLOUT} : 0u);
   if (want == c.interest) return;
   if (loop_.ModifyFd(c.fd.get(), want).ok()) c.interest = want;
 }
