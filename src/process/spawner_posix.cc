@@ -58,8 +58,17 @@ sigset_t IgnoredSignals() {
 
 void ResetChildSignals(const sigset_t& ignored, const sigset_t& mask) {
   // Dispositions set to SIG_IGN survive exec; give the worker defaults and the original mask.
-  for (int s = 1; s < NSIG; ++s)
-    if (::sigismember(&ignored, s) == 1) ::signal(s, SIG_DFL);
+  // An ignored signal raised in the child before this, while blocked, was queued all the same (a
+  // write to a watchdog killed by hand raises SIGPIPE): with its default back it would kill the
+  // child once the mask is restored (every restart died of SIGPIPE). Setting SIG_IGN again
+  // discards it first.
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) ::sigemptyset(&pending);
+  for (int s = 1; s < NSIG; ++s) {
+    if (::sigismember(&ignored, s) != 1) continue;
+    if (::sigismember(&pending, s) == 1) ::signal(s, SIG_IGN);
+    ::signal(s, SIG_DFL);
+  }
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
 }
 
@@ -183,12 +192,6 @@ bool MayShareFiles(const ChildPlan& p) {
   // Before anything of the worker runs (and while we hold the pipe, so the watchdog cannot have
   // seen EOF yet): from here a SIGKILL of ctrun takes the whole group.
   AnnounceGroup(p.watchdog_fd, ::getpid());
-  // A write to a watchdog that died (killed by hand) raised SIGPIPE: ignored, but blocked here,
-  // so it stayed pending and killed the worker once its signals were reset below (every restart
-  // then died of SIGPIPE). Setting SIG_IGN again discards a pending one.
-  struct sigaction ign {};
-  ign.sa_handler = SIG_IGN;
-  ::sigaction(SIGPIPE, &ign, nullptr);
   // Joining the cgroup is best effort: without it the descendant sweep still finds what escapes.
   if (p.cgroup_procs_fd >= 0) (void)!::write(p.cgroup_procs_fd, "0", 1);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportChildFailure(ew, ChildStage::kPdeathsig);

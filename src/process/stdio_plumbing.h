@@ -31,7 +31,8 @@ void CloexecFrom3();
 sigset_t IgnoredSignals();
 
 // Between fork and exec: the dispositions in `ignored` (IgnoredSignals) back to default, `mask`
-// as the signal mask.
+// as the signal mask. One of those signals raised in the child meanwhile (queued while blocked)
+// is discarded, as it was ignored when raised.
 void ResetChildSignals(const sigset_t& ignored, const sigset_t& mask);
 
 }  // namespace ctrun
