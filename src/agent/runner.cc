@@ -539,18 +539,18 @@ void SuspendJob(EventLoop& loop, Agent& agent, logs::OutputRelay& relay) {
   spdlog::info("resuming the job after {:.1f} s: SIGCONT to the worker process groups", ToSeconds(suspended_for));
 }
 
+bool Lists(const std::vector<int>& signals, int sig) { return std::find(signals.begin(), signals.end(), sig) != signals.end(); }
+
 // A signal that stops the job (--signals-to-handle, not forward-only).
 bool IsStoppingSignal(const LaunchConfig& config, int sig) {
-  auto named = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), sig) != v.end(); };
-  return named(config.signals_to_handle) && !named(config.forward_only_signals);
+  return Lists(config.signals_to_handle, sig) && !Lists(config.forward_only_signals, sig);
 }
 
 // The signals of the terminal and job control: ctrun's own (read on the signalfd) unless the
 // user named them in --signals-to-handle / --forward-signals.
 bool IsJobControlSignal(const LaunchConfig& config, int sig) {
   if (sig != SIGTSTP && sig != SIGCONT && sig != SIGWINCH) return false;
-  auto named = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), sig) != v.end(); };
-  return !named(config.signals_to_handle) && !named(config.forward_only_signals);
+  return !Lists(config.signals_to_handle, sig) && !Lists(config.forward_only_signals, sig);
 }
 
 // Hang detection, when a heartbeat or output timeout is set; null otherwise.
