@@ -295,27 +295,30 @@ TEST(CtrunE2E, AnIgnoredSigchldInheritedFromTheParentChangesNothing) {
 
 TEST(CtrunE2E, StdoutAndStderrClosedByTheParentChangeNothing) {
   TempDir d;
-  std::string cmd;
-  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=2", "--summary-file", d / "s.json"},
-                             {"--fd-file", d / "fds", "--sleep-ms", "20"}))
-    cmd += "'" + a + "' ";
+  // argv run by a shell that closes fds 1 and 2 first.
+  auto closed_1_and_2 = [](const std::vector<std::string>& argv) {
+    std::string cmd = "exec";
+    for (const auto& a : argv) cmd += " '" + a + "'";
+    return std::vector<std::string>{"/bin/sh", "-c", cmd + " >&- 2>&-"};
+  };
+  const auto two = closed_1_and_2(Ctrun({"--standalone", "--nproc_per_node=2", "--summary-file", d / "s.json"},
+                                        {"--fd-file", d / "fds", "--sleep-ms", "20"}));
   for (int i = 0; i < 5; ++i) {
-    auto r = RunCommand({"/bin/sh", "-c", "exec " + cmd + ">&- 2>&-"}, {}, 20s);
+    auto r = RunCommand(two, {}, 20s);
     ASSERT_EQ(r.exit_code, 0) << i << ": " << ReadFileOr(d / "s.json");
   }
   // A single worker inherits ctrun's stdout and stderr: it sees them closed, as ctrun did (the
   // slots ctrun filled are close-on-exec).
-  std::string one;
-  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=1"}, {"--fd-file", d / "one"})) one += "'" + a + "' ";
-  ASSERT_EQ(RunCommand({"/bin/sh", "-c", "exec " + one + ">&- 2>&-"}, {}, 20s).exit_code, 0);
+  ASSERT_EQ(RunCommand(closed_1_and_2(Ctrun({"--standalone", "--nproc_per_node=1"}, {"--fd-file", d / "one"})), {}, 20s)
+                .exit_code,
+            0);
   std::set<int> fds;
   for (const auto& l : SplitLines(ReadFileOr(d / "one.0"))) fds.insert(std::stoi(l));
   EXPECT_EQ(fds, (std::set<int>{0}));
   // The watchdog still runs: a SIGKILL of ctrun takes the grandchildren with it.
-  std::string hang;
-  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=2"}, {"--pid-file", d / "pids", "--grandchildren", "2", "--hang"}))
-    hang += "'" + a + "' ";
-  BackgroundProcess p({"/bin/sh", "-c", "exec " + hang + ">&- 2>&-"}, {}, d / "out", d / "err");
+  BackgroundProcess p(closed_1_and_2(Ctrun({"--standalone", "--nproc_per_node=2"},
+                                           {"--pid-file", d / "pids", "--grandchildren", "2", "--hang"})),
+                      {}, d / "out", d / "err");
   ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 6; }, 10s));
   auto pids = ReadPids(d / "pids");
   p.Signal(SIGKILL);
