@@ -45,7 +45,9 @@ std::string error_file_json(const std::string& message, const std::string& calls
 bool record_error(const std::string& message, const std::string& callstack = {});
 bool record_error_to(const std::string& path, const std::string& message,
                      const std::string& callstack = {});
-// Records "<type>: <what>" for an exception pointer (nullptr: "unknown error").
+// Records "<type>: <what>" for an exception pointer (nullptr: "unknown error"), then one
+// "\ncaused by: <type>: <what>" line per exception nested in it (std::throw_with_nested), outermost
+// first.
 bool record_exception(std::exception_ptr e);
 
 // A native backtrace (one frame per line), best effort.

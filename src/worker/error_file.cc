@@ -153,18 +153,41 @@ bool record_error(const std::string& message, const std::string& callstack) {
   return record_error_to(ErrorFilePath(), message, callstack);
 }
 
-bool record_exception(std::exception_ptr e) {
-  std::string message = "unknown error";
-  if (e) {
+namespace {
+
+// "<type>: <what>" of `e`, then one "\ncaused by: <type>: <what>" per exception nested in it
+// (std::throw_with_nested), outermost first, at most kMaxNested of them.
+std::string DescribeException(std::exception_ptr e) {
+  constexpr int kMaxNested = 16;
+  std::string message;
+  for (int depth = 0; e && depth <= kMaxNested; ++depth) {
+    std::exception_ptr inner;
+    if (depth > 0) message += "\ncaused by: ";
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      message = Demangle(typeid(ex).name()) + ": " + ex.what();
+      std::string type = Demangle(typeid(ex).name());
+      if (auto* nested = dynamic_cast<const std::nested_exception*>(&ex)) {
+        inner = nested->nested_ptr();
+        // libstdc++ throws std::_Nested_exception<T> for throw_with_nested(T): name T.
+        const std::string wrapper = "std::_Nested_exception<";
+        if (type.rfind(wrapper, 0) == 0 && type.back() == '>')
+          type = type.substr(wrapper.size(), type.size() - wrapper.size() - 1);
+      }
+      message += type + ": " + ex.what();
     } catch (...) {
       const std::type_info* t = abi::__cxa_current_exception_type();
-      message = (t ? Demangle(t->name()) : std::string("unknown exception")) + ": <no what()>";
+      message += (t ? Demangle(t->name()) : std::string("unknown exception")) + ": <no what()>";
     }
+    e = inner;
   }
+  return message;
+}
+
+}  // namespace
+
+bool record_exception(std::exception_ptr e) {
+  const std::string message = e ? DescribeException(e) : "unknown error";
   std::string stack = "Traceback (native, most recent call first):\n" + native_backtrace(2) + message;
   return record_error(message, stack);
 }

@@ -173,5 +173,25 @@ TEST(ErrorFile, RunRecordedReturnsOneAndRecords) {
   EXPECT_EQ(run_recorded([] { return 7; }), 7);
 }
 
+TEST(ErrorFile, NestedExceptionsAreRecordedOutermostFirst) {
+  TempDir dir;
+  const std::string path = dir / "error.json";
+  try {
+    try {
+      throw std::invalid_argument("bad shape");
+    } catch (...) {
+      std::throw_with_nested(std::runtime_error("loading the snapshot failed"));
+    }
+  } catch (...) {
+    ::setenv("TORCHELASTIC_ERROR_FILE", path.c_str(), 1);
+    EXPECT_TRUE(record_exception(std::current_exception()));
+    ::unsetenv("TORCHELASTIC_ERROR_FILE");
+  }
+  auto j = nlohmann::json::parse(ReadFileOr(path, "{}"));
+  const std::string message = j["message"]["message"];
+  EXPECT_EQ(message,
+            "std::runtime_error: loading the snapshot failed\ncaused by: std::invalid_argument: bad shape");
+}
+
 }  // namespace
 }  // namespace ctrun::worker
