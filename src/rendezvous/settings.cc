@@ -3,6 +3,7 @@
 #include "cli/value_parsers.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -51,10 +52,14 @@ Setter TextField(std::string RdzvSettings::*field) {
   };
 }
 
-// A TLS file: checked at the start, not when the first request fails.
+// A TLS file: checked at the start, not when the first request fails. One PEM file each: libcurl
+// reads the CA bundle as a file (a directory of hashed certificates fails every request).
 Setter FileField(std::string RdzvSettings::*field) {
   return [field](RdzvSettings* s, const std::string& k, const std::string& v) -> Status {
     if (::access(v.c_str(), R_OK) != 0) return Status::Errno("--rdzv_conf " + k + "=" + v, errno);
+    struct stat st {};
+    if (::stat(v.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      return Status::Error("--rdzv_conf " + k + "=" + v + ": not a regular file (give one PEM file)");
     s->*field = v;
     return {};
   };
@@ -120,6 +125,15 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
       return Status::Error("--rdzv_conf: unknown key '" + k + "' (known: " + known + ")");
     }
     if (Status st = it->second(s, k, v); !st.ok()) return st;
+  }
+  // Both names of one file (cacert and ca_cert, ...) must not name two files: which would win is
+  // an accident of the order of the keys.
+  for (const auto& [a, b] : {std::pair<std::string, std::string>{"cacert", "ca_cert"}, {"cert", "ssl_cert"},
+                             {"key", "ssl_cert_key"}}) {
+    auto ia = conf.find(a), ib = conf.find(b);
+    if (ia != conf.end() && ib != conf.end() && ia->second != ib->second)
+      return Status::Error("--rdzv_conf: " + a + "=" + ia->second + " and " + b + "=" + ib->second +
+                           " name two different files for one setting; give one");
   }
   if (s->cert.empty() && !s->key.empty())
     return Status::Error("--rdzv_conf: a client key (key, ssl_cert_key) needs its certificate (cert, ssl_cert)");

@@ -227,6 +227,20 @@ TEST(ResolveSettings, EtcdTlsFilesTakeBothBackendsNamesAndAreCheckedAtTheStart) 
   missing.rdzv_endpoint = "e1";
   missing.rdzv_conf = {{"ca_cert", "/nonexistent/ca.pem"}};
   EXPECT_EQ(ResolveSettings(&missing).message(), "--rdzv_conf ca_cert=/nonexistent/ca.pem: No such file or directory");
+  LaunchConfig dir = Multi("etcd", 2, 2);
+  dir.rdzv_endpoint = "e1";
+  dir.rdzv_conf = {{"cacert", "/"}};
+  EXPECT_EQ(ResolveSettings(&dir).message(), "--rdzv_conf cacert=/: not a regular file (give one PEM file)");
+  LaunchConfig same = Multi("etcd", 2, 2);
+  same.rdzv_endpoint = "e1";
+  same.rdzv_conf = {{"cert", "/proc/self/environ"}, {"ssl_cert", "/proc/self/environ"}};
+  EXPECT_TRUE(ResolveSettings(&same).ok());
+  LaunchConfig two = Multi("etcd", 2, 2);
+  two.rdzv_endpoint = "e1";
+  two.rdzv_conf = {{"cert", "/proc/self/environ"}, {"ssl_cert", "/proc/self/stat"}};
+  EXPECT_EQ(ResolveSettings(&two).message(),
+            "--rdzv_conf: cert=/proc/self/environ and ssl_cert=/proc/self/stat name two different files for one "
+            "setting; give one");
 }
 
 TEST(ResolveSettings, BadConfValuesAreOneLineNamingTheKey) {
