@@ -47,6 +47,9 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
   // its job (it took both, and the workers' children ran on).
   ::prctl(PR_SET_NAME, "ct-watchdog");
 
+  // Off ctrun's critical path: the watchdog idles from here until ctrun ends.
+  if (!cgroup_dir.empty()) RemoveStaleWorkerCgroups(cgroup_dir);
+
   static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;
   WatchdogMessage m;

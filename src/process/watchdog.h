@@ -74,7 +74,8 @@ void AnnounceGroup(int watchdog_fd, pid_t pgid);
 class Watchdog {
  public:
   // Forks the watchdog. Call before starting workers and before any thread exists. cgroup_dir:
-  // the workers' cgroup sub-tree (WorkerCgroups::dir()) to empty and remove if the agent dies;
+  // the workers' cgroup sub-tree (WorkerCgroups::dir()) to empty and remove if the agent dies
+  // (and whose stale siblings the watchdog removes at its start, RemoveStaleWorkerCgroups);
   // "" for none. on_agent_death: what else the agent would have cleaned up, run in the watchdog
   // process after the workers are gone (its copy of the agent's memory as of the fork, one
   // thread; best effort, no reply); empty for nothing.

@@ -1,5 +1,6 @@
 #include "sys/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -7,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <cerrno>
 #include <sstream>
 
@@ -99,6 +103,32 @@ void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget
     (void)WaitEmpty(dir, budget);  // bounded; a D-state survivor keeps its directory
   }
   RemoveDirs(dir);
+}
+
+void RemoveStaleWorkerCgroups(const std::string& own_dir) {
+  const size_t slash = own_dir.rfind('/');
+  if (slash == std::string::npos) return;
+  const std::string parent = own_dir.substr(0, slash), own = own_dir.substr(slash + 1);
+  const std::string prefix = "ctrun-";
+  const size_t own_digits_end = own.find_first_not_of("0123456789", prefix.size());
+  const std::string suffix = own_digits_end == std::string::npos ? "" : own.substr(own_digits_end);
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(parent.c_str()), &::closedir);
+  if (!d) return;
+  const auto now = std::chrono::system_clock::now();
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string name = e->d_name;
+    if (name == own || name.rfind(prefix, 0) != 0) continue;
+    const size_t end = name.find_first_not_of("0123456789", prefix.size());
+    if (end == prefix.size() || name.substr(end == std::string::npos ? name.size() : end) != suffix) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string dir = parent + "/" + name;
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    const auto changed = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+    if (now - changed < std::chrono::seconds(10) || Populated(dir)) continue;
+    RemoveDirs(dir);
+  }
 }
 
 std::optional<Cgroup2Mount> ParseCgroup2Mount(const std::string& mountinfo) {

@@ -19,7 +19,8 @@
 // between the start and the end of the attempt, when the memory controller could be enabled for
 // the sub-tree: exact per-rank OOM attribution. The destructor kills what is left and removes the
 // directories; when ctrun is SIGKILLed, its watchdog does (process/watchdog.h). A ctrun-<pid> left
-// by an earlier ctrun of the same pid (its watchdog killed too) is removed by Create when empty.
+// by an earlier ctrun of the same pid (its watchdog killed too) is removed by Create when empty,
+// and every watchdog removes the empty ones of dead pids at its start (RemoveStaleWorkerCgroups).
 // In a PID namespace other than the initial one the name is ctrun-<pid>-ns<inode of the
 // namespace>, so ctruns of two namespaces under one parent cgroup never take each other's.
 // Create fails (the caller falls back to process groups and the descendant sweep) when there is
@@ -55,6 +56,13 @@ std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup)
 // `budget` until it is empty, and removes its rank directories and itself. What the destructor
 // does, and what the watchdog does after the agent was SIGKILLed (process/watchdog.h).
 void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget);
+
+// Removes the empty worker cgroups that dead ctruns left next to `own_dir` (a WorkerCgroups::dir()):
+// its siblings named like it (ctrun-<pid>, with the same -ns<inode> suffix) whose pid is not alive
+// in this PID namespace. A ctrun and its watchdog both SIGKILLed (`pkill -9`) leave one each.
+// A populated one is never touched (its processes are not ours to kill), nor one changed in the
+// last 10 s: a new ctrun that took a dead one's pid may have made it a moment ago. Best effort.
+void RemoveStaleWorkerCgroups(const std::string& own_dir);
 
 class WorkerCgroups {
  public:

@@ -2,10 +2,13 @@
 // environment marker across /proc), no zombie under ctrun, no fd leaked by ctrun over 50 restarts,
 // no temporary file besides the log directory, and a complete log directory.
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -256,6 +259,45 @@ TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
   const auto left = WaitJobGone(marker);
   EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\n" << ReadFileOr(dir / "err");
   EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(cgroup); }, 10s)) << cgroup << " is left";
+}
+
+// A ctrun SIGKILLed together with its watchdog (`pkill -9` of both, an OOM kill of the whole
+// session) leaves its empty ctrun-<pid> behind. The next ctrun's watchdog removes those of dead
+// pids, and leaves alone one whose pid lives, one made in the last seconds (a new ctrun that
+// took a dead one's pid) and anything that is not a ctrun worker cgroup.
+TEST(Hygiene, TheWatchdogRemovesEmptyWorkerCgroupsThatDeadCtrunsLeft) {
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: no cgroup for the workers";
+  TempDir dir;
+  RunResult first = RunCommand(Ctrun({"--standalone", "--nproc_per_node=1", "--log-level=debug"}, {}), {}, 30s);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string cgroup = ctrun::testing::WorkersCgroupFromLog(first.err);
+  if (cgroup.empty()) GTEST_SKIP() << "no cgroup for the workers here: " << first.err;
+  const std::string parent = std::filesystem::path(cgroup).parent_path().string();
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale = parent + "/ctrun-" + std::to_string(dead);
+  const std::string alive = parent + "/ctrun-" + std::to_string(::getpid());
+  const std::string other = parent + "/ctrun-" + std::to_string(dead) + "-ns1";
+  const std::string fresh_dead = parent + "/ctrun-" + std::to_string(dead) + "0";  // a pid not alive either
+  const auto old = [](const std::string& d) {
+    const timespec times[2] = {{1577836800, 0}, {1577836800, 0}};  // 2020-01-01
+    return ::utimensat(AT_FDCWD, d.c_str(), times, 0) == 0;
+  };
+  for (const auto& d : {stale, stale + "/rank-0", alive, other})
+    ASSERT_EQ(::mkdir(d.c_str(), 0755), 0) << d << ": " << std::strerror(errno);
+  ASSERT_TRUE(old(stale) && old(alive) && old(other)) << std::strerror(errno);
+  const bool made_fresh = ::kill(dead * 10, 0) != 0 && ::mkdir(fresh_dead.c_str(), 0755) == 0;
+  RunResult r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=1"}, {"--sleep-ms", "10"}), {}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(stale); }, 10s)) << stale << " is left";
+  EXPECT_TRUE(std::filesystem::exists(alive)) << "removed the cgroup of a live pid";
+  EXPECT_TRUE(std::filesystem::exists(other)) << "removed the cgroup of another PID namespace";
+  if (made_fresh) {
+    EXPECT_TRUE(std::filesystem::exists(fresh_dead)) << "removed a cgroup made a moment ago";
+  }
+  for (const auto& d : {stale + "/rank-0", stale, alive, other, fresh_dead}) ::rmdir(d.c_str());
 }
 
 // `pkill -9 ctrun` SIGKILLs every process whose name contains "ctrun": the watchdog must not be
