@@ -460,7 +460,11 @@ Tokens Tokenize(const std::vector<std::string>& argv) {
       }
       continue;
     }
+    // argparse gives the script positional a "--" right after it and drops it (torchrun
+    // train.py -- --lr 1 runs train.py --lr 1); a "--" before the script already ended the
+    // options, and one after that is kept.
     t.worker.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+    if (t.worker.size() > 1 && t.worker[1] == "--") t.worker.erase(t.worker.begin() + 1);
     return t;
   }
   return t;
@@ -525,8 +529,7 @@ class Builder {
       return {};
     });
     Text("rdzv_id", [&](const Raw& r) -> Status {
-      if (r.text.empty()) return Status::Error("the run id must not be empty");
-      c.run_id = r.text;
+      c.run_id = r.text;  // empty: main picks a random one on a single node, as torchrun does
       return {};
     });
     Text("rdzv_conf", [&](const Raw& r) -> Status {
@@ -563,8 +566,7 @@ class Builder {
       return {};
     });
     Text("role", [&](const Raw& r) -> Status {
-      if (r.text.empty()) return Status::Error("the role must not be empty");
-      c.role = r.text;
+      c.role = r.text;  // may be empty, as in torchrun (ROLE_NAME="")
       return {};
     });
     Text("numa_binding", [&](const Raw& r) -> Status {

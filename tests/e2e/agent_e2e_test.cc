@@ -66,6 +66,28 @@ TEST(CtrunE2E, SetsTorchrunEnvironmentPerRankAndPassesInheritedEnv) {
   EXPECT_GT(std::stoi(*ports.begin()), 0);
 }
 
+// A templated `--rdzv_id=$JOB_ID` with the variable unset, and `--role=`: torchrun runs them (a
+// random run id with a warning; ROLE_NAME=""), so does ctrun on one node. Across nodes each would
+// take a random id of its own and never meet: refused before anything starts.
+TEST(CtrunE2E, AnEmptyRunIdIsARandomOneOnOneNodeAndAnEmptyRoleIsKept) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=1", "--rdzv_id=", "--role="}, {"--env-file", d / "env"}), {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string env = ReadFileOr(d / "env.0");
+  const std::string id = EnvValue(env, "TORCHELASTIC_RUN_ID");
+  EXPECT_EQ(id.size(), 32u) << id;
+  EXPECT_EQ(EnvValue(env, "ROLE_NAME"), "");
+  EXPECT_EQ(ctrun::testing::CountOf(r.err, "--rdzv_id is empty: the run id is the random " + id), 1) << r.err;
+  auto multi = RunCommand(Ctrun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=",
+                                 "--nproc_per_node=1"},
+                                {"--env-file", d / "never"}),
+                          {}, std::chrono::seconds(20));
+  EXPECT_EQ(multi.exit_code, 2) << multi.err;
+  EXPECT_NE(multi.err.find("--rdzv_id is empty: every node would take a random run id of its own"), std::string::npos)
+      << multi.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "never.0"));
+}
+
 TEST(CtrunE2E, HeartbeatVariablesReachWorkers) {
   // The agent side of hang detection is a later issue; today the contract is that ctrun passes the
   // worker library's variables through and the library beats into them.

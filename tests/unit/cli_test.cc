@@ -462,6 +462,19 @@ TEST(CliWorkerArgs, DoubleDashBeforeOrdinaryEntrypoint) {
   EXPECT_THAT(c.args, ElementsAre("--epochs", "3"));
 }
 
+// argparse (torchrun): a "--" right after the script belongs to the script positional and is
+// dropped, so `torchrun train.py -- --lr 1` runs `train.py --lr 1`; after a "--" that came before
+// the script, or further on, it is an argument.
+TEST(CliWorkerArgs, ADoubleDashRightAfterTheEntrypointIsDroppedAsArgparseDoes) {
+  EXPECT_THAT(Ok({"train.py", "--", "--lr", "0.1"}).args, ElementsAre("--lr", "0.1"));
+  EXPECT_THAT(Ok({"train.py", "--"}).args, ElementsAre());
+  EXPECT_THAT(Ok({"train.py", "--", "--", "a"}).args, ElementsAre("--", "a"));
+  EXPECT_THAT(Ok({"-m", "pkg.train", "--", "--x"}).args, ElementsAre("--x"));
+  EXPECT_THAT(Ok({"--no_python", "/usr/bin/python3", "--", "t.py"}).args, ElementsAre("t.py"));
+  EXPECT_THAT(Ok({"--", "train.py", "--", "a"}).args, ElementsAre("--", "a"));
+  EXPECT_THAT(Ok({"train.py", "a", "--", "--b"}).args, ElementsAre("a", "--", "--b"));
+}
+
 TEST(CliWorkerArgs, ModuleEntrypoint) {
   LaunchConfig c = Ok({"--nproc-per-node", "2", "-m", "pkg.train", "--config", "c.yaml"});
   EXPECT_TRUE(c.module);
@@ -681,11 +694,18 @@ std::vector<BadCase> BadCases() {
       {"log_level_unknown", {"--log-level=loud", "./t"}, {}, {"--log-level", "'loud'"}},
       {"log_level_env", {"./t"}, {{"CTRUN_LOG_LEVEL", "loud"}}, {"CTRUN_LOG_LEVEL"}},
       {"log_prefix_empty", {"--log-prefix=", "./t"}, {}, {"--log-prefix", "none"}},
-      {"rdzv_id_empty", {"--rdzv_id=", "./t"}, {}, {"--rdzv_id"}},
-      {"role_empty", {"--role=", "./t"}, {}, {"--role"}},
       {"bool_env_not_int", {"./t"}, {{"PET_STANDALONE", "yes"}}, {"PET_STANDALONE", "0 or 1"}},
       {"newline_in_value_stays_one_line", {"--nnodes=1\n2", "./t"}, {}, {"--nnodes"}},
   };
+}
+
+// torchrun runs both: an empty run id becomes a random one (main, one node only), an empty role
+// is ROLE_NAME="".
+TEST(CliEmptyValues, AnEmptyRunIdAndRoleAreTakenAsTorchrunTakesThem) {
+  LaunchConfig c = Ok({"--rdzv_id=", "--role=", "./t"});
+  EXPECT_EQ(c.run_id, "");
+  EXPECT_EQ(c.role, "");
+  EXPECT_EQ(Ok({"./t"}, {{"PET_RDZV_ID", ""}, {"PET_ROLE", ""}}).run_id, "");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CliBadInputTest, ::testing::ValuesIn(BadCases()),
