@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -440,8 +441,17 @@ void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
 }
 
 // The summary's title, as torchrun names the entrypoint: the script, module or program as given
-// on the command line (the first argument after the interpreter's flags), not its file name alone.
-std::string EntrypointName(const LaunchConfig& config) { return config.entrypoint; }
+// on the command line, not its file name alone. A Python interpreter given with --no_python
+// (`--no_python /usr/bin/python3 train.py`) is named by its first argument that is not an option,
+// as torchrun does for its own interpreter.
+std::string EntrypointName(const LaunchConfig& config) {
+  const std::string base = std::filesystem::path(config.entrypoint).filename().string();
+  const bool python = base.rfind("python", 0) == 0 && base.find_first_not_of("0123456789.", 6) == std::string::npos;
+  if (!config.no_python || !python) return config.entrypoint;
+  for (const std::string& a : config.args)
+    if (!a.empty() && a[0] != '-') return a;
+  return config.entrypoint;
+}
 
 std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {

@@ -132,6 +132,19 @@ TEST(CtrunE2E, RestartsAfterFailureWithIncrementedRestartCount) {
   EXPECT_NE(r.err.find("restarting all workers (restart 1 of 2)"), std::string::npos) << r.err;
 }
 
+// torchrun names its own interpreter's job by the script: `--no_python /usr/bin/python3 fail.py`
+// is titled "fail.py FAILED", not with the interpreter.
+TEST(CtrunE2E, APythonInterpreterGivenWithNoPythonIsTitledByItsScript) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  TempDir d;
+  {
+    std::ofstream(d / "fail.py") << "import sys\nsys.exit(3)\n";
+  }
+  auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=1", "--no_python", "/usr/bin/python3", "-B", d / "fail.py"}, {});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("\n" + (d / "fail.py") + " FAILED\n"), std::string::npos) << r.err;
+}
+
 TEST(CtrunE2E, MaxRestartsExhaustedPrintsSummaryAndRootCauseExitCode) {
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1"},
                      {"--only-rank", "1", "--exit", "7", "--stderr", "something broke"}));
