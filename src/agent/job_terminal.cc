@@ -12,6 +12,7 @@ constexpr WindowSize kDefaultWindow{24, 80};
 JobTerminal::JobTerminal(TtyMode mode, EventLoop& loop, Spawner& spawner, int console_fd, int stdin_fd)
     : console_fd_(console_fd),
       console_tty_(::isatty(console_fd) == 1),
+      stderr_tty_(::isatty(STDERR_FILENO) == 1),
       forwarder_(StdinForwarder::Create(loop, stdin_fd)),
       terminals_(spawner) {
   const bool tty = console_tty_;
@@ -22,6 +23,8 @@ JobTerminal::JobTerminal(TtyMode mode, EventLoop& loop, Spawner& spawner, int co
 void JobTerminal::FillPlanInputs(logs::PlanInputs* in) const {
   in->pty_window = window_;
   in->forward_stdin = forwarder_ != nullptr;
+  in->stdout_terminal = console_tty_;
+  in->stderr_terminal = stderr_tty_;
 }
 
 void JobTerminal::OnWorkerStarted(int local_rank, const logs::WorkerOutputPlan& plan, SpawnedProcess& proc) {

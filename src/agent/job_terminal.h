@@ -28,7 +28,8 @@ class JobTerminal {
   // console_fd: ctrun's stdout (the terminal whose size the ptys follow); stdin_fd: its stdin.
   JobTerminal(TtyMode mode, EventLoop& loop, Spawner& spawner, int console_fd = 1, int stdin_fd = 0);
 
-  // Sets PlanInputs::pty_window and forward_stdin for the coming attempt.
+  // Sets PlanInputs::pty_window, forward_stdin and the console streams' terminal flags for the
+  // coming attempt.
   void FillPlanInputs(logs::PlanInputs* in) const;
   // A worker started: keep its pty master for resizes, give local rank 0's stdin pipe to the
   // forwarder.
@@ -44,6 +45,7 @@ class JobTerminal {
  private:
   int console_fd_;
   bool console_tty_;  // ctrun's stdout is a terminal: workers that inherit it get SIGWINCH from here
+  bool stderr_tty_;   // ctrun's stderr is a terminal
   std::optional<WindowSize> window_;  // set when workers get ptys
   std::unique_ptr<StdinForwarder> forwarder_;
   WorkerTerminals terminals_;

@@ -151,12 +151,14 @@ constexpr std::array kOptions = {
     OptionDef{"forward_signals", 0, Kind::kValue, "", "SIGNALS|none", "SIGUSR1,SIGUSR2", Group::kCtrun,
               "Signals forwarded to every worker without stopping the job (e.g. SLURM's pre-emption "
               "warning). A signal also in --signals-to-handle stops the job instead."},
-    OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|none|inherit", "", Group::kCtrun,
+    OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|rank|none|inherit", "", Group::kCtrun,
               "Prefix of worker lines on the console; ${rank}, ${local_rank}, ${role_name}, ${host}, "
-              "${node_rank} and ${world_size} are replaced. 'none': whole lines, no prefix; 'inherit': "
-              "workers write to the console directly (torchrun's behaviour). Without it: "
-              "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else torchrun's [<role><local_rank>]: with --tee, "
-              "else [r<rank>] padded to the world size (and the host in multi-node jobs)."},
+              "${node_rank} and ${world_size} are replaced. 'rank': the default prefix below, also into "
+              "a pipe or a file; 'none': whole lines, no prefix; 'inherit': workers write to the console "
+              "directly (torchrun's behaviour). Without it: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
+              "torchrun's [<role><local_rank>]: with --tee, else [r<rank>] padded to the world size (and "
+              "the host in multi-node jobs) where ctrun's stdout or stderr is a terminal, and no prefix "
+              "(torchrun's bytes, whole lines) where it is a pipe or a file."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
               "Only show these global ranks' output on the console, e.g. 0,8 or 0-7."},
     OptionDef{"tty", 0, Kind::kValue, "CTRUN_TTY", "auto|always|never", "auto", Group::kCtrun,

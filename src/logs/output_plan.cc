@@ -35,6 +35,7 @@ StatusOr<OutputFlags> ParseOutputFlags(const LaunchConfig& c, const char* env_te
   p.rank_filter = *rf;
   p.prefix = *pf;
   p.prefix_given = !c.log_prefix.empty();
+  p.prefix_terminal_only = !p.prefix_given && env_template == nullptr && !t->AnySet();
   p.prefix_inherit = c.log_prefix == "inherit";
   p.duplicate_stdout = c.duplicate_stdout_filters;
   p.duplicate_stderr = c.duplicate_stderr_filters;
@@ -148,12 +149,14 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
       if (files && !(is_out ? p.duplicate_stdout : p.duplicate_stderr).empty()) RelayForDuplicates(&sp);
       if (c.output_timeout > 0) RelayForOutputTimeout(&sp);
+      if (sp.console && p.prefix_terminal_only && !(is_out ? in.stdout_terminal : in.stderr_terminal))
+        sp.unprefixed = true;
       // Not for a stream also copied into a file (--tee, the duplicate filters): the file must hold
       // what a worker writes when it is not at a terminal (no colour codes, no redrawn progress
       // bars), as under torchrun, whose tee'd workers write to files.
       if (is_out && in.pty_window && sp.target.kind == StdioTarget::Kind::kPipe && sp.console && sp.tee_file.empty() &&
           !sp.duplicated)
-        sp.target = PtyFor(*in.pty_window, w.prefix);
+        sp.target = PtyFor(*in.pty_window, sp.unprefixed ? std::string() : w.prefix);
     }
     w.in = !in.forward_stdin ? StdioTarget::Inherit() : lr == 0 ? StdioTarget::Pipe() : StdioTarget::DevNull();
     plans.push_back(std::move(w));

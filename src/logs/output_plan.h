@@ -13,6 +13,9 @@
 //                                or when --log-prefix inherit (torchrun's behaviour)
 //                                With --tee (and no --log-prefix) these lines carry no prefix:
 //                                only the streams --tee names are prefixed, as in torchrun.
+//                                The default prefix (no --log-prefix, no template, no --tee) is
+//                                shown only where ctrun's stream is a terminal: in a pipe or a
+//                                file the lines stay whole and carry no prefix, as under torchrun.
 // Whenever stderr would go to DevNull it is piped instead with no sinks, so the failure summary
 // still has its tail (OutputRelay::StderrTail).
 // With a pty window (ctrun's console is a terminal, --tty): a stdout piped with console lines
@@ -81,6 +84,9 @@ struct OutputFlags {
   RankFilter rank_filter;
   PrefixFormat prefix = PrefixFormat::Default();
   bool prefix_given = false;    // --log-prefix was given
+  // The prefix is ctrun's default (no --log-prefix, no TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, no
+  // --tee): console lines carry it only where that console stream is a terminal.
+  bool prefix_terminal_only = false;
   bool prefix_inherit = false;  // --log-prefix inherit
   std::vector<std::string> duplicate_stdout;  // --duplicate-stdout-filters
   std::vector<std::string> duplicate_stderr;  // --duplicate-stderr-filters
@@ -104,6 +110,8 @@ struct PlanInputs {
   const AttemptPaths* paths = nullptr;  // LogDir::PrepareAttempt of this attempt (required)
   std::optional<WindowSize> pty_window;  // the console's size when workers' stdout gets a pty
   bool forward_stdin = false;            // local rank 0 reads ctrun's terminal through a pipe
+  bool stdout_terminal = false;          // ctrun's stdout is a terminal (prefix_terminal_only)
+  bool stderr_terminal = false;          // ctrun's stderr is a terminal
 };
 
 // Errors: inconsistent inputs only (the flags were checked by ParseOutputFlags).

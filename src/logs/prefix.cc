@@ -34,6 +34,7 @@ StatusOr<std::string> RenderPrefixTemplate(std::string_view t, const RankLabel& 
 StatusOr<PrefixFormat> PrefixFormat::Choose(std::string_view log_prefix, const char* env_template,
                                             bool any_tee) {
   if (log_prefix == "none" || log_prefix == "inherit") return PrefixFormat(Kind::kNone, {});
+  if (log_prefix == "rank") return Default();
   if (!log_prefix.empty()) {
     auto r = RenderPrefixTemplate(log_prefix, RankLabel{});
     if (!r.ok()) return r.status();

@@ -1,12 +1,15 @@
 // Console line prefixes for relayed worker output. Pure, no I/O.
 //
 // Which prefix a run uses (first match wins):
-//   1. --log-prefix TEMPLATE   (ctrun; "none" = no prefix, "inherit" = see output_plan.h)
+//   1. --log-prefix TEMPLATE   (ctrun; "none" = no prefix, "inherit" = see output_plan.h,
+//      "rank" = the default prefix of 4., also where the console is not a terminal)
 //   2. TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torchrun >= 2.2), rendered as torchrun does
 //   3. any --tee given: torchrun's tee header "[${role_name}${local_rank}]:" so tools written for
 //      torchrun's tee output (sed on "[default0]:") keep working
 //   4. ctrun's default: "[r07] " with the global rank zero-padded to the width of world_size-1,
-//      and "[host r07] " in multi-node runs.
+//      and "[host r07] " in multi-node runs; shown only on a console stream that is a terminal
+//      (OutputFlags::prefix_terminal_only): into a pipe or a file, worker lines reach ctrun's
+//      stdout/stderr without one, as under torchrun, so scripts that parse them keep working.
 // Templates follow Python's string.Template (base/py_template.h): ${name} or $name, "$$" is a
 // literal '$'. Names: role_name, rank (global), local_rank (torchrun's), plus ctrun's host,
 // node_rank, world_size. In --log-prefix an unknown name or a dangling '$' is an error (a typo

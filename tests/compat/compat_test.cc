@@ -140,7 +140,7 @@ TEST(Compat, RankBlockedInAllReduceIsFoundStackedAndRestarted) {
   TempDir d;
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--heartbeat-timeout=10",
                        "--heartbeat-first-timeout=120", "--stack-timeout=60", "--log-dir", d.path(),
-                       Script("ddp_hang.py")},
+                       "--log-prefix=rank", Script("ddp_hang.py")},
                       kPyEnv, 230s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("ddp_hang done restart=1"), std::string::npos) << r.out << r.err;

@@ -35,7 +35,8 @@ std::string RunDir(const std::string& base) {
 
 TEST(LogsE2E, EightWorkersHundredThousandLinesEachArriveOnceInOrderPrefixed) {
   constexpr int kLines = 100000;
-  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=8"}, {"--print", std::to_string(kLines)}), {}, 120s);
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=8", "--log-prefix=rank"}, {"--print", std::to_string(kLines)}),
+                      {}, 120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<int> next(8, 0);
   const std::regex re(R"(^\[r(\d)\] rank (\d) line (\d+)$)");
@@ -51,6 +52,26 @@ TEST(LogsE2E, EightWorkersHundredThousandLinesEachArriveOnceInOrderPrefixed) {
   }
   EXPECT_EQ(n, static_cast<size_t>(8 * kLines));
   for (int k = 0; k < 8; ++k) EXPECT_EQ(next[k], kLines) << "rank " << k;
+}
+
+// Into a pipe or a file (no terminal) the default is torchrun's bytes: no prefix, so a script
+// that parses the output keeps working; the lines still arrive whole, never merged, in order.
+TEST(LogsE2E, OffATerminalTheDefaultAddsNoPrefixAndKeepsLinesWhole) {
+  constexpr int kLines = 20000;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=4"}, {"--print", std::to_string(kLines), "--stderr", "E"}),
+                      {}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<int> next(4, 0);
+  const std::regex re(R"(^rank (\d) line (\d+)$)");
+  for (const auto& line : SplitLines(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, re)) << "prefixed, malformed or merged line: '" << line << "'";
+    const int rank = std::stoi(m[1]), i = std::stoi(m[2]);
+    ASSERT_EQ(i, next[rank]) << "rank " << rank << " out of order or duplicated";
+    ++next[rank];
+  }
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(next[k], kLines) << "rank " << k;
+  EXPECT_EQ(CountOf(r.err, "\nE\n") + (r.err.rfind("E\n", 0) == 0 ? 1 : 0), 4) << r.err;
 }
 
 TEST(LogsE2E, PartialLineOfCrashingWorkerIsInConsoleLogAndSummary) {
@@ -129,7 +150,7 @@ TEST(LogsE2E, LocalAndGlobalRankFilters) {
   EXPECT_NE(r.out.find("rank 3 line 1"), std::string::npos) << r.out;
   auto g = RunCommand(Ctrun({"--standalone", "--nproc_per_node=4", "--ranks-filter", "2"}, {"--print", "2"}));
   ASSERT_EQ(g.exit_code, 0) << g.err;
-  EXPECT_EQ(SplitLines(g.out), (std::vector<std::string>{"[r2] rank 2 line 0", "[r2] rank 2 line 1"}));
+  EXPECT_EQ(SplitLines(g.out), (std::vector<std::string>{"rank 2 line 0", "rank 2 line 1"}));
 }
 
 TEST(LogsE2E, PrefixNoneAndCustomTemplate) {
@@ -233,7 +254,8 @@ struct SlowReaderRun {
     EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
     read_end.reset(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // before the writers open it
         job = std::make_unique<BackgroundProcess>(
-        Ctrun({"--standalone", "--nproc_per_node=2", "--master_port", std::to_string(FreePort())}, WithPidFile(worker_args)),
+        Ctrun({"--standalone", "--nproc_per_node=2", "--master_port", std::to_string(FreePort()), "--log-prefix=rank"},
+              WithPidFile(worker_args)),
         std::vector<std::string>{}, fifo,
         fifo);
   }

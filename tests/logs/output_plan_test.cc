@@ -70,6 +70,42 @@ TEST(OutputPlan, MultiWorkerDefaultIsPrefixedPipes) {
   EXPECT_EQ(Plan(c, 4)[1].out.target.kind, Kind::kInherit);
 }
 
+// The default prefix marks lines only on a console stream that is a terminal; into a pipe or a
+// file they stay whole but carry torchrun's bytes, so a script parsing them is not broken. An
+// explicit prefix (--log-prefix, torchrun's template variable) is shown everywhere.
+TEST(OutputPlan, TheDefaultPrefixIsShownOnlyWhereTheConsoleIsATerminal) {
+  auto plan = [](const LaunchConfig& c, bool out_tty, bool err_tty, const char* env_template = nullptr) {
+    AttemptPaths paths = Paths(2, /*files=*/false);  // MakeSinks opens no tee file
+    PlanInputs in;
+    in.nproc = in.world_size = 2;
+    in.paths = &paths;
+    in.stdout_terminal = out_tty;
+    in.stderr_terminal = err_tty;
+    return RunPlan(c, in, env_template);
+  };
+  auto prefixes = [](const WorkerOutputPlan& w) {
+    auto out = MakeSinks(w, Stream::kStdout), err = MakeSinks(w, Stream::kStderr);
+    EXPECT_TRUE(out.ok() && err.ok());
+    return std::make_pair(out->prefix, err->prefix);
+  };
+  LaunchConfig c;
+  auto piped = plan(c, false, false);
+  EXPECT_EQ(piped[1].out.target.kind, Kind::kPipe);  // still relayed: lines of two ranks never mix
+  EXPECT_TRUE(piped[1].out.console);
+  EXPECT_EQ(prefixes(piped[1]), std::make_pair(std::string(), std::string()));
+  EXPECT_EQ(prefixes(plan(c, true, false)[1]), std::make_pair(std::string("[r1] "), std::string()));
+  EXPECT_EQ(prefixes(plan(c, false, true)[1]), std::make_pair(std::string(), std::string("[r1] ")));
+  EXPECT_EQ(prefixes(plan(c, false, false, "<${rank}> ")[1]), std::make_pair(std::string("<1> "), std::string("<1> ")));
+  c.log_prefix = "rank";
+  EXPECT_EQ(prefixes(plan(c, false, false)[1]), std::make_pair(std::string("[r1] "), std::string("[r1] ")));
+  c.log_prefix = "${local_rank}| ";
+  EXPECT_EQ(prefixes(plan(c, false, false)[1]), std::make_pair(std::string("1| "), std::string("1| ")));
+  LaunchConfig tee;
+  tee.tee = "3";
+  EXPECT_EQ(prefixes(plan(tee, false, false)[1]),
+            std::make_pair(std::string("[default1]:"), std::string("[default1]:")));
+}
+
 TEST(OutputPlan, RedirectWithoutTeeWritesFilesDirectly) {
   LaunchConfig c;
   c.redirects = "3";
@@ -210,6 +246,7 @@ std::vector<WorkerOutputPlan> PlanWithInputs(const LaunchConfig& c, int nproc, s
   in.world_size = nproc;
   in.paths = &paths;
   in.pty_window = window;
+  in.stdout_terminal = in.stderr_terminal = window.has_value();
   in.forward_stdin = forward_stdin;
   return RunPlan(c, in, nullptr);
 }
