@@ -230,7 +230,12 @@ def make_stdio():
     create_stdio on POSIX): stdin always buffered, stdout/stderr unbuffered under -u; newline "\n"
     (no translation); line buffering on a terminal, and always for stderr; a `mode` attribute."""
     unbuffered = UNBUFFERED
-    enc = sys.stdout.encoding if sys.stdout is not None else None
+    if sys.stdout is not None:
+        enc = sys.stdout.encoding
+    else:  # the server started with fd 1 closed: the locale's, by its normalised name as at start-up
+        import codecs
+        import locale
+        enc = codecs.lookup(locale.getpreferredencoding(False)).name
     errs = sys.stdout.errors if sys.stdout is not None else "strict"
 
     def one(fd, write):
@@ -310,13 +315,18 @@ REREAD_ON_SET = dict(REREAD, OMP_NUM_THREADS=apply_omp_num_threads_set)
 
 
 class RereadingEnviron(type(os.environ)):
-    """os.environ of a worker: a write of a REREAD variable is applied as an import would read it."""
+    """os.environ of a worker: a write of a REREAD variable is applied as an import would read it.
+    Named as the class it extends: type(os.environ) reads os._Environ, as in a cold worker."""
 
     def __setitem__(self, key, value):
         super().__setitem__(key, value)
         action = REREAD_ON_SET.get(key)
         if action is not None:
             action(value)
+
+
+RereadingEnviron.__name__ = RereadingEnviron.__qualname__ = "_Environ"
+RereadingEnviron.__module__ = "os"
 
 
 def reread_environment(env):
@@ -426,9 +436,32 @@ def release_worker_modules():
     gc.collect()
 
 
+def close_worker_files():
+    """What interpreter shutdown does to the files the worker opened and still holds anywhere (a
+    library module's global, an object of its own): each is flushed and closed, a gzip trailer
+    written; text layers before the buffers under them. gc.get_objects() lists only objects made
+    after the fork (the preloaded ones are frozen in the permanent generation), so this touches
+    none of the server's pages. The standard streams are left to finish()."""
+    std = set()
+    for s in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__):
+        while s is not None and id(s) not in std:
+            std.add(id(s))
+            s = getattr(s, "buffer", None) or getattr(s, "raw", None)
+    files = [o for o in gc.get_objects() if isinstance(o, io.IOBase) and id(o) not in std]
+    for kind in (io.TextIOBase, io.BufferedIOBase):
+        for f in files:
+            try:
+                if isinstance(f, kind) and not f.closed:
+                    f.close()
+            except Exception:
+                pass
+    del files
+
+
 def finish(code, kill_with=0):
     """Interpreter shutdown without the teardown: threads, atexit, the worker's own modules
-    released, stdout/stderr flushed, then os._exit."""
+    released, its remaining files closed, stdout/stderr flushed (a closed one is skipped, as the
+    interpreter skips it; a failed flush makes exit code 120, as there), then os._exit."""
     try:
         threading._shutdown()
     except BaseException:
@@ -438,9 +471,13 @@ def finish(code, kill_with=0):
         release_worker_modules()
     except BaseException:
         pass
+    try:
+        close_worker_files()
+    except BaseException:
+        pass
     for f in (sys.stdout, sys.stderr):
         try:
-            if f is not None:
+            if f is not None and not f.closed:
                 f.flush()
         except Exception:
             code = 120 if code == 0 else code
@@ -467,6 +504,7 @@ def run_worker(spec):
     sys.orig_argv = list(argv)
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
+    main.__dict__["__annotations__"] = {}  # the interpreter's __main__ has one from the start
     sys.modules["__main__"] = main
     reread_environment(env)
     watch_torch_import()

@@ -388,6 +388,41 @@ TEST_F(Warm, FilesHeldByAFailingFrameOrALibraryOfTheUsersAreFlushedAsCold) {
   }
 }
 
+// What the interpreter's shutdown does, a warm worker does too (found by the compat review): a
+// script that closed sys.stdout (the "print into a log file" idiom) exits 0, not 120; a buffered
+// file that only a library module holds (a preloaded one: json) is flushed, and a gzip file is
+// closed with its trailer; __main__ has its __annotations__; os.environ's type is named _Environ.
+TEST_F(Warm, AClosedStdoutAndFilesHeldByLibraryModulesEndAsCold) {
+  std::ofstream(dir_ / "s.py") << "import gzip, json, os, sys\n"
+                                  "r = os.environ['RANK']\n"
+                                  "print('annotations', __annotations__, type(os.environ).__name__, file=sys.stderr)\n"
+                                  "json.sidecar = open(sys.argv[1] + '/side' + r, 'w')\n"
+                                  "json.sidecar.write('side-data')\n"
+                                  "json.zipped = gzip.open(sys.argv[1] + '/z' + r + '.gz', 'wt')\n"
+                                  "json.zipped.write('zipped-data')\n"
+                                  "with open(sys.argv[1] + '/log' + r, 'w') as f:\n"
+                                  "    sys.stdout = f\n"
+                                  "    print('logged')\n";
+  for (const bool warm : {false, true}) {
+    TempDir out;
+    std::vector<std::string> flags;
+    if (warm) flags = {"--warm", "--warm-preload=json,gzip"};
+    RunResult r = RunCommand(Ctrun(2, 0, flags, {dir_ / "s.py", out.path()}), kPythonEnv, 60s);
+    const std::string how = warm ? "warm" : "cold";
+    ASSERT_EQ(r.exit_code, 0) << how << "\n" << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(CountOf(r.err, "annotations {} _Environ"), 2) << how << "\n" << r.err;
+    for (const std::string rank : {"0", "1"}) {
+      EXPECT_EQ(ReadFileOr(out / ("log" + rank)), "logged\n") << how;
+      EXPECT_EQ(ReadFileOr(out / ("side" + rank)), "side-data") << how;
+      RunResult z = RunCommand({"/usr/bin/python3", "-c", "import gzip,sys; print(gzip.open(sys.argv[1], 'rt').read())",
+                                out / ("z" + rank + ".gz")},
+                               {}, 30s);
+      EXPECT_EQ(z.out, "zipped-data\n") << how << ": " << z.err;
+    }
+  }
+}
+
 // --warm-preload=@script preloads the script's installed imports, never its own modules (they may
 // read RANK or LOCAL_RANK at import), and resolves them from the script's directory, not from the
 // working directory, where a module of the same name must not shadow the script's.
