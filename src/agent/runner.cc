@@ -687,7 +687,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     DrainStoppedChildren([&](pid_t pid, int sig) { agent.OnChildStopped(pid, sig); });
   };
   hooks.set_drain(drain);
-  RepeatedSignalFilter repeats(std::chrono::seconds(1));
+  RepeatedSignalFilter repeats(std::chrono::seconds(1), ::getppid());
   // Without the signalfd in the loop no exit and no signal would ever reach the agent: ctrun
   // could not stop. Nothing has started yet, so the run ends here.
   if (Status s = loop.AddFd(sigfd->fd(), EPOLLIN,

@@ -43,18 +43,25 @@ class SignalFd {
   UniqueFd fd_;
 };
 
-// The same signal sent twice by one process within `window` is one event: timeout(1) signals
-// its child, then its own process group, which holds the child too, so ctrun got SIGTERM twice
-// from one timeout and took the second for a user who insists (the grace period was skipped).
-// Signals from the kernel (^C at a terminal) are never merged: two ^C are two presses. Pure.
+// The same signal twice within `window` is one event when one process sent both, or when ctrun's
+// parent sent either copy. timeout(1) signals its child, then its own process group, which holds
+// the child too; a ^C at a terminal reaches ctrun and a wrapping `timeout`, `bash` trap or init
+// that forwards it to ctrun. ctrun took the second copy for a user who insists, and the grace
+// period was skipped. Two signals from the kernel (two ^C at a terminal) are never merged: two
+// presses are two requests. Pure.
 class RepeatedSignalFilter {
  public:
-  explicit RepeatedSignalFilter(std::chrono::steady_clock::duration window) : window_(window) {}
+  // parent: ctrun's parent process (getppid() at the start); 0 for none.
+  explicit RepeatedSignalFilter(std::chrono::steady_clock::duration window, pid_t parent = 0)
+      : window_(window), parent_(parent) {}
   // True when `s`, arriving at `now`, repeats the last signal this filter let through.
   bool IsRepeat(const ReadSignal& s, std::chrono::steady_clock::time_point now);
 
  private:
+  bool FromParent(const ReadSignal& s) const { return parent_ > 0 && s.from_process && s.sender == parent_; }
+
   std::chrono::steady_clock::duration window_;
+  pid_t parent_;
   std::optional<ReadSignal> last_;
   std::chrono::steady_clock::time_point last_at_{};
 };

@@ -271,6 +271,26 @@ TEST(CtrunE2E, OneSendersSigtermTwiceAtOnceIsOneRequestAndKeepsTheGracePeriod) {
   EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short";
 }
 
+// A signal to the whole process group of `timeout 60 ctrun ...` (a ^C at a terminal, a kill of
+// the job's group) reaches ctrun twice: from its sender, and forwarded by timeout, ctrun's
+// parent. One request: the workers keep their grace period (the compat review saw them SIGKILLed
+// within 4 ms, and no KeyboardInterrupt handler could save a checkpoint).
+TEST(CtrunE2E, ASignalThatTheParentForwardsTooIsOneRequestAndKeepsTheGracePeriod) {
+  TempDir d;
+  std::vector<std::string> argv{"/usr/bin/timeout", "60"};
+  for (const auto& a : Ctrun({"--standalone", "--nproc_per_node=1", "--shutdown-timeout=2"},
+                             {"--pid-file", d / "pids", "--ignore-term", "--hang"}))
+    argv.push_back(a);
+  BackgroundProcess p(argv, {}, d / "out", d / "err");  // its own process group, timeout its leader
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 1; }, 10s)) << ReadFileOr(d / "err");
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(-p.pid(), SIGTERM), 0);
+  EXPECT_EQ(p.Wait(10s), 128 + SIGTERM) << ReadFileOr(d / "err");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(ReadFileOr(d / "err").find("killing the workers now"), std::string::npos) << ReadFileOr(d / "err");
+  EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short";
+}
+
 TEST(CtrunE2E, Usr1IsForwardedWithoutEndingTheJob) {
   TempDir d;
   // Workers die of SIGUSR1 (default action): proof that it reached them, and ctrun reports it.

@@ -31,5 +31,25 @@ TEST(RepeatedSignalFilter, SignalsFromTheKernelAreNeverMerged) {
   EXPECT_FALSE(f.IsRepeat(ctrl_c, t0 + 10ms)) << "two presses of ^C are two";
 }
 
+// A ^C at a terminal reaches ctrun from the kernel and a wrapping `timeout` (ctrun's parent),
+// which forwards it: one press. Or a scheduler signals the job step and the wrapping shell's trap
+// forwards it too. A second press still is a second request.
+TEST(RepeatedSignalFilter, ACopyForwardedByTheParentIsTheSameEvent) {
+  constexpr pid_t kParent = 100;
+  RepeatedSignalFilter f(1s, kParent);
+  const Clock::time_point t0{};
+  const ReadSignal ctrl_c{SIGINT, false, 0}, forwarded{SIGINT, true, kParent};
+  EXPECT_FALSE(f.IsRepeat(ctrl_c, t0));
+  EXPECT_TRUE(f.IsRepeat(forwarded, t0 + 2ms)) << "timeout forwarding the same ^C";
+  EXPECT_FALSE(f.IsRepeat(ctrl_c, t0 + 300ms)) << "a second press";
+  EXPECT_TRUE(f.IsRepeat(forwarded, t0 + 302ms));
+  EXPECT_FALSE(f.IsRepeat(forwarded, t0 + 2s)) << "a second later it is a second request";
+  EXPECT_TRUE(f.IsRepeat({SIGINT, true, 555}, t0 + 2001ms)) << "the other copy after the parent's";
+  EXPECT_FALSE(f.IsRepeat({SIGTERM, true, kParent}, t0 + 2002ms)) << "another signal";
+  RepeatedSignalFilter unknown(1s, 0);
+  EXPECT_FALSE(unknown.IsRepeat({SIGINT, true, 0}, t0));
+  EXPECT_FALSE(unknown.IsRepeat(ctrl_c, t0 + 1ms));
+}
+
 }  // namespace
 }  // namespace ctrun
