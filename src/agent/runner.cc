@@ -276,6 +276,8 @@ class RealHooks final : public AgentHooks {
   }
 
   const std::optional<OomKillSample>& oom_before() const { return oom_before_; }
+  // MASTER_PORT of the last attempt when ctrun hosted the workers' store there; 0 otherwise.
+  int agent_store_port() const { return agent_store_port_; }
 
   // The current attempt's directory of a rank ("" when logs go nowhere).
   std::string RankDir(int local_rank) const {
@@ -322,7 +324,14 @@ class RealHooks final : public AgentHooks {
   // the port, and emptied between attempts (torch >= 2.1 uses no per-attempt key prefix).
   // Standalone binds a free loopback port; otherwise --master_addr:--master_port, like torchrun's
   // static backend. Without it (--no-agent-store), worker rank 0 hosts the store, as in torch 1.13.
+  // (and notes the port when it is the agent store's, for the failure summary's hint).
   Status PrepareStore(AttemptInfo* info) {
+    Status s = ChooseStore(info);
+    agent_store_port_ = s.ok() && info->use_agent_store ? info->master_port : 0;
+    return s;
+  }
+
+  Status ChooseStore(AttemptInfo* info) {
     if (round_) {
       info->master_addr = round_->master_addr;
       info->master_port = round_->master_port;
@@ -413,6 +422,7 @@ class RealHooks final : public AgentHooks {
   std::function<void()> drain_;
   std::map<pid_t, UniqueFd> pidfds_;
   std::optional<OomKillSample> oom_before_;
+  int agent_store_port_ = 0;
   std::unique_ptr<store::StoreServer> store_;
   std::unique_ptr<store::StoreServer> next_store_;  // multi-node: advertised in the pending join
   std::optional<rdzv::RoundInfo> round_;
@@ -475,6 +485,7 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
                                   const std::optional<OomKillSample>& oom_after) {
   SummaryOptions opts;
   opts.oom_before = hooks.oom_before();
+  opts.agent_store_port = hooks.agent_store_port();
   opts.oom_after = oom_after;
   if (const int sig = agent.ended_by_signal(); sig != 0) {
     opts.stop_reason = "ctrun received signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";

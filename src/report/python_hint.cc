@@ -20,4 +20,12 @@ std::string MissingTorchNote(const std::string& worker_output, const std::string
   return note;
 }
 
+std::string AgentStorePortNote(const std::string& worker_output, int agent_store_port) {
+  if (agent_store_port <= 0 || worker_output.find("Address already in use") == std::string::npos) return "";
+  return "MASTER_PORT=" + std::to_string(agent_store_port) +
+         " is ctrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True), which the workers share: a worker that "
+         "starts its own TCPStore server there cannot bind it; connect to it as a client (is_master=False), or "
+         "pass --no-agent-store to let rank 0 host the store as under torch 1.13's torchrun";
+}
+
 }  // namespace ctrun

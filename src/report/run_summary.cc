@@ -122,6 +122,9 @@ std::string FormatBlock(size_t idx, const WorkerFailure& f, bool is_root,
         MissingTorchNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->traceback : ""), o.python_interpreter,
                          o.python_from);
     if (!python_note.empty()) b += "  note      : " + python_note + "\n";
+    const std::string store_note =
+        AgentStorePortNote(f.stderr_tail + (f.error_data ? "\n" + f.error_data->message : ""), o.agent_store_port);
+    if (!store_note.empty()) b += "  note      : " + store_note + "\n";
   }
   if (!f.stacks.empty()) b += "  stacks    : " + f.stacks + "\n";
 

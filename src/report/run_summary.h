@@ -117,6 +117,8 @@ struct SummaryOptions {
   // who chose it.
   std::string python_interpreter;
   InterpreterFrom python_from = InterpreterFrom::kPythonExec;
+  // MASTER_PORT when ctrun hosted the workers' store (the agent store); 0 when it did not.
+  int agent_store_port = 0;
 };
 
 // The report text, one string ending in '\n'; "" when failures is empty. failures are listed in

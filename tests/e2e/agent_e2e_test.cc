@@ -291,6 +291,21 @@ TEST(CtrunE2E, ASignalThatTheParentForwardsTooIsOneRequestAndKeepsTheGracePeriod
   EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short";
 }
 
+TEST(CtrunE2E, AWorkerThatFindsTheAgentStoresPortTakenIsToldWhyInTheSummary) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},  // stderr relayed: its tail is kept
+                            {"--env-file", d / "env", "--only-rank", "0", "--stderr",
+                             "bind [::]:1 (errno: 98 - Address already in use)", "--exit", "1"}),
+                      {});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string port = EnvValue(ReadFileOr(d / "env.0"), "MASTER_PORT");
+  EXPECT_NE(r.err.find("note      : MASTER_PORT=" + port + " is ctrun's agent store"), std::string::npos) << r.err;
+  auto without = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--no-agent-store"},
+                                  {"--only-rank", "0", "--stderr", "errno: 98 - Address already in use", "--exit", "1"}),
+                            {});
+  EXPECT_EQ(without.err.find("agent store"), std::string::npos) << without.err;
+}
+
 TEST(CtrunE2E, Usr1IsForwardedWithoutEndingTheJob) {
   TempDir d;
   // Workers die of SIGUSR1 (default action): proof that it reached them, and ctrun reports it.

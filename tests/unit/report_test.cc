@@ -845,6 +845,25 @@ TEST(ReportSummary, MissingTorchUnderAShebangSaysTheLineChoseTheInterpreter) {
   EXPECT_EQ(text.find("PYTHON_EXEC"), std::string::npos) << text;
 }
 
+// A script that hosts its own TCPStore at MASTER_PORT (torch 1.13 let rank 0 do it) finds ctrun's
+// agent store there: the summary names the port and --no-agent-store.
+TEST(ReportSummary, AWorkerThatCannotBindTheAgentStoresPortIsToldWhy) {
+  std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(1700000000))};
+  fs[0].stderr_tail =
+      "RuntimeError: The server socket has failed to listen on any local network address. The server socket has "
+      "failed to bind to [::]:29511 (errno: 98 - Address already in use).\n";
+  SummaryOptions o = UtcOptions();
+  EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);  // no agent store
+  o.agent_store_port = 29511;
+  const std::string text = FormatFailureSummary("t.py", fs, "h", o);
+  EXPECT_NE(text.find("  note      : MASTER_PORT=29511 is ctrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--no-agent-store"), std::string::npos) << text;
+  fs[0].stderr_tail = "ValueError: bad\n";
+  EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);
+}
+
 TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {
   TempDir dir;
   WriteText(dir / "w1.json", R"({"message": {"message": "E: x", "extraInfo": {"py_callstack": "TB",)"
