@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     }
     ctrun::LaunchConfig config = std::move(cli.config);
     // torchrun --standalone picks a random run id; an explicit --rdzv_id is kept (ctrun extension).
-    if (config.standalone && config.run_id == "none") config.run_id = RandomRunId();
+    if (config.standalone && (config.run_id == "none" || config.run_id.empty())) config.run_id = RandomRunId();
     // An empty --rdzv_id (an unset $JOB_ID in a template): torchrun takes a random one. Across
     // nodes each would take its own and never meet the others: refused there instead.
     std::string empty_run_id_notice;

@@ -344,6 +344,16 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
   if (state_ == AgentState::kStopping) CheckStopped();
 }
 
+void Agent::OnRepeatedSignal(int sig, const std::string& why) {
+  if (state_ == AgentState::kDone || state_ == AgentState::kIdle) return;
+  const bool other = state_ == AgentState::kStopping && stop_reason_ == StopReason::kSignal && sig != stop_signal_;
+  hooks_.Log(0, "received " + SignalName(sig) + " " + why + ": the same request, not a second one" +
+                    (other ? "; forwarded to the workers" : "") + " (a signal a second later kills the workers at once)");
+  if (!other) return;
+  for (const auto& w : workers_)
+    if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+}
+
 void Agent::OnSignal(int sig) {
   if (state_ == AgentState::kDone || state_ == AgentState::kIdle) return;
   const bool forward_only = std::find(config_.forward_only_signals.begin(), config_.forward_only_signals.end(),

@@ -164,6 +164,11 @@ class Agent final : public rdzv::RendezvousListener {
   void OnChildStopped(pid_t pid, int sig);
   // A signal delivered to the agent (from the signalfd).
   void OnSignal(int sig);
+  // A stopping signal that repeats the last one as the same request (RepeatedSignalFilter): said
+  // at info level, never an escalation; another signal than the one that started the stop (a
+  // wrapper that turns ^C into SIGTERM) still reaches the workers that are left, as under torchrun.
+  // `why` names where the copy came from.
+  void OnRepeatedSignal(int sig, const std::string& why);
   // Job control (see above). Returns the number of groups signalled.
   int SuspendWorkers();
   void ResumeWorkers(Duration suspended_for);

@@ -708,8 +708,9 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
                                 if (sig == SIGCHLD) drain();
                                 else if (IsStoppingSignal(config, sig) &&
                                          repeats.IsRepeat(read, std::chrono::steady_clock::now()))
-                                  spdlog::debug("{} from pid {} again at once: the same event", SignalName(sig),
-                                                read.sender);
+                                  agent.OnRepeatedSignal(sig, repeats.FromParent(read)
+                                                                  ? "from ctrun's parent (pid " + std::to_string(read.sender) + ") at once"
+                                                                  : "from pid " + std::to_string(read.sender) + " again at once");
                                 else if (!IsJobControlSignal(config, sig)) agent.OnSignal(sig);
                                 else if (sig == SIGWINCH) terminal.OnWindowChanged();
                                 else if (sig == SIGCONT) terminal.OnContinued();

@@ -157,8 +157,8 @@ constexpr std::array kOptions = {
               "a pipe or a file; 'none': whole lines, no prefix; 'inherit': workers write to the console "
               "directly (torchrun's behaviour). Without it: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
               "torchrun's [<role><local_rank>]: with --tee, else [r<rank>] padded to the world size (and "
-              "the host in multi-node jobs) where ctrun's stdout or stderr is a terminal, and no prefix "
-              "(torchrun's bytes, whole lines) where it is a pipe or a file."},
+              "the host in multi-node jobs) where ctrun's stdout or stderr is a terminal, and no prefix, as "
+              "under torchrun, where it is a pipe or a file."},
     OptionDef{"ranks_filter", 0, Kind::kValue, "", "RANKS", "", Group::kCtrun,
               "Only show these global ranks' output on the console, e.g. 0,8 or 0-7."},
     OptionDef{"tty", 0, Kind::kValue, "CTRUN_TTY", "auto|always|never", "auto", Group::kCtrun,

@@ -65,6 +65,13 @@ Setter FileField(std::string RdzvSettings::*field) {
   };
 }
 
+// Two spellings of one file (a relative and an absolute path, a link) are the same file.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (a == b) return true;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 const std::map<std::string, Setter>& Keys() {
   static const std::map<std::string, Setter> keys = {
       {"join_timeout", SecondsField(&RdzvSettings::join_timeout)},
@@ -131,7 +138,7 @@ Status ApplyConf(const std::map<std::string, std::string>& conf, RdzvSettings* s
   for (const auto& [a, b] : {std::pair<std::string, std::string>{"cacert", "ca_cert"}, {"cert", "ssl_cert"},
                              {"key", "ssl_cert_key"}}) {
     auto ia = conf.find(a), ib = conf.find(b);
-    if (ia != conf.end() && ib != conf.end() && ia->second != ib->second)
+    if (ia != conf.end() && ib != conf.end() && !SameFile(ia->second, ib->second))
       return Status::Error("--rdzv_conf: " + a + "=" + ia->second + " and " + b + "=" + ib->second +
                            " name two different files for one setting; give one");
   }

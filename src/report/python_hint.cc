@@ -21,7 +21,11 @@ std::string MissingTorchNote(const std::string& worker_output, const std::string
 }
 
 std::string AgentStorePortNote(const std::string& worker_output, int agent_store_port) {
-  if (agent_store_port <= 0 || worker_output.find("Address already in use") == std::string::npos) return "";
+  // torch names the port it failed to bind ("...bind to [::]:29500 (errno: 98 - Address already in
+  // use)"): another port's failure is not about the agent store.
+  if (agent_store_port <= 0 || worker_output.find("Address already in use") == std::string::npos ||
+      worker_output.find(":" + std::to_string(agent_store_port)) == std::string::npos)
+    return "";
   return "MASTER_PORT=" + std::to_string(agent_store_port) +
          " is ctrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True), which the workers share: a worker that "
          "starts its own TCPStore server there cannot bind it; connect to it as a client (is_master=False), or "

@@ -18,7 +18,7 @@ std::string MissingTorchNote(const std::string& worker_output, const std::string
                              InterpreterFrom from = InterpreterFrom::kPythonExec);
 
 // "" unless ctrun hosts the workers' store on `agent_store_port` (> 0) and `worker_output` shows
-// a bind failing with "Address already in use": a script that starts its own TCPStore server at
+// a bind failing with "Address already in use" and names ":<that port>": a script that starts its own TCPStore server at
 // MASTER_ADDR:MASTER_PORT (torch 1.13 let rank 0 host it) finds ctrun's there. Otherwise one line
 // (no newline) naming the port and --no-agent-store.
 std::string AgentStorePortNote(const std::string& worker_output, int agent_store_port);

@@ -126,7 +126,7 @@ void RemoveStaleWorkerCgroups(const std::string& own_dir) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     const auto changed = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
-    if (now - changed < std::chrono::seconds(10) || Populated(dir)) continue;
+    if (now - changed < std::chrono::seconds(2) || Populated(dir)) continue;
     RemoveDirs(dir);
   }
 }

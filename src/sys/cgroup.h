@@ -61,7 +61,8 @@ void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget
 // its siblings named like it (ctrun-<pid>, with the same -ns<inode> suffix) whose pid is not alive
 // in this PID namespace. A ctrun and its watchdog both SIGKILLed (`pkill -9`) leave one each.
 // A populated one is never touched (its processes are not ours to kill), nor one changed in the
-// last 10 s: a new ctrun that took a dead one's pid may have made it a moment ago. Best effort.
+// last 2 s (a cgroup directory's mtime moves when its last process leaves, too): a new ctrun that
+// took a dead one's pid may have made it a moment ago. Best effort.
 void RemoveStaleWorkerCgroups(const std::string& own_dir);
 
 class WorkerCgroups {

@@ -64,9 +64,10 @@ std::vector<ReadSignal> SignalFd::ReadPending() {
 }
 
 bool RepeatedSignalFilter::IsRepeat(const ReadSignal& s, std::chrono::steady_clock::time_point now) {
-  const bool same_sender = s.from_process && last_ && last_->from_process && last_->sender == s.sender;
+  const bool same_sender =
+      s.from_process && last_ && last_->from_process && last_->sender == s.sender && last_->signo == s.signo;
   const bool forwarded = last_ && (FromParent(s) || FromParent(*last_));
-  const bool repeat = last_ && last_->signo == s.signo && now - last_at_ <= window_ && (same_sender || forwarded);
+  const bool repeat = last_ && now - last_at_ <= window_ && (same_sender || forwarded);
   if (!repeat) {
     last_ = s;
     last_at_ = now;

@@ -43,23 +43,24 @@ class SignalFd {
   UniqueFd fd_;
 };
 
-// The same signal twice within `window` is one event when one process sent both, or when ctrun's
-// parent sent either copy. timeout(1) signals its child, then its own process group, which holds
-// the child too; a ^C at a terminal reaches ctrun and a wrapping `timeout`, `bash` trap or init
-// that forwards it to ctrun. ctrun took the second copy for a user who insists, and the grace
-// period was skipped. Two signals from the kernel (two ^C at a terminal) are never merged: two
-// presses are two requests. Pure.
+// Two stopping signals within `window` are one event when one process sent the same signal twice,
+// or when ctrun's parent sent either (the same signal or another). timeout(1) signals its child,
+// then its own process group, which holds the child too; a ^C at a terminal reaches ctrun and a
+// wrapping `timeout`, `bash` trap or init that forwards it to ctrun, as SIGINT or turned into
+// SIGTERM. ctrun took the second for a user who insists, and the grace period was skipped. Two
+// signals from the kernel (two ^C at a terminal) are never merged: two presses are two requests.
+// Feed it stopping signals only. Pure.
 class RepeatedSignalFilter {
  public:
   // parent: ctrun's parent process (getppid() at the start); 0 for none.
   explicit RepeatedSignalFilter(std::chrono::steady_clock::duration window, pid_t parent = 0)
       : window_(window), parent_(parent) {}
   // True when `s`, arriving at `now`, repeats the last signal this filter let through.
+  // FromParent tells the caller where a repeat came from.
   bool IsRepeat(const ReadSignal& s, std::chrono::steady_clock::time_point now);
-
- private:
   bool FromParent(const ReadSignal& s) const { return parent_ > 0 && s.from_process && s.sender == parent_; }
 
+ private:
   std::chrono::steady_clock::duration window_;
   pid_t parent_;
   std::optional<ReadSignal> last_;

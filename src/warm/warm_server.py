@@ -436,26 +436,61 @@ def release_worker_modules():
     gc.collect()
 
 
-def close_worker_files():
-    """What interpreter shutdown does to the files the worker opened and still holds anywhere (a
-    library module's global, an object of its own): each is flushed and closed, a gzip trailer
-    written; text layers before the buffers under them. gc.get_objects() lists only objects made
-    after the fork (the preloaded ones are frozen in the permanent generation), so this touches
-    none of the server's pages. The standard streams are left to finish()."""
+def on_regular_file(f):
+    """Whether file object f is open on a regular file (whose close cannot block for ever)."""
+    try:
+        import stat
+        return not f.closed and stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+    except Exception:
+        return False
+
+
+def close_worker_files(deadline=2.0):
+    """What interpreter shutdown does to the files on disk the worker opened and still holds anywhere
+    (a library module's global, an object of its own): each is flushed and closed, a gzip trailer
+    written; text layers before the buffers under them. Only files on regular files: a pipe or a
+    socket may be held by a daemon thread blocked in read() or write() on it, and closing it
+    would wait for that thread's lock for ever (the interpreter leaves such an object alone, its
+    thread's frame keeps it). On a thread of its own, for at most `deadline` seconds (a file system
+    that stopped answering). gc.get_objects() lists only objects made after the fork (the
+    preloaded ones are frozen in the permanent generation), so this touches none of the server's
+    pages. The standard streams are left to finish()."""
     std = set()
     for s in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__):
         while s is not None and id(s) not in std:
             std.add(id(s))
-            s = getattr(s, "buffer", None) or getattr(s, "raw", None)
-    files = [o for o in gc.get_objects() if isinstance(o, io.IOBase) and id(o) not in std]
-    for kind in (io.TextIOBase, io.BufferedIOBase):
-        for f in files:
             try:
-                if isinstance(f, kind) and not f.closed:
-                    f.close()
+                s = getattr(s, "buffer", None) or getattr(s, "raw", None)
             except Exception:
-                pass
-    del files
+                s = None
+    files = [o for o in gc.get_objects() if isinstance(o, io.IOBase) and id(o) not in std]
+    files = [f for f in files if on_regular_file(f)]
+    if not files:
+        return
+
+    def close_all():
+        for kind in (io.TextIOBase, io.BufferedIOBase):
+            for f in files:
+                try:
+                    if isinstance(f, kind) and not f.closed:
+                        f.close()
+                except Exception:
+                    pass
+    t = threading.Thread(target=close_all, name="ctrun-warm-exit", daemon=True)
+    try:
+        t.start()
+    except RuntimeError:  # no new thread this late: close here
+        close_all()
+        return
+    t.join(deadline)
+
+
+def is_closed(f):
+    """The interpreter's test at exit: a `closed` that cannot be read counts as open."""
+    try:
+        return bool(f.closed)
+    except Exception:
+        return False
 
 
 def finish(code, kill_with=0):
@@ -477,7 +512,7 @@ def finish(code, kill_with=0):
         pass
     for f in (sys.stdout, sys.stderr):
         try:
-            if f is not None and not f.closed:
+            if f is not None and not is_closed(f):
                 f.flush()
         except Exception:
             code = 120 if code == 0 else code

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "helpers/ctrun_command.h"
+#include "helpers/free_port.h"
 #include "helpers/test_util.h"
 
 namespace ctrun::testing {
@@ -291,14 +292,45 @@ TEST(CtrunE2E, ASignalThatTheParentForwardsTooIsOneRequestAndKeepsTheGracePeriod
   EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short";
 }
 
+// A wrapper that turns a ^C into SIGTERM for its child (a Python parent's p.terminate() on
+// KeyboardInterrupt, a shell trap): ctrun gets SIGINT, then SIGTERM from its parent. One request:
+// the grace period holds, and the workers get both signals, as under torchrun.
+TEST(CtrunE2E, ACtrlCThatTheParentTurnsIntoSigtermIsOneRequestAndBothReachTheWorkers) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  TempDir d;
+  {
+    std::ofstream(d / "worker.sh") << "trap 'echo INT >> \"$1\"' INT\ntrap 'echo TERM >> \"$1\"' TERM\n"
+                                      ": > \"$1.up\"\nwhile :; do sleep 0.05; done\n";
+  }
+  std::vector<std::string> argv{"/usr/bin/python3", "-c",
+                                "import subprocess, sys\n"
+                                "p = subprocess.Popen(sys.argv[1:])\n"
+                                "try:\n    p.wait()\n"
+                                "except KeyboardInterrupt:\n    p.terminate()\n    sys.exit(p.wait() & 255)\n",
+                                CTRUN_BINARY, "--standalone", "--nproc_per_node=1", "--shutdown-timeout=2", "--no_python",
+                                "/bin/sh", d / "worker.sh", d / "sigs"};
+  BackgroundProcess p(argv, {}, d / "out", d / "err");  // its own process group
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(d / "sigs.up"); }, 20s)) << ReadFileOr(d / "err");
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(-p.pid(), SIGINT), 0);
+  p.Wait(15s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string err = ReadFileOr(d / "err");
+  EXPECT_EQ(err.find("killing the workers now"), std::string::npos) << err;
+  EXPECT_GE(took, 1.9) << "the 2 s grace period was cut short\n" << err;
+  EXPECT_TRUE(WaitFor([&] { return ReadFileOr(d / "sigs") == "INT\nTERM\n"; }, 5s)) << ReadFileOr(d / "sigs") << err;
+  EXPECT_NE(err.find("the same request, not a second one; forwarded to the workers"), std::string::npos) << err;
+}
+
 TEST(CtrunE2E, AWorkerThatFindsTheAgentStoresPortTakenIsToldWhyInTheSummary) {
   TempDir d;
-  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},  // stderr relayed: its tail is kept
+  const std::string port = std::to_string(ctrun::testing::FreePort());  // the agent store's, as torch names it
+  auto r = RunCommand(Ctrun({"--master_port=" + port, "--nproc_per_node=2"},  // stderr relayed: its tail is kept
                             {"--env-file", d / "env", "--only-rank", "0", "--stderr",
-                             "bind [::]:1 (errno: 98 - Address already in use)", "--exit", "1"}),
+                             "bind to [::]:" + port + " (errno: 98 - Address already in use)", "--exit", "1"}),
                       {});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  const std::string port = EnvValue(ReadFileOr(d / "env.0"), "MASTER_PORT");
+  EXPECT_EQ(EnvValue(ReadFileOr(d / "env.0"), "MASTER_PORT"), port);
   EXPECT_NE(r.err.find("note      : MASTER_PORT=" + port + " is ctrun's agent store"), std::string::npos) << r.err;
   auto without = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--no-agent-store"},
                                   {"--only-rank", "0", "--stderr", "errno: 98 - Address already in use", "--exit", "1"}),

@@ -1,6 +1,10 @@
 #include "rendezvous/settings.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "agent/launch_checks.h"
 
@@ -231,10 +235,16 @@ TEST(ResolveSettings, EtcdTlsFilesTakeBothBackendsNamesAndAreCheckedAtTheStart) 
   dir.rdzv_endpoint = "e1";
   dir.rdzv_conf = {{"cacert", "/"}};
   EXPECT_EQ(ResolveSettings(&dir).message(), "--rdzv_conf cacert=/: not a regular file (give one PEM file)");
+  const std::string pem = std::filesystem::temp_directory_path() / ("ctrun-cert-" + std::to_string(::getpid()) + ".pem");
+  const std::string link = pem + ".link";
+  std::ofstream(pem) << "x";
+  std::filesystem::create_symlink(pem, link);
   LaunchConfig same = Multi("etcd", 2, 2);
   same.rdzv_endpoint = "e1";
-  same.rdzv_conf = {{"cert", "/proc/self/environ"}, {"ssl_cert", "/proc/self/environ"}};
+  same.rdzv_conf = {{"cert", pem}, {"ssl_cert", link}};  // one file, two spellings
   EXPECT_TRUE(ResolveSettings(&same).ok());
+  std::filesystem::remove(link);
+  std::filesystem::remove(pem);
   LaunchConfig two = Multi("etcd", 2, 2);
   two.rdzv_endpoint = "e1";
   two.rdzv_conf = {{"cert", "/proc/self/environ"}, {"ssl_cert", "/proc/self/stat"}};

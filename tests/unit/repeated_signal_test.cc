@@ -45,7 +45,9 @@ TEST(RepeatedSignalFilter, ACopyForwardedByTheParentIsTheSameEvent) {
   EXPECT_TRUE(f.IsRepeat(forwarded, t0 + 302ms));
   EXPECT_FALSE(f.IsRepeat(forwarded, t0 + 2s)) << "a second later it is a second request";
   EXPECT_TRUE(f.IsRepeat({SIGINT, true, 555}, t0 + 2001ms)) << "the other copy after the parent's";
-  EXPECT_FALSE(f.IsRepeat({SIGTERM, true, kParent}, t0 + 2002ms)) << "another signal";
+  EXPECT_TRUE(f.IsRepeat({SIGTERM, true, kParent}, t0 + 2002ms)) << "a wrapper that turns ^C into SIGTERM";
+  EXPECT_FALSE(f.IsRepeat({SIGTERM, true, 555}, t0 + 3500ms)) << "a second later";
+  EXPECT_FALSE(f.IsRepeat({SIGINT, true, 555}, t0 + 3501ms)) << "another signal, neither from the parent";
   RepeatedSignalFilter unknown(1s, 0);
   EXPECT_FALSE(unknown.IsRepeat({SIGINT, true, 0}, t0));
   EXPECT_FALSE(unknown.IsRepeat(ctrl_c, t0 + 1ms));

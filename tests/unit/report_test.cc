@@ -862,6 +862,8 @@ TEST(ReportSummary, AWorkerThatCannotBindTheAgentStoresPortIsToldWhy) {
   EXPECT_NE(text.find("--no-agent-store"), std::string::npos) << text;
   fs[0].stderr_tail = "ValueError: bad\n";
   EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);
+  fs[0].stderr_tail = "failed to bind to [::]:8080 (errno: 98 - Address already in use)\n";  // another port
+  EXPECT_EQ(FormatFailureSummary("t.py", fs, "h", o).find("note"), std::string::npos);
 }
 
 TEST(ReportAgentErrorFile, CopiesTheRootCauseFileWithItsExitCode) {

@@ -423,6 +423,48 @@ TEST_F(Warm, AClosedStdoutAndFilesHeldByLibraryModulesEndAsCold) {
   }
 }
 
+// The exit's closing of files never waits on a daemon thread blocked in a pipe (reading a helper's
+// output, writing to a child that does not read): the interpreter leaves those alone, so must a
+// warm worker (it hung for ever). A sys.stdout of the script's own without `closed` (a tee-like
+// Logger class) counts as open, as for the interpreter: exit 0, not 120, and its file is flushed.
+TEST_F(Warm, ExitNeverWaitsOnAThreadBlockedInAPipeAndACustomStdoutIsNoError) {
+  std::ofstream(dir_ / "reader.py") << "import subprocess, threading, time\n"
+                                       "p = subprocess.Popen(['sleep', '1000'], stdout=subprocess.PIPE)\n"
+                                       "threading.Thread(target=lambda: [l for l in p.stdout], daemon=True).start()\n"
+                                       "time.sleep(0.2)\n";
+  std::ofstream(dir_ / "writer.py") << "import subprocess, threading, time\n"
+                                       "p = subprocess.Popen(['sleep', '1000'], stdin=subprocess.PIPE)\n"
+                                       "def feed():\n"
+                                       "    while True:\n"
+                                       "        p.stdin.write(b'x' * 1000)\n"
+                                       "threading.Thread(target=feed, daemon=True).start()\n"
+                                       "time.sleep(0.2)\n";
+  std::ofstream(dir_ / "logger.py") << "import os, sys\n"
+                                       "class Logger:\n"
+                                       "    def __init__(self, name):\n"
+                                       "        self.terminal, self.log = sys.stdout, open(name, 'a')\n"
+                                       "    def write(self, m):\n"
+                                       "        self.terminal.write(m)\n"
+                                       "        self.log.write(m)\n"
+                                       "    def flush(self):\n"
+                                       "        pass\n"
+                                       "sys.stdout = Logger(sys.argv[1] + '/log' + os.environ['RANK'])\n"
+                                       "print('training done')\n";
+  for (const std::string script : {"reader.py", "writer.py", "logger.py"}) {
+    TempDir out;
+    const auto start = std::chrono::steady_clock::now();
+    RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=json"}, {dir_ / script, out.path()}), kPythonEnv,
+                             30s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.err;
+    EXPECT_TRUE(StartedWarm(r)) << r.err;
+    EXPECT_LT(took, 15.0) << script;
+    if (script == "logger.py") {
+      EXPECT_EQ(ReadFileOr(out / "log0"), "training done\n");
+    }
+  }
+}
+
 // --warm-preload=@script preloads the script's installed imports, never its own modules (they may
 // read RANK or LOCAL_RANK at import), and resolves them from the script's directory, not from the
 // working directory, where a module of the same name must not shadow the script's.
