@@ -218,14 +218,20 @@ void StoreLog::SetOnLost(std::function<void(const std::string& id)> on_lost) {
 }
 
 void StoreLog::PollMembers() {
-  if (members_.empty()) return;  // polling resumes with the next WatchMembers
+  if (members_.empty()) {  // polling resumes with the next WatchMembers
+    poll_due_.reset();
+    return;
+  }
+  const TimePoint now = loop_.Now();
+  if (poll_due_ && now - *poll_due_ > liveness_.interval) RestartDeadlines(now);  // this agent stalled
+  poll_due_ = now + PollPeriod();
   if (polls_in_flight_ == 0) {   // else the previous round is still out: skip this one
     for (const auto& [id, m] : members_) {
       if (m.reported || id == self_id_) continue;
       ++polls_in_flight_;
-      ops_->Add(AliveKey(id), 0, [this, id = id](StatusOr<int64_t> r) {
+      ops_->Add(AliveKey(id), 0, [this, id = id, now](StatusOr<int64_t> r) {
         --polls_in_flight_;
-        OnCounter(id, std::move(r));
+        OnCounter(id, now, std::move(r));
       });
     }
   }
@@ -241,12 +247,17 @@ void StoreLog::PollMembers() {
 // this costs a few small pipelined requests per period).
 Duration StoreLog::PollPeriod() const { return std::min<Duration>(liveness_.interval, kMaxPollPeriod); }
 
-void StoreLog::OnCounter(const std::string& id, StatusOr<int64_t> r) {
+void StoreLog::RestartDeadlines(TimePoint now) {
+  for (auto& [id, m] : members_) m.since = std::max(m.since, now);
+}
+
+void StoreLog::OnCounter(const std::string& id, TimePoint sent, StatusOr<int64_t> r) {
   if (!r.ok()) return;  // a failed round decides nothing
   auto it = members_.find(id);
   if (it == members_.end() || it->second.reported || id == self_id_) return;
   Member& m = it->second;
   const TimePoint now = loop_.Now();
+  if (now - sent > liveness_.interval) RestartDeadlines(now);  // the store stalled
   // The deadline runs from the last change seen, and from the first reading (a member first
   // polled up to one period after it was watched gets its whole deadline from there).
   if (!m.counter || *m.counter != *r) m.since = now;

@@ -37,6 +37,11 @@
 //    or last changed is reported once, so a dead member is reported at most deadline +
 //    kMaxPollPeriod (+ a round trip) after its last beat. A failed round decides nothing. Interval
 //    and deadline come from the latest StartLiveness (LivenessOptions defaults before one).
+//  - A stall restarts every deadline: an answer that took longer than an interval (the store's
+//    process was stopped: nobody's beat could land meanwhile, and the answers that come after it
+//    show counters nobody could bump), or a poll round that ran an interval late (this agent was
+//    stopped). Members then get a whole deadline from the end of the stall; one that stopped
+//    for real is reported that much later, none is reported for the stall.
 //
 // Errors: a request that fails after the client's own connect retries reaches the callback as an
 // error Status (connection lost, op timeout, refused token, ...).
@@ -116,7 +121,8 @@ class StoreLog final : public RendezvousLog {
   void Beat();
   void PollMembers();
   Duration PollPeriod() const;
-  void OnCounter(const std::string& id, StatusOr<int64_t> r);
+  void OnCounter(const std::string& id, TimePoint sent, StatusOr<int64_t> r);
+  void RestartDeadlines(TimePoint now);
 
   EventLoop& loop_;
   std::string base_;  // "ctrun/rdzv/<run_id>/"
@@ -134,6 +140,7 @@ class StoreLog final : public RendezvousLog {
   std::map<std::string, Member> members_;
   TimerQueue::TimerId poll_timer_ = 0;
   size_t polls_in_flight_ = 0;
+  std::optional<TimePoint> poll_due_;  // when the pending poll round was due (stall detection)
   std::function<void(const std::string&)> on_lost_;
 
   std::map<uint64_t, TimerQueue::TimerId> deferred_;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -248,6 +249,29 @@ TEST(MultiNode, AnAgentStoppedBySignalLeavesAndTheOtherGoesOnAlone) {
   EXPECT_EQ(env["WORLD_SIZE"], "1");
   EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
   EXPECT_NE(agents.Err("n0").find("left"), std::string::npos) << agents.Err("n0");
+  ExpectAllGone(dir / "pids");
+}
+
+// The agent that hosts the rendezvous store stopped for longer than the heartbeat deadline
+// (SIGSTOP, a paused VM): nobody could beat meanwhile, so nobody is lost for it, and the job is not
+// run again (the other agents dropped healthy nodes after the resume, and a finished job started
+// over; torchrun's agents simply go on).
+TEST(MultiNode, AStoppedRendezvousHostCostsNoNodeAndRunsNothingTwice) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::vector<std::string> worker{"--pid-file", dir / "pids", "--sleep-ms", "5000"};
+  agents.Start("n0", C10d(port, "2:3", 1, {}, "last_call_timeout=2,is_host=1"), worker);
+  agents.Start("n1", C10d(port, "2:3", 1, {}, "last_call_timeout=2,is_host=0"), worker);
+  agents.Start("n2", C10d(port, "2:3", 1, {}, "last_call_timeout=2,is_host=0"), worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 3; }, seconds(30))) << agents.Err("n0");
+  agents["n0"].Signal(SIGSTOP);  // the deadline is 1 s (5 x 0.2 s)
+  std::this_thread::sleep_for(seconds(3));
+  agents["n0"].Signal(SIGCONT);
+  for (const char* n : {"n0", "n1", "n2"}) EXPECT_EQ(agents.Wait(n, seconds(60)), 0) << n << "\n" << agents.Err(n);
+  EXPECT_EQ(ReadPids(dir / "pids").size(), 3u) << "the job ran again\n" << agents.Err("n1");
+  for (const char* n : {"n0", "n1", "n2"})
+    EXPECT_EQ(agents.Err(n).find("missed its heartbeat deadline"), std::string::npos) << n << "\n" << agents.Err(n);
   ExpectAllGone(dir / "pids");
 }
 

@@ -10,6 +10,7 @@
 #include "helpers/loop_util.h"
 
 #include <functional>
+#include <thread>
 #include <optional>
 
 #include "store/async_store_client.h"
@@ -264,6 +265,33 @@ TEST_F(StoreLogTest, SilentMemberIsReportedOnceAfterTheDeadline) {
   ASSERT_TRUE(RunUntil([&] { return lost.size() == 3; }, 5s));
   EXPECT_EQ(lost.back(), "late");
   EXPECT_GE(loop_.Now() - t2, 200ms);
+}
+
+// A store (or an agent) stopped for longer than the deadline (SIGSTOP of the agent hosting it, a
+// paused VM) answers afterwards with counters nobody could bump meanwhile: no member is lost for
+// that. Here the one loop that runs the store and every member stops for twice the deadline, a
+// few times, while a poll may be in flight; the deadline then restarts, and a member that really
+// stopped is still reported after it.
+TEST_F(StoreLogTest, AStallOfTheStoreOrTheWatcherLosesNoMember) {
+  const LivenessOptions fast{50ms, 200ms};
+  auto a = Log(), b = Log(), watcher = Log();
+  std::vector<std::string> lost;
+  watcher->SetOnLost([&](const std::string& id) { lost.push_back(id); });
+  a->StartLiveness("a", fast);
+  b->StartLiveness("b", fast);
+  watcher->StartLiveness("w", fast);
+  watcher->WatchMembers({"a", "b", "w"});
+  RunFor(300ms);
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(450ms);  // everything stops: store, beats and polls
+    RunFor(30ms + 17ms * i);             // requests sent before the stall are answered now
+    std::this_thread::sleep_for(450ms);
+    RunFor(300ms);
+  }
+  EXPECT_EQ(lost, std::vector<std::string>{});
+  b->StopLiveness();
+  ASSERT_TRUE(RunUntil([&] { return !lost.empty(); }, 5s));
+  EXPECT_EQ(lost, std::vector<std::string>{"b"});
 }
 
 TEST_F(StoreLogTest, DestroyingTheLogRunsNoCallback) {
