@@ -164,7 +164,12 @@ std::optional<State> ApplyGone(const State& in, const std::string& id, const cha
   const bool listed = m || in.IsWaiting(id) || Contains(in.expected, id);
   if (!listed) return std::nullopt;
   State s = in;
-  const std::string host = m ? m->host : id;
+  // Which node: its host (several agents may share one) and its node rank in the round, or its id.
+  std::string host = id;
+  if (m) {
+    const int rank = in.phase == Phase::kRun ? in.NodeRank(id) : -1;
+    host = m->host + " (" + (rank >= 0 ? "node rank " + std::to_string(rank) + ", " : std::string()) + id + ")";
+  }
   EraseId(&s.waiting, id);
   EraseId(&s.expected, id);
   if (s.phase == Phase::kRun && m) {

@@ -209,6 +209,8 @@ TEST(RdzvState, LostMemberRestartsWithTheSurvivors) {
   s = Must(Apply(s, Transition::Lost("b"), p));
   EXPECT_EQ(s.phase, Phase::kJoin);
   EXPECT_EQ(s.restarts, 0);
+  // Named so that one of several agents on a host can be told apart: node rank and id.
+  EXPECT_NE(s.reason.find("(node rank 1, b) was lost (no heartbeat)"), std::string::npos) << s.reason;
   EXPECT_EQ(s.expected, (std::vector<std::string>{"a", "c"}));
   EXPECT_FALSE(Apply(s, Transition::Lost("b"), p));
   s = JoinAll(s, p, {Node("c"), Node("a")});
