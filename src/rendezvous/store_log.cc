@@ -223,7 +223,7 @@ void StoreLog::PollMembers() {
     return;
   }
   const TimePoint now = loop_.Now();
-  if (poll_due_ && now - *poll_due_ > liveness_.interval) RestartDeadlines(now);  // this agent stalled
+  if (poll_due_ && now - *poll_due_ > StallAfter()) RestartDeadlines(now);  // this agent stalled
   poll_due_ = now + PollPeriod();
   if (polls_in_flight_ == 0) {   // else the previous round is still out: skip this one
     for (const auto& [id, m] : members_) {
@@ -247,6 +247,10 @@ void StoreLog::PollMembers() {
 // this costs a few small pipelined requests per period).
 Duration StoreLog::PollPeriod() const { return std::min<Duration>(liveness_.interval, kMaxPollPeriod); }
 
+// A delay that is a stall, not a slow moment: a beat interval, and at least 500 ms (the short
+// intervals of tests on a loaded machine see slow answers that are no stall).
+Duration StoreLog::StallAfter() const { return std::max<Duration>(liveness_.interval, std::chrono::milliseconds(500)); }
+
 void StoreLog::RestartDeadlines(TimePoint now) {
   for (auto& [id, m] : members_) m.since = std::max(m.since, now);
 }
@@ -257,7 +261,7 @@ void StoreLog::OnCounter(const std::string& id, TimePoint sent, StatusOr<int64_t
   if (it == members_.end() || it->second.reported || id == self_id_) return;
   Member& m = it->second;
   const TimePoint now = loop_.Now();
-  if (now - sent > liveness_.interval) RestartDeadlines(now);  // the store stalled
+  if (now - sent > StallAfter()) RestartDeadlines(now);  // the store stalled
   // The deadline runs from the last change seen, and from the first reading (a member first
   // polled up to one period after it was watched gets its whole deadline from there).
   if (!m.counter || *m.counter != *r) m.since = now;

@@ -37,10 +37,10 @@
 //    or last changed is reported once, so a dead member is reported at most deadline +
 //    kMaxPollPeriod (+ a round trip) after its last beat. A failed round decides nothing. Interval
 //    and deadline come from the latest StartLiveness (LivenessOptions defaults before one).
-//  - A stall restarts every deadline: an answer that took longer than an interval (the store's
-//    process was stopped: nobody's beat could land meanwhile, and the answers that come after it
-//    show counters nobody could bump), or a poll round that ran an interval late (this agent was
-//    stopped). Members then get a whole deadline from the end of the stall; one that stopped
+//  - A stall restarts every deadline: an answer that took longer than an interval (at least
+//    500 ms; the store's process was stopped: nobody's beat could land meanwhile, and the answers
+//    that come after it show counters nobody could bump), or a poll round that ran that much late
+//    (this agent was stopped). Members then get a whole deadline from the end of the stall; one that stopped
 //    for real is reported that much later, none is reported for the stall.
 //
 // Errors: a request that fails after the client's own connect retries reaches the callback as an
@@ -123,6 +123,7 @@ class StoreLog final : public RendezvousLog {
   Duration PollPeriod() const;
   void OnCounter(const std::string& id, TimePoint sent, StatusOr<int64_t> r);
   void RestartDeadlines(TimePoint now);
+  Duration StallAfter() const;
 
   EventLoop& loop_;
   std::string base_;  // "ctrun/rdzv/<run_id>/"

@@ -463,7 +463,8 @@ def close_worker_files(deadline=2.0):
                 s = getattr(s, "buffer", None) or getattr(s, "raw", None)
             except Exception:
                 s = None
-    files = [o for o in gc.get_objects() if isinstance(o, io.IOBase) and id(o) not in std]
+    # issubclass of the type: isinstance would read a proxy's __class__, which may raise
+    files = [o for o in gc.get_objects() if issubclass(type(o), io.IOBase) and id(o) not in std]
     files = [f for f in files if on_regular_file(f)]
     if not files:
         return
@@ -472,7 +473,7 @@ def close_worker_files(deadline=2.0):
         for kind in (io.TextIOBase, io.BufferedIOBase):
             for f in files:
                 try:
-                    if isinstance(f, kind) and not f.closed:
+                    if issubclass(type(f), kind) and not f.closed:
                         f.close()
                 except Exception:
                     pass

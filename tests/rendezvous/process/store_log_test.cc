@@ -283,9 +283,9 @@ TEST_F(StoreLogTest, AStallOfTheStoreOrTheWatcherLosesNoMember) {
   watcher->WatchMembers({"a", "b", "w"});
   RunFor(300ms);
   for (int i = 0; i < 4; ++i) {
-    std::this_thread::sleep_for(450ms);  // everything stops: store, beats and polls
+    std::this_thread::sleep_for(700ms);  // everything stops: store, beats and polls
     RunFor(30ms + 17ms * i);             // requests sent before the stall are answered now
-    std::this_thread::sleep_for(450ms);
+    std::this_thread::sleep_for(700ms);
     RunFor(300ms);
   }
   EXPECT_EQ(lost, std::vector<std::string>{});
