@@ -1,6 +1,7 @@
-// The note the failure summary adds when a Python worker could not import torch: the interpreter
-// that ran it (the first python3 on PATH may be a pyenv shim or a venv without torch) and how to
-// choose another. Pure: text in, text out.
+// Notes the failure summary adds from what a worker printed: a Python worker that could not import
+// torch (the interpreter that ran it, the first python3 on PATH may be a pyenv shim or a venv
+// without torch, and how to choose another), and a worker that could not bind the agent store's
+// port. Pure: text in, text out.
 #pragma once
 
 #include <string>
@@ -18,9 +19,9 @@ std::string MissingTorchNote(const std::string& worker_output, const std::string
                              InterpreterFrom from = InterpreterFrom::kPythonExec);
 
 // "" unless ctrun hosts the workers' store on `agent_store_port` (> 0) and `worker_output` shows
-// a bind failing with "Address already in use" and names ":<that port>": a script that starts its own TCPStore server at
-// MASTER_ADDR:MASTER_PORT (torch 1.13 let rank 0 host it) finds ctrun's there. Otherwise one line
-// (no newline) naming the port and --no-agent-store.
+// a bind failing with "Address already in use" that names ":<that port>": a script that starts its
+// own TCPStore server at MASTER_ADDR:MASTER_PORT (torch 1.13 let rank 0 host it) finds ctrun's
+// there. Otherwise one line (no newline) naming the port and --no-agent-store.
 std::string AgentStorePortNote(const std::string& worker_output, int agent_store_port);
 
 }  // namespace ctrun

@@ -269,9 +269,10 @@ TEST_F(StoreLogTest, SilentMemberIsReportedOnceAfterTheDeadline) {
 
 // A store (or an agent) stopped for longer than the deadline (SIGSTOP of the agent hosting it, a
 // paused VM) answers afterwards with counters nobody could bump meanwhile: no member is lost for
-// that. Here the one loop that runs the store and every member stops for twice the deadline, a
-// few times, while a poll may be in flight; the deadline then restarts, and a member that really
-// stopped is still reported after it.
+// that. Here the one loop that runs the store and every member stops for 3.5 times the deadline,
+// a few times, while a poll may be in flight; the deadline then restarts, and a member that really
+// stopped is still reported after it. (The store host's own stall, with the others running, is
+// MultiNode.AStoppedRendezvousHostCostsNoNodeAndRunsNothingTwice.)
 TEST_F(StoreLogTest, AStallOfTheStoreOrTheWatcherLosesNoMember) {
   const LivenessOptions fast{50ms, 200ms};
   auto a = Log(), b = Log(), watcher = Log();
