@@ -149,15 +149,10 @@ int main(int argc, char** argv) {
     // torchrun --standalone picks a random run id; an explicit --rdzv_id is kept (ctrun extension).
     if (config.standalone && (config.run_id == "none" || config.run_id.empty())) config.run_id = RandomRunId();
     // An empty --rdzv_id (an unset $JOB_ID in a template): torchrun takes a random one. Across
-    // nodes each would take its own and never meet the others: refused there instead.
-    std::string empty_run_id_notice;
-    if (config.run_id.empty()) {
-      if (config.max_nodes > 1)
-        return ending.Usage("--rdzv_id is empty: every node would take a random run id of its own and never "
-                            "meet the others; give the job's id");
-      config.run_id = RandomRunId();
-      empty_run_id_notice = "--rdzv_id is empty: the run id is the random " + config.run_id;
-    }
+    // nodes each would take its own and never meet the others: refused there instead, once the
+    // node count is known (Slurm's below).
+    const bool empty_run_id = config.run_id.empty();
+    if (empty_run_id) config.run_id = RandomRunId();
     ending.SetConfig(config);
     std::unique_ptr<ctrun::FileEventSink> events;
     if (!config.events_file.empty()) {
@@ -176,7 +171,6 @@ int main(int argc, char** argv) {
     auto output_flags = ctrun::logs::ParseOutputFlags(config, prefix_template ? prefix_template->c_str() : nullptr);
     if (!output_flags.ok()) return ending.Usage(output_flags.message());
     if (const std::string& w = output_flags->prefix.warning(); !w.empty()) spdlog::warn("{}", w);
-    if (!empty_run_id_notice.empty()) spdlog::warn("{}", empty_run_id_notice);
 
     // Under Slurm's srun with no node flags: nodes, node rank and master from SLURM_*.
     std::string cluster_notice;
@@ -185,6 +179,10 @@ int main(int argc, char** argv) {
         !s.ok())
       return ending.Usage(s.message());
     if (!cluster_notice.empty()) spdlog::info("{}", cluster_notice);
+    if (empty_run_id && config.max_nodes > 1)
+      return ending.Usage("--rdzv_id is empty: every node would take a random run id of its own and never "
+                          "meet the others; give the job's id");
+    if (empty_run_id) spdlog::warn("--rdzv_id is empty: the run id is the random {}", config.run_id);
     ending.SetConfig(config);  // the node rank may come from the cluster
 
     ctrun::RunContext ctx;

@@ -87,6 +87,15 @@ TEST(CtrunE2E, AnEmptyRunIdIsARandomOneOnOneNodeAndAnEmptyRoleIsKept) {
   EXPECT_NE(multi.err.find("--rdzv_id is empty: every node would take a random run id of its own"), std::string::npos)
       << multi.err;
   EXPECT_FALSE(std::filesystem::exists(d / "never.0"));
+  // The same for a job whose nodes come from Slurm's step (no node flags given).
+  auto slurm = RunCommand(Ctrun({"--nproc_per_node=1", "--rdzv_id="}, {"--env-file", d / "never"}),
+                          {"SLURM_JOB_ID=1", "SLURM_STEP_NODELIST=vm,vm2", "SLURM_NODEID=0", "SLURM_STEP_NUM_NODES=2",
+                           "SLURM_STEP_NUM_TASKS=2"},
+                          std::chrono::seconds(20));
+  EXPECT_EQ(slurm.exit_code, 2) << slurm.err;
+  EXPECT_NE(slurm.err.find("--rdzv_id is empty: every node would take a random run id of its own"), std::string::npos)
+      << slurm.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "never.0"));
 }
 
 TEST(CtrunE2E, HeartbeatVariablesReachWorkers) {
