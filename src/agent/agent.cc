@@ -349,9 +349,7 @@ void Agent::OnRepeatedSignal(int sig, const std::string& why) {
   const bool other = state_ == AgentState::kStopping && stop_reason_ == StopReason::kSignal && sig != stop_signal_;
   hooks_.Log(0, "received " + SignalName(sig) + " " + why + ": the same request, not a second one" +
                     (other ? "; forwarded to the workers" : "") + " (a signal a second later kills the workers at once)");
-  if (!other) return;
-  for (const auto& w : workers_)
-    if (!w.group_gone) spawner_.SignalGroup(w.pid, sig);
+  if (other) SignalLiveGroupsToStop(sig);
 }
 
 void Agent::OnSignal(int sig) {
@@ -402,8 +400,7 @@ void Agent::OnSignal(int sig) {
       Finish(128 + sig);
       return;
     }
-    for (const auto& w : workers_)
-      if (!w.group_gone) SignalToStop(w.pid, sig);
+    SignalLiveGroupsToStop(sig);
     return;
   }
   BeginStopping(StopReason::kSignal, sig);
@@ -603,8 +600,7 @@ void Agent::BeginStopping(StopReason reason, int sig) {
   killed_ = sig == SIGKILL;
   EmitStop(reason, sig);
   RefreshGroups();
-  for (const auto& w : workers_)
-    if (!w.group_gone) SignalToStop(w.pid, sig);
+  SignalLiveGroupsToStop(sig);
   CancelTimers();
   if (killed_) {
     ArmFinalWait(timers_.Now() + kFinalWait);
@@ -672,6 +668,11 @@ void Agent::SignalToStop(pid_t pgid, int sig) {
   spawner_.SignalGroup(pgid, sig);
   // A stopped process acts on nothing but SIGKILL and SIGCONT: wake it so it sees `sig` now.
   if (sig != SIGKILL && sig != SIGCONT) spawner_.SignalGroup(pgid, SIGCONT);
+}
+
+void Agent::SignalLiveGroupsToStop(int sig) {
+  for (const auto& w : workers_)
+    if (!w.group_gone) SignalToStop(w.pid, sig);
 }
 
 void Agent::ArmGrace(TimePoint deadline) {

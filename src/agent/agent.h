@@ -253,6 +253,8 @@ class Agent final : public rdzv::RendezvousListener {
   void EmitWorkerExit(const Worker& w, const char* cause);
   void EmitStop(StopReason reason, int sig);
   void SignalToStop(pid_t pgid, int sig);
+  // SignalToStop for every worker group that is not gone.
+  void SignalLiveGroupsToStop(int sig);
   void ArmGrace(TimePoint deadline);
   void ArmBackoff(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
