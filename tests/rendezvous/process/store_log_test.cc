@@ -10,7 +10,9 @@
 #include "helpers/loop_util.h"
 
 #include <functional>
+#include <memory>
 #include <thread>
+#include <vector>
 #include <optional>
 
 #include "store/async_store_client.h"
@@ -67,6 +69,23 @@ class StoreLogTest : public ::testing::Test {
     return testing::RunUntil(loop_, pred, limit);
   }
   void RunFor(Duration d) { testing::RunFor(loop_, d); }
+
+  // Members "a" and "b" beat every 50 ms (deadline 200 ms), and so does the watcher "w", whose
+  // reports of lost members land in `lost`.
+  struct Beating {
+    std::unique_ptr<StoreLog> a, b, watcher;
+    std::vector<std::string> lost;
+  };
+  void StartBeating(Beating* t) {
+    const LivenessOptions fast{50ms, 200ms};
+    t->a = Log();
+    t->b = Log();
+    t->watcher = Log();
+    t->watcher->SetOnLost([lost = &t->lost](const std::string& id) { lost->push_back(id); });
+    t->a->StartLiveness("a", fast);
+    t->b->StartLiveness("b", fast);
+    t->watcher->StartLiveness("w", fast);
+  }
 
 
   EventLoop loop_;
@@ -233,13 +252,9 @@ TEST_F(StoreLogTest, OldEntriesAreCompactedTheNewest64Stay) {
 }
 
 TEST_F(StoreLogTest, SilentMemberIsReportedOnceAfterTheDeadline) {
-  const LivenessOptions fast{50ms, 200ms};
-  auto a = Log(), b = Log(), watcher = Log();
-  std::vector<std::string> lost;
-  watcher->SetOnLost([&](const std::string& id) { lost.push_back(id); });
-  a->StartLiveness("a", fast);
-  b->StartLiveness("b", fast);
-  watcher->StartLiveness("w", fast);
+  Beating t;
+  StartBeating(&t);
+  auto& [a, b, watcher, lost] = t;
   const TimePoint t0 = loop_.Now();
   watcher->WatchMembers({"a", "b", "c", "w"});  // c never beats; w is itself
   ASSERT_TRUE(RunUntil([&] { return !lost.empty(); }, 5s));
@@ -274,13 +289,9 @@ TEST_F(StoreLogTest, SilentMemberIsReportedOnceAfterTheDeadline) {
 // stopped is still reported after it. (The store host's own stall, with the others running, is
 // MultiNode.AStoppedRendezvousHostCostsNoNodeAndRunsNothingTwice.)
 TEST_F(StoreLogTest, AStallOfTheStoreOrTheWatcherLosesNoMember) {
-  const LivenessOptions fast{50ms, 200ms};
-  auto a = Log(), b = Log(), watcher = Log();
-  std::vector<std::string> lost;
-  watcher->SetOnLost([&](const std::string& id) { lost.push_back(id); });
-  a->StartLiveness("a", fast);
-  b->StartLiveness("b", fast);
-  watcher->StartLiveness("w", fast);
+  Beating t;
+  StartBeating(&t);
+  auto& [a, b, watcher, lost] = t;
   watcher->WatchMembers({"a", "b", "w"});
   RunFor(300ms);
   for (int i = 0; i < 4; ++i) {
