@@ -118,6 +118,21 @@ bool ConsoleWriter::Drain(TimePoint deadline, int interrupt) {
   return empty;
 }
 
+void ConsoleWriter::Abandon() {
+  auto lock = Lock();
+  if (buffered() == 0) return;
+  dropped_ += buffered();
+  // Pending bytes start at a line's start unless a write cut a line short: then a newline ends
+  // that piece, so the next line (ctrun's note of the loss, say) is not glued to it.
+  const bool mid_line = head_ > 0 && buf_.data()[head_ - 1] != '\n';
+  buf_.clear();
+  head_ = 0;
+  line_dirty_ = false;
+  if (mid_line) buf_.push_back('\n');
+  WriteSomeLocked();
+  if (std::this_thread::get_id() == loop_thread_) UpdateEpollLocked();
+}
+
 void ConsoleWriter::WriteDiagnostic(std::string_view line) {
   auto lock = Lock();
   if (broken_) return;

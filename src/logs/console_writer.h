@@ -117,8 +117,12 @@ class ConsoleWriter {
   // Writes everything out, waiting (poll) at most until deadline, or until `interrupt` (an fd,
   // say ctrun's signalfd; -1 none) is readable. True when empty.
   bool Drain(TimePoint deadline, int interrupt = -1);
-  // Bytes discarded because the console broke (see the contract), so that the end of the run can
-  // say so. Under Lock(), or once no other thread writes.
+  // Gives up on the pending bytes (the wait for this console was cut short): they count as
+  // dropped(), and what is written next starts a line of its own, even when the last write ended
+  // in the middle of one. Any thread.
+  void Abandon();
+  // Bytes discarded because the console broke (see the contract) or were abandoned, so that the
+  // end of the run can say so. Under Lock(), or once no other thread writes.
   size_t dropped() const { return dropped_; }
   // One line from ctrun itself (no trailing newline needed); any thread.
   void WriteDiagnostic(std::string_view line);
@@ -143,7 +147,7 @@ class ConsoleWriter {
   bool line_dirty_ = false;
   bool broken_ = false;
   int broken_errno_ = 0;  // the write error that broke it
-  size_t dropped_ = 0;     // discarded because broken_
+  size_t dropped_ = 0;     // discarded because broken_, or abandoned
   bool armed_ = false;     // EPOLLOUT registered
   bool was_high_ = false;  // went over high water; on_drained_ owed
   std::function<void()> on_drained_;

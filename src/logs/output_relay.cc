@@ -377,9 +377,11 @@ size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt, TimePoint consol
   size_t lost = 0;
   for (ConsoleWriter* w : {out_.get(), err_.get()}) {
     if (w == nullptr) continue;
-    w->Drain(console_deadline, interrupt);
+    // What a cut wait left is given up now, so that the next lines (the summary, the note of
+    // the loss) go out first instead of queueing behind it.
+    if (!w->Drain(console_deadline, interrupt)) w->Abandon();
     auto lock = w->Lock();
-    lost += w->buffered() + w->dropped();
+    lost += w->dropped();
   }
   return lost;
 }

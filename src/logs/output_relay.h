@@ -109,8 +109,9 @@ class OutputRelay {
   // long as their readers take (a slow pipe reader or a paused terminal loses nothing, as workers
   // writing there directly would not), unless `interrupt` (ctrun's signalfd; -1 none) becomes
   // readable, `console_deadline` passes (a run that a signal already stopped: the reader may be
-  // what stalled it) or a console breaks. Returns the bytes left unwritten or discarded since the
-  // start. Runs its own poll(), not the EventLoop.
+  // what stalled it) or a console breaks. What is still unwritten then is given up, so that
+  // ctrun's next lines go out first. Returns the bytes given up or discarded since the start.
+  // Runs its own poll(), not the EventLoop.
   size_t FlushAll(TimePoint deadline, int interrupt = -1, TimePoint console_deadline = TimePoint::max());
   // No open stream and nothing buffered for the console.
   bool Idle() const;

@@ -422,6 +422,47 @@ TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
   EXPECT_EQ(relay.StderrTail(1, console.tmp / "out"), "[r0] line\n[r0] no newline\n[r0] second\n");
 }
 
+// A stopping signal cuts the final wait for a console whose reader is away: what the relay still
+// held is given up at once (counted), and the next line, ctrun's own, goes out before it, on a
+// line of its own although the last write ended inside a worker's line.
+TEST(OutputRelay, ACutFinalWaitGivesUpThePendingBytesSoTheNextLineGoesFirst) {
+  Pipe console;
+  ASSERT_EQ(::fcntl(console.w.get(), F_SETPIPE_SZ, 4096), 4096);
+  EventLoop loop;
+  ConsoleOptions opt;
+  opt.stdout_fd = console.w.get();
+  opt.stderr_fd = console.w.get();
+  OutputRelay relay(loop, opt);
+  std::string sent;
+  Pipe worker;
+  for (int i = 0; i < 100; ++i) {
+    const std::string line = "line " + std::to_string(i) + std::string(90, '.') + "\n";
+    WriteAll(worker.w.get(), line.data(), line.size());
+    sent += "[r0] " + line;
+  }
+  worker.w.reset();
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(worker.r), ConsoleSink(0)).ok());
+  Pipe signalled;  // readable: the signal came
+  WriteAll(signalled.w.get(), "x", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const size_t lost = relay.FlushAll(TimePoint(start + 5s), signalled.r.get());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the cut wait was waited out";
+  EXPECT_EQ(lost, sent.size() - 4096);
+  relay.stderr_console().WriteDiagnostic("lost some");
+  std::string got;
+  ASSERT_TRUE(SetNonBlocking(console.r.get(), true));
+  const auto read_some = [&] {
+    char buf[8192];
+    for (ssize_t n; (n = ::read(console.r.get(), buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  };
+  read_some();
+  ASSERT_EQ(got, sent.substr(0, 4096));
+  ASSERT_NE(got.back(), '\n') << "the pipe's size should cut a line";
+  EXPECT_TRUE(relay.stderr_console().Drain(TimePoint(std::chrono::steady_clock::now() + 5s)));
+  read_some();
+  EXPECT_EQ(got, sent.substr(0, 4096) + "\nlost some\n");
+}
+
 TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
   FileConsole console(/*shared=*/true);
   EventLoop loop;
