@@ -317,7 +317,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
       }
       if (AllExited()) {
         if (peer_loss_timer_) {
-          EndPeerLossWait("every other worker has exited");
+          EndPeerLossWait("every other worker has exited", /*waited_out=*/false);
           return;
         }
         // All leaders succeeded. Anything they left behind in their groups is swept, not waited on.
@@ -420,17 +420,23 @@ void Agent::OnFailureWhileRunning(const Worker& w) {
   const std::string who = Label(w) + " " + w.status.ToString() + (w.capturing ? " during its stack capture" : "");
   const bool lost_a_peer = w.hang.empty() && hooks_.FailureLostAPeer(failures_.back());
   if (lost_a_peer && peer_loss_timer_) {  // one more rank that lost the same peer
-    if (AllExited()) EndPeerLossWait("every other worker has exited");
+    if (AllExited()) EndPeerLossWait("every other worker has exited", /*waited_out=*/false);
     return;
   }
-  if (lost_a_peer && !AllExited() && !AnotherRankFailedOnItsOwn()) {
+  // Alone on its node, the lost peer can only be on another: the wait for the rendezvous at once.
+  if (lost_a_peer && (!AllExited() || rdzv_) && !AnotherRankFailedOnItsOwn()) {
+    peer_loss_pid_ = w.pid;
+    if (AllExited()) {
+      hooks_.Log(2, "first exit: " + who + " after losing a peer");
+      EndPeerLossWait("no other worker runs here", /*waited_out=*/false);
+      return;
+    }
     hooks_.Log(2, "first exit: " + who + " after losing a peer; waiting up to " +
                       health::FormatSeconds(kPeerLossWait) +
                       " for that peer to end on its own before stopping the other workers");
-    peer_loss_pid_ = w.pid;
     peer_loss_timer_ = timers_.AddTimer(timers_.Now() + kPeerLossWait, [this] {
       peer_loss_timer_.reset();
-      EndPeerLossWait("no worker failed on its own within " + health::FormatSeconds(kPeerLossWait));
+      EndPeerLossWait("no worker failed on its own within " + health::FormatSeconds(kPeerLossWait), /*waited_out=*/true);
     });
     return;
   }
@@ -450,9 +456,23 @@ bool Agent::AnotherRankFailedOnItsOwn() const {
 }
 
 // The wait after a lost peer is over without a failure of another kind: stop for the first.
-void Agent::EndPeerLossWait(const std::string& why) {
+void Agent::EndPeerLossWait(const std::string& why, bool waited_out) {
   const Worker* first = FindWorker(peer_loss_pid_);
   if (state_ != AgentState::kRunning || !first) return;
+  if (peer_loss_on_nodes_ && !waited_out) return;  // waiting for the rendezvous, not for a worker here
+  if (rdzv_ && !peer_loss_on_nodes_) {
+    if (peer_loss_timer_) timers_.CancelTimer(*peer_loss_timer_);
+    peer_loss_on_nodes_ = true;
+    const Duration wait = rdzv_->loss_reported_within();
+    hooks_.Log(1, why + ": the lost peer may be on a node that died, which the rendezvous reports within " +
+                      health::FormatSeconds(wait) + " (a node lost costs no restart); waiting that long before "
+                      "counting " + Label(*first) + "'s failure");
+    peer_loss_timer_ = timers_.AddTimer(timers_.Now() + wait, [this, wait] {
+      peer_loss_timer_.reset();
+      EndPeerLossWait("no node was reported lost within " + health::FormatSeconds(wait), /*waited_out=*/true);
+    });
+    return;
+  }
   hooks_.Log(2, why + "; stopping the other workers (the root cause is named once they are gone)");
   StopForFailure(*first, first->status.ToString(), first->status.ShellCode());
 }
@@ -728,6 +748,7 @@ void Agent::ArmBackoff(TimePoint deadline) {
 void Agent::CancelTimers() {
   if (peer_loss_timer_) timers_.CancelTimer(*peer_loss_timer_);
   peer_loss_timer_.reset();
+  peer_loss_on_nodes_ = false;
   if (grace_timer_) timers_.CancelTimer(*grace_timer_);
   if (final_timer_) timers_.CancelTimer(*final_timer_);
   if (backoff_timer_) timers_.CancelTimer(*backoff_timer_);

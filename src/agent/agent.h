@@ -142,6 +142,12 @@ class Agent final : public rdzv::RendezvousListener {
   // own and is named the root cause instead of being stopped by ctrun; the wait ends at the first
   // failure that did not lose a peer, or when every worker has exited. There is no wait when a
   // running worker's error file already records its own failure (AnErrorFileRecordsAnOwnFailure).
+  // Multi-node, when no worker of this node failed on its own by then either, the peer may have
+  // been on a node that died: its loss reaches the rendezvous only at its liveness deadline
+  // (Rendezvous::loss_reported_within). Reported now, the failure would cost a restart (or, with
+  // none left, end a job that enough nodes could finish) and blame a healthy rank; so the wait goes
+  // on that long, ended by the rendezvous (a node lost or left: a membership change; another
+  // node's failure) or by a failure here of another kind. Without either, the failure counts then.
   static constexpr std::chrono::milliseconds kPeerLossWait{1000};
 
   // base_env: the agent's environment, read once; executable: the file every worker execs
@@ -262,7 +268,9 @@ class Agent final : public rdzv::RendezvousListener {
   void OnStacksSaved(pid_t pid, const std::string& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
   void OnFailureWhileRunning(const Worker& w);
-  void EndPeerLossWait(const std::string& why);
+  // `waited_out`: the wait's timer fired (not "every worker has exited", which ends only the
+  // wait for a peer on this node).
+  void EndPeerLossWait(const std::string& why, bool waited_out);
   bool AnotherRankFailedOnItsOwn() const;
   void Restart();
 
@@ -310,6 +318,7 @@ class Agent final : public rdzv::RendezvousListener {
   // is that first failure.
   std::optional<TimerQueue::TimerId> peer_loss_timer_;
   pid_t peer_loss_pid_ = -1;
+  bool peer_loss_on_nodes_ = false;  // the wait goes on for the rendezvous (multi-node)
 };
 
 }  // namespace ctrun

@@ -95,6 +95,9 @@ class Rendezvous {
   // log was never read (an unreachable store has no round to leave).
   bool idle() const { return !appending_ && (intents_.empty() || !head_); }
   const RendezvousLog& log() const { return *log_; }
+  // How long after a node's death the rendezvous reports it lost, at most: the liveness deadline,
+  // plus one interval for the watcher's own round.
+  Duration loss_reported_within() const { return options_.liveness.deadline + options_.liveness.interval; }
 
  private:
   enum class Mode { kStarting, kJoining, kActive, kSucceeded, kStopping, kEnded };

@@ -24,6 +24,7 @@
 //   --else-hang         ranks/attempts that --only-* excludes hang instead of exiting 0
 //   --else-hang-attempt A  ... only when TORCHELASTIC_RESTART_COUNT == A (later attempts exit 0)
 //   --hang-if-world N   hang while WORLD_SIZE == N (multi-node: until a membership change)
+//   --only-world N      ... and only while WORLD_SIZE == N (multi-node: the ending of one size)
 //   --wait-file P       before ending, wait (up to 30 s) until P exists
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
 //   --error-raw TEXT    write TEXT verbatim to $TORCHELASTIC_ERROR_FILE (malformed error files)
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
   int attempts_below = -1;
-  int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1;
+  int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1, only_world = -1;
   for (size_t i = 0; i < a.size(); ++i) {
     auto next = [&]() -> std::string { return i + 1 < a.size() ? a[++i] : std::string(); };
     const std::string& o = a[i];
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
     else if (o == "--else-hang") else_hang = true;
     else if (o == "--else-hang-attempt") else_hang_attempt = atoi(next().c_str());
     else if (o == "--hang-if-world") hang_if_world = atoi(next().c_str());
+    else if (o == "--only-world") only_world = atoi(next().c_str());
     else if (o == "--heartbeat") beats = atoi(next().c_str());
     else if (o == "--heartbeat-ms") beat_ms = atol(next().c_str());
     else if (o == "--beat-step") beat_step = atoll(next().c_str());
@@ -275,7 +277,8 @@ int main(int argc, char** argv) {
 
   bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
                  (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0")) &&
-                 (attempts_below < 0 || atoi(Env("TORCHELASTIC_RESTART_COUNT", "0").c_str()) < attempts_below);
+                 (attempts_below < 0 || atoi(Env("TORCHELASTIC_RESTART_COUNT", "0").c_str()) < attempts_below) &&
+                 (only_world < 0 || std::to_string(only_world) == Env("WORLD_SIZE", ""));
   if (hang_if_world >= 0 && Env("WORLD_SIZE", "") == std::to_string(hang_if_world)) SleepForever();
   if (!applies) {
     if (else_hang) SleepForever();

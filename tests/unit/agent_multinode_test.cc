@@ -278,5 +278,78 @@ TEST_F(MultiNodeAgentTest, TheFirstDeadlineEndsTheJobWith124OnEveryNode) {
   EXPECT_EQ(ob.root_cause, "node 0 (host-a): reached --max-run-time (10 s)");
 }
 
+// A node dies (its agent and workers killed at once): the others' workers fail at once of the
+// closed connections (SIGPIPE here, gloo's "Connection closed by peer" in a real job), long
+// before the dead node's liveness deadline. Those failures wait for the rendezvous, which reports
+// the node lost: a membership change that costs no restart and blames no healthy rank, so a
+// job with max_restarts=0 goes on with the nodes that remain (2 of 2:3).
+class NodeDeathTest : public MultiNodeAgentTest {
+ protected:
+  void StartThree() {
+    for (int i = 0; i < 3; ++i) Add(1, 2, 3, 0);
+    for (auto& n : nodes_) n->agent->Start();
+    Settle();
+    ASSERT_EQ(nodes_[0]->spawner.specs.size(), 1u);
+    ASSERT_EQ(nodes_[2]->spawner.specs.size(), 1u);
+  }
+  // Node c dies; a's and b's workers lose their peer.
+  void KillNodeC() {
+    nodes_[2].reset();
+    for (int i = 0; i < 2; ++i) nodes_[i]->Exit(0, ExitStatus::Signaled(SIGPIPE));
+    Settle();
+  }
+};
+
+TEST_F(NodeDeathTest, AFailureThatLostAPeerWaitsForTheRendezvousAndANodeLostCostsNoRestart) {
+  StartThree();
+  KillNodeC();
+  Node& a = *nodes_[0];
+  Node& b = *nodes_[1];
+  EXPECT_EQ(a.agent->state(), AgentState::kRunning) << "counted at once";
+  EXPECT_TRUE(a.hooks.Logged("may be on a node that died")) << a.hooks.logs.back();
+  timers_.Advance(Seconds(10));  // within the default deadline (15 s + one 5 s interval)
+  EXPECT_FALSE(a.agent->done());
+  a.NextAttempt();
+  b.NextAttempt();
+  testing::LoseNode(*server_, timers_, "host-c/1");
+  Settle();  // the next round expects a and b alone: complete once both are back
+  ASSERT_EQ(a.spawner.specs.size(), 2u) << "a did not start the next round";
+  ASSERT_EQ(b.spawner.specs.size(), 2u);
+  EXPECT_FALSE(a.agent->done());
+  EXPECT_EQ(a.Env(0, "WORLD_SIZE"), "2");
+  EXPECT_EQ(b.Env(0, "TORCHELASTIC_RESTART_COUNT"), "0") << "the node's loss was counted as a failure";
+  EXPECT_TRUE(a.hooks.Logged("host-c")) << "the lost node is not named";
+}
+
+TEST_F(NodeDeathTest, WithoutANodeLostTheFailureCountsAtTheDeadline) {
+  StartThree();
+  KillNodeC();
+  Node& a = *nodes_[0];
+  timers_.Advance(Seconds(19));
+  EXPECT_FALSE(a.agent->done());
+  timers_.Advance(Seconds(1));
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 128 + SIGPIPE);
+  EXPECT_TRUE(a.hooks.Logged("no node was reported lost within 20 s")) << a.hooks.logs.back();
+}
+
+TEST_F(NodeDeathTest, AnotherNodesOwnFailureEndsTheWaitAndIsTheCause) {
+  StartThree();
+  Node& a = *nodes_[0];
+  Node& c = *nodes_[2];
+  a.Exit(0, ExitStatus::Signaled(SIGPIPE));
+  Settle();
+  EXPECT_EQ(a.agent->state(), AgentState::kRunning);
+  c.Exit(0, ExitStatus::Exited(3));  // the peer that went away, on its own
+  Settle();
+  nodes_[1]->DieOfSignals();
+  Settle();
+  ASSERT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 3);
+  ASSERT_TRUE(a.agent->job_end() && a.agent->job_end()->cause);
+  EXPECT_EQ(a.agent->job_end()->cause->rank, 2);
+}
+
 }  // namespace
 }  // namespace ctrun

@@ -197,6 +197,39 @@ TEST(MultiNode, KilledAgentLeavesASmallerJobRunning) {
   ExpectAllGone(dir / "pids");
 }
 
+// A node dies (agent and workers SIGKILLed) and the others' workers fail at once of the closed
+// connections (as gloo's do, long before the dead node's heartbeat deadline). That is the node's
+// loss, not a failure: with --max_restarts=0 the two nodes left of 2:3 go on, uncounted, and
+// their logs name the node that was lost.
+TEST(MultiNode, ANodeDeathThatBreaksTheOthersCollectivesCostsNoRestart) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::string broken = dir / "connections-closed";
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--wait-file", broken,
+                                        "--only-world", "6", "--error-file", "Connection closed by peer", "--exit", "1"};
+  for (int i = 0; i < 3; ++i)
+    agents.Start("n" + std::to_string(i),
+                 C10d(port, "2:3", 2, {"--max_restarts=0"}, std::string("last_call_timeout=3,is_host=") + (i == 0 ? "1" : "0")),
+                 worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 6; }, seconds(30))) << agents.Err("n0");
+  agents["n2"].Signal(SIGKILL);
+  EXPECT_EQ(agents.Wait("n2"), 128 + SIGKILL);
+  std::ofstream(broken).put('x');  // the survivors' collectives fail now
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 0) << agents.Err("n1");
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0") << "the node's death was counted as a failure";
+  }
+  for (const char* n : {"n0", "n1"}) {
+    EXPECT_NE(agents.Err(n).find("may be on a node that died"), std::string::npos) << agents.Err(n);
+    EXPECT_NE(agents.Err(n).find("no heartbeat"), std::string::npos) << agents.Err(n);
+  }
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
   TempDir dir;
   Agents agents(dir);
