@@ -232,9 +232,7 @@ class RealHooks final : public AgentHooks {
   }
 
   bool FailureLostAPeer(const FailureRecord& record) override {
-    WorkerFailure f = ToWorkerFailure(record);
-    LoadErrorFile(&f);
-    return LostAPeer(f);
+    return LostAPeer(FailureFacts(record));
   }
 
   bool AnErrorFileRecordsAnOwnFailure(const std::vector<std::string>& error_files) override {
@@ -250,8 +248,7 @@ class RealHooks final : public AgentHooks {
   // The live line that names the root cause, chosen as the summary chooses it (error-file times).
   void OnAttemptFailed(int restart_count, const std::vector<FailureRecord>& records) override {
     std::vector<WorkerFailure> failures;
-    for (const auto& r : records) failures.push_back(ToWorkerFailure(r));
-    LoadErrorFiles(&failures);
+    for (const auto& r : records) failures.push_back(FailureFacts(r));
     const auto root = ChooseRootCause(failures);
     if (!root) return;
     const WorkerFailure& f = failures[*root];
@@ -261,6 +258,15 @@ class RealHooks final : public AgentHooks {
     spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,
                   f.global_rank, f.local_rank, f.pid, f.hang.empty() ? f.status.ToString() : f.hang,
                   what.empty() ? "" : ": " + what);
+  }
+
+  // What the root-cause choice reads of a failure while the run goes on: its error file, and its
+  // stderr tail (which tells a lost peer when there is no error file).
+  WorkerFailure FailureFacts(const FailureRecord& record) {
+    WorkerFailure f = ToWorkerFailure(record);
+    LoadErrorFile(&f);
+    f.stderr_tail = StderrTail(record.local_rank);
+    return f;
   }
 
   std::string StderrTail(int local_rank) override {

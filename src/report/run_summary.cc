@@ -189,13 +189,24 @@ std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
   return f.time;
 }
 
+namespace {
+
+std::string_view LastNonEmptyLine(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
+  const size_t nl = text.rfind('\n');
+  return nl == std::string_view::npos ? text : text.substr(nl + 1);
+}
+
+}  // namespace
+
 bool LostAPeer(const WorkerFailure& f) {
   if (f.status.signaled() && f.status.signal() == SIGPIPE) return true;  // wrote to a closed peer
-  if (!f.error_data) return false;
-  const std::string& m = f.error_data->message;
+  // Without an error file, the last line of stderr: an uncaught exception's own line
+  // ("RuntimeError: [...pair.cc:598] Connection closed by peer [10.0.0.2]:41234").
+  const std::string_view m = f.error_data ? std::string_view(f.error_data->message) : LastNonEmptyLine(f.stderr_tail);
   for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
                             "remote process exited", "NCCL communicator was aborted"})
-    if (m.find(words) != std::string::npos) return true;
+    if (m.find(words) != std::string_view::npos) return true;
   return false;
 }
 

@@ -182,6 +182,21 @@ TEST(CtrunE2E, ARankThatLostAPeerDoesNotHideThePeerThatCrashed) {
   EXPECT_NE(r.err.find(") exited with code 3: RuntimeError: crashed at step 14"), std::string::npos) << r.err;
 }
 
+// The same with scripts that write no error file (no @record): rank 0's traceback ends in gloo's
+// "Connection closed by peer" at once; rank 1, the peer, fails with its own error 300 ms later.
+// Rank 0's last stderr line says it lost a peer: ctrun waits, and names rank 1.
+TEST(CtrunE2E, ATracebackThatLostAPeerDoesNotHideThePeerThatCrashed) {
+  const std::string script = std::string("[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] || exit 0; "
+                                         "if [ \"$RANK\" = 0 ]; then echo 'Traceback (most recent call last):' >&2; "
+                                         "echo 'RuntimeError: [pair.cc:598] Connection closed by peer [127.0.0.1]:41234' >&2; "
+                                         "exit 1; fi; sleep 0.3; echo 'ValueError: bad batch at step 14' >&2; exit 3");
+  auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "/bin/sh", "-c",
+                       script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("exited with code 1 after losing a peer; waiting up to 1.0 s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attempt 0 failed; root cause: worker rank 1 (local_rank 1, pid "), std::string::npos) << r.err;
+}
+
 // Rank 1 has written its error file and is still exiting (a Python rank in interpreter shutdown)
 // when rank 0 dies of SIGPIPE: rank 1 is the root cause whatever ends it, so ctrun does not wait.
 // ("$$$$": see above.)

@@ -409,6 +409,23 @@ TEST(ReportRootCause, ARankKilledBySigpipeLostItsPeer) {
   EXPECT_EQ(JobExitCode(fs), 128 + SIGABRT);
 }
 
+// A script without @record writes no error file: its uncaught exception's line, the last of its
+// stderr, says that it lost its peer. Only that last line counts: a "Broken pipe" earlier in the
+// output (a warning, a retried download) is not the failure.
+TEST(ReportRootCause, WithoutAnErrorFileTheLastStderrLineTellsALostPeer) {
+  std::vector<WorkerFailure> fs = {
+      Failure(0, ExitStatus::Exited(1), At(300)),
+      Failure(2, ExitStatus::Exited(1), At(300, 5)),
+  };
+  fs[0].stderr_tail = "Traceback (most recent call last):\n  File \"train.py\", line 9\nRuntimeError: "
+                      "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+                      "[127.0.0.1]:41234\n\n";
+  fs[1].stderr_tail = "warning: Broken pipe, retrying\nTraceback (most recent call last):\nValueError: bad batch\n";
+  EXPECT_TRUE(LostAPeer(fs[0]));
+  EXPECT_FALSE(LostAPeer(fs[1]));
+  EXPECT_EQ(ChooseRootCause(fs), 1u);
+}
+
 // Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
 // its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
 // file predates the signal: it failed on its own, and is the root cause.
