@@ -110,7 +110,7 @@ std::string ShebangPythonProgram(const std::string& head) {
   const std::optional<Shebang> s = ParseShebang(head);
   if (!s) return "";
   const std::string program = ShebangProgram(*s);
-  return std::filesystem::path(program).filename().string().rfind("python", 0) == 0 ? program : "";
+  return IsPythonProgram(program) ? program : "";
 }
 
 // Text (no NUL) that Python could run: no #! line, or one that names python.

@@ -19,6 +19,7 @@
 #include "agent/store_bind_error.h"
 #include "agent/worker_env.h"
 #include "health/health_monitor.h"
+#include "base/shebang.h"
 #include "base/unique_fd.h"
 #include "process/descendants.h"
 #include "gpu/gpu_release.h"
@@ -461,9 +462,7 @@ void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
 // (`--no_python /usr/bin/python3 train.py`) is named by its first argument that is not an option,
 // as torchrun does for its own interpreter.
 std::string EntrypointName(const LaunchConfig& config) {
-  const std::string base = std::filesystem::path(config.entrypoint).filename().string();
-  const bool python = base.rfind("python", 0) == 0 && base.find_first_not_of("0123456789.", 6) == std::string::npos;
-  if (!config.no_python || !python) return config.entrypoint;
+  if (!config.no_python || !IsPythonProgram(config.entrypoint)) return config.entrypoint;
   for (const std::string& a : config.args)
     if (!a.empty() && a[0] != '-') return a;
   return config.entrypoint;

@@ -53,4 +53,10 @@ std::string ShebangProgram(const Shebang& s) {
   return s.interpreter;
 }
 
+bool IsPythonProgram(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  return base.substr(0, 6) == "python" && base.find_first_not_of("0123456789.", 6) == std::string_view::npos;
+}
+
 }  // namespace ctrun

@@ -22,4 +22,9 @@ std::optional<Shebang> ParseShebang(std::string_view head);
 // name is not resolved here).
 std::string ShebangProgram(const Shebang& s);
 
+// Whether a program's file name is a Python interpreter's: "python", "python3", "python3.11" (a
+// directory part is ignored). The one test of "is this Python" for entrypoints, #! lines and
+// running workers' executables.
+bool IsPythonProgram(std::string_view path);
+
 }  // namespace ctrun

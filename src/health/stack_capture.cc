@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "agent/launch_checks.h"
+#include "base/shebang.h"
 #include "health/hang_watcher.h"
 #include "sys/posix_util.h"
 #include "sys/proc_fs.h"
@@ -32,7 +33,7 @@ bool IsPython(pid_t pid) {
   ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
   if (n <= 0) return false;
   buf[n] = '\0';
-  return std::filesystem::path(buf).filename().string().rfind("python", 0) == 0;
+  return IsPythonProgram(buf);
 }
 
 void RemoveIfEmpty(const std::string& path) {

@@ -30,5 +30,12 @@ TEST(Shebang, TheProgramIsWhatEnvLooksUp) {
   EXPECT_EQ(ShebangProgram(*ParseShebang("#!/usr/bin/env\n")), "/usr/bin/env");
 }
 
+TEST(IsPythonProgram, PythonAndItsVersionedNamesOnly) {
+  for (const char* yes : {"python", "python3", "python3.11", "/usr/bin/python3.11", "./venv/bin/python"})
+    EXPECT_TRUE(IsPythonProgram(yes)) << yes;
+  for (const char* no : {"", "/usr/bin/env", "pythonista", "python3-config", "/opt/python3/bin/train", "ipython"})
+    EXPECT_FALSE(IsPythonProgram(no)) << no;
+}
+
 }  // namespace
 }  // namespace ctrun
