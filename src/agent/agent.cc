@@ -136,9 +136,10 @@ void Agent::StartAttempt() {
   const int n = config_.nproc_per_node;
   AttemptInfo info;
   info.restart_count = restart_count_;
-  // attempt_<n> log dirs: single node counts restarts; multi-node counts every round this node ran
-  // (a membership change starts a round without counting a restart).
-  const int attempt = rdzv_ ? attempts_started_++ : restart_count_;
+  // attempt_<n> log dirs: single node counts restarts; multi-node names the rendezvous round, the
+  // same on every node in it (a membership change starts a round without counting a restart; a
+  // node that joins a running job starts at that round's number).
+  const int attempt = rdzv_ ? static_cast<int>(round_->round) : restart_count_;
   if (Status s = hooks_.PrepareAttempt(attempt, &info); !s.ok()) {
     setup_failed_ = true;
     end_message_ = s.message();

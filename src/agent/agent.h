@@ -301,7 +301,6 @@ class Agent final : public rdzv::RendezvousListener {
   bool restart_pending_ = false;  // waiting for BeforeRestart's ready
   rdzv::Rendezvous* rdzv_ = nullptr;
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
-  int attempts_started_ = 0;              // multi-node: numbers attempt_<n> log dirs
   std::optional<rdzv::JobEnd> job_end_;
   EventSink* events_ = &NullEvents();
   int attempt_ = 0;  // the attempt_<n> number of the attempt running

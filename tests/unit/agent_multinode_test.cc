@@ -278,6 +278,27 @@ TEST_F(MultiNodeAgentTest, TheFirstDeadlineEndsTheJobWith124OnEveryNode) {
   EXPECT_EQ(ob.root_cause, "node 0 (host-a): reached --max-run-time (10 s)");
 }
 
+// attempt_<n> names the round, so one round's directories have the same name on every node,
+// also on a node that joined the job after its first round.
+TEST_F(MultiNodeAgentTest, EveryNodeNumbersARoundsAttemptTheSame) {
+  Node& a = Add(1, 1, 3);
+  a.agent->Start();
+  Settle();
+  timers_.Advance(Seconds(1));  // last call: a runs alone
+  ASSERT_EQ(a.spawner.specs.size(), 1u);
+  Node& b = Add(1, 1, 3);
+  b.agent->Start();
+  Settle();
+  a.DieOfSignals();  // the newcomer stopped a's round
+  a.NextAttempt();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 2u);
+  ASSERT_EQ(b.spawner.specs.size(), 1u);
+  EXPECT_EQ(a.hooks.attempts, (std::vector<int>{0, 1}));
+  EXPECT_EQ(b.hooks.attempts, (std::vector<int>{1})) << "b numbers the round it joined as its own first";
+  EXPECT_EQ(b.Env(0, "TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
 // A node dies (its agent and workers killed at once): the others' workers fail at once of the
 // closed connections (SIGPIPE here, gloo's "Connection closed by peer" in a real job), long
 // before the dead node's liveness deadline. Those failures wait for the rendezvous, which reports
