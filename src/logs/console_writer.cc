@@ -31,7 +31,8 @@ ConsoleWriter::~ConsoleWriter() {
 
 void ConsoleWriter::WriteSomeLocked() {
   if (broken_) {
-    dropped_ += buffered();
+    dropped_ += buffered() - (newline_owed_ ? 1 : 0);
+    newline_owed_ = false;
     buf_.clear();
     head_ = 0;
     return;
@@ -40,12 +41,15 @@ void ConsoleWriter::WriteSomeLocked() {
     ssize_t n = RetryOnEintr([&] { return ::write(out_fd(), buf_.data() + head_, buf_.size() - head_); });
     if (n > 0) {
       head_ += static_cast<size_t>(n);  // short write: try again (non-blocking: until EAGAIN)
+      written_mid_line_ = buf_.data()[head_ - 1] != '\n';
+      newline_owed_ = false;
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     broken_ = true;  // EPIPE, EIO, ENOSPC...: discard from now on rather than block workers
     broken_errno_ = errno;
-    dropped_ += buffered();
+    dropped_ += buffered() - (newline_owed_ ? 1 : 0);
+    newline_owed_ = false;
     buf_.clear();
     head_ = 0;
     return;
@@ -121,14 +125,14 @@ bool ConsoleWriter::Drain(TimePoint deadline, int interrupt) {
 void ConsoleWriter::Abandon() {
   auto lock = Lock();
   if (buffered() == 0) return;
-  dropped_ += buffered();
-  // Pending bytes start at a line's start unless a write cut a line short: then a newline ends
-  // that piece, so the next line (ctrun's note of the loss, say) is not glued to it.
-  const bool mid_line = head_ > 0 && buf_.data()[head_ - 1] != '\n';
+  dropped_ += buffered() - (newline_owed_ ? 1 : 0);  // the owed newline is ctrun's, not output
   buf_.clear();
   head_ = 0;
   line_dirty_ = false;
-  if (mid_line) buf_.push_back('\n');
+  // The console's last line was cut short: a newline ends that piece first, so the next line
+  // (ctrun's note of the loss, say) is not glued to it. Owed until written, across Abandons.
+  newline_owed_ = written_mid_line_;
+  if (newline_owed_) buf_.push_back('\n');
   WriteSomeLocked();
   if (std::this_thread::get_id() == loop_thread_) UpdateEpollLocked();
 }

@@ -148,6 +148,8 @@ class ConsoleWriter {
   bool broken_ = false;
   int broken_errno_ = 0;  // the write error that broke it
   size_t dropped_ = 0;     // discarded because broken_, or abandoned
+  bool written_mid_line_ = false;  // the last byte written was not a newline
+  bool newline_owed_ = false;      // buf_ starts with a newline Abandon put there (see Abandon)
   bool armed_ = false;     // EPOLLOUT registered
   bool was_high_ = false;  // went over high water; on_drained_ owed
   std::function<void()> on_drained_;
