@@ -191,22 +191,36 @@ std::chrono::system_clock::time_point FailureTime(const WorkerFailure& f) {
 
 namespace {
 
-std::string_view LastNonEmptyLine(std::string_view text) {
+// Where a failure without an error file says what ended it: after the last Python traceback
+// header, its lines that are not indented (the exception's own lines; frames and torch's "At:"
+// stack lines are indented), else the last non-empty line of the text.
+std::string FailureWords(std::string_view text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
-  const size_t nl = text.rfind('\n');
-  return nl == std::string_view::npos ? text : text.substr(nl + 1);
+  const size_t tb = text.rfind("Traceback (most recent call last):");
+  if (tb == std::string_view::npos) {
+    const size_t nl = text.rfind('\n');
+    return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
+  }
+  std::string out;
+  for (std::string_view rest = text.substr(tb); !rest.empty();) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    if (!line.empty() && line[0] != ' ' && line[0] != '\t') out.append(line).push_back('\n');
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  return out;
 }
 
 }  // namespace
 
 bool LostAPeer(const WorkerFailure& f) {
   if (f.status.signaled() && f.status.signal() == SIGPIPE) return true;  // wrote to a closed peer
-  // Without an error file, the last line of stderr: an uncaught exception's own line
+  // Without an error file, the uncaught exception's lines in its stderr
   // ("RuntimeError: [...pair.cc:598] Connection closed by peer [10.0.0.2]:41234").
-  const std::string_view m = f.error_data ? std::string_view(f.error_data->message) : LastNonEmptyLine(f.stderr_tail);
+  const std::string m = f.error_data ? f.error_data->message : FailureWords(f.stderr_tail);
   for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
                             "remote process exited", "NCCL communicator was aborted"})
-    if (m.find(words) != std::string_view::npos) return true;
+    if (m.find(words) != std::string::npos) return true;
   return false;
 }
 

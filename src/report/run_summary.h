@@ -88,7 +88,8 @@ bool FailedBeforeStop(const WorkerFailure& f);
 // unless FailedBeforeStop. What every part of the summary goes by.
 bool StoppedByCtrun(const WorkerFailure& f);
 
-// True when the failure's error message (without an error file: the last line of its stderr tail)
+// True when the failure's error message (without an error file: the unindented lines of the last
+// Python traceback in its stderr tail, or its last line when there is none)
 // says its collective lost a peer (gloo's "Connection closed by peer", a reset or broken pipe,
 // NCCL's remote exit or abort), or the rank died of SIGPIPE (it wrote to a connection its peer had
 // closed): a consequence of another rank's failure.

@@ -424,6 +424,13 @@ TEST(ReportRootCause, WithoutAnErrorFileTheLastStderrLineTellsALostPeer) {
   EXPECT_TRUE(LostAPeer(fs[0]));
   EXPECT_FALSE(LostAPeer(fs[1]));
   EXPECT_EQ(ChooseRootCause(fs), 1u);
+  // torch appends the Python stack to a C++ error (a DDP comm hook's): "At:" and indented frames.
+  fs[0].stderr_tail = "Traceback (most recent call last):\n  File \"train.py\", line 286, in <module>\n"
+                      "RuntimeError: [pair.cc:598] Connection closed by peer [127.0.0.1]:39813\n"
+                      "Exception raised from recvBytes at ../gloo/pair.cc:598\nAt:\n"
+                      "  /usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py(1040): forward\n"
+                      "  train.py(286): <module>\n";
+  EXPECT_TRUE(LostAPeer(fs[0]));
 }
 
 // Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
