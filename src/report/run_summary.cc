@@ -93,7 +93,7 @@ std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& 
   if (!f.hang.empty()) return f.hang;
   if (FailedBeforeStop(f))
     return "failed on its own (its error file predates ctrun's stop signal, which ended it while it exited)";
-  if (!StoppedByCtrun(f)) return "failed on its own";
+  if (!StoppedByCtrun(f)) return LostAPeer(f) ? "lost a peer (a consequence of another rank's failure)" : "failed on its own";
   if (root) return "stopped by ctrun after rank " + std::to_string(all[*root].global_rank) + " failed";
   if (!o.stop_reason.empty()) return "stopped by ctrun (" + o.stop_reason + ")";
   return "stopped by ctrun";
@@ -257,7 +257,10 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
                                  const std::vector<WorkerFailure>& failures,
                                  const std::string& hostname, const SummaryOptions& options) {
   if (failures.empty()) return "";
-  std::optional<size_t> root = ChooseRootCause(failures);
+  // The job's root cause on another node, as every node agreed, is the root cause here too: a
+  // worker here that failed as well (its collective lost that peer) is not.
+  static const std::vector<WorkerFailure> kNoCandidates;
+  const std::optional<size_t> root = ChooseRootCause(options.remote_root_cause.empty() ? failures : kNoCandidates);
   const std::string title = entrypoint_name + " FAILED";
 
   // torch numbers the failures it collected (only workers that failed on their own); the workers

@@ -433,6 +433,18 @@ TEST(ReportRootCause, WithoutAnErrorFileTheLastStderrLineTellsALostPeer) {
   EXPECT_TRUE(LostAPeer(fs[0]));
 }
 
+// Multi-node: the job's agreed root cause is on another node. This node's rank that lost its peer
+// there (it failed before the stop came) is listed as such, never as the root cause.
+TEST(ReportSummary, ARemoteRootCauseIsTheRootCauseAndALocalLostPeerIsNot) {
+  std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Signaled(SIGPIPE), At(300))};
+  SummaryOptions o;
+  o.remote_root_cause = "node 2 (host-c): rank 2 exited with code 2";
+  const std::string out = FormatFailureSummary("w", fs, "h", o);
+  EXPECT_NE(out.find("Root Cause (first observed failure):\n  on another node: node 2 (host-c): rank 2 exited with code 2"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("cause     : lost a peer (a consequence of another rank's failure)"), std::string::npos) << out;
+}
+
 // Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
 // its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
 // file predates the signal: it failed on its own, and is the root cause.
