@@ -261,8 +261,8 @@ class RealHooks final : public AgentHooks {
                   what.empty() ? "" : ": " + what);
   }
 
-  // What the root-cause choice reads of a failure while the run goes on: its error file, and its
-  // stderr tail (which tells a lost peer when there is no error file).
+  // What the root-cause choice reads of a failure, while the run goes on and for the summary: its
+  // error file, and its stderr tail (which tells a lost peer when there is no error file).
   WorkerFailure FailureFacts(const FailureRecord& record) {
     WorkerFailure f = ToWorkerFailure(record);
     LoadErrorFile(&f);
@@ -472,15 +472,13 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
                                            const std::optional<OomKillSample>& oom_after) {
   std::vector<WorkerFailure> failures;
   for (const auto& f : agent.failures()) {
-    WorkerFailure w = ToWorkerFailure(f);
+    WorkerFailure w = hooks.FailureFacts(f);
     if (const std::optional<uint64_t> kills = hooks.RankOomKills(f.local_rank))
       w.oom_killed = !f.stopped_by_ctrun && f.status.signaled() && f.status.signal() == SIGKILL && *kills > 0;
     else
       w.oom_killed = LikelyOomKilled(f.status, f.stopped_by_ctrun, hooks.oom_before(), oom_after);
-    w.stderr_tail = hooks.StderrTail(f.local_rank);
     failures.push_back(std::move(w));
   }
-  LoadErrorFiles(&failures);
   std::sort(failures.begin(), failures.end(),
             [](const WorkerFailure& a, const WorkerFailure& b) { return a.global_rank < b.global_rank; });
   return failures;

@@ -31,10 +31,7 @@ ConsoleWriter::~ConsoleWriter() {
 
 void ConsoleWriter::WriteSomeLocked() {
   if (broken_) {
-    dropped_ += buffered() - (newline_owed_ ? 1 : 0);
-    newline_owed_ = false;
-    buf_.clear();
-    head_ = 0;
+    DiscardPendingLocked();
     return;
   }
   while (head_ < buf_.size()) {
@@ -48,10 +45,7 @@ void ConsoleWriter::WriteSomeLocked() {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     broken_ = true;  // EPIPE, EIO, ENOSPC...: discard from now on rather than block workers
     broken_errno_ = errno;
-    dropped_ += buffered() - (newline_owed_ ? 1 : 0);
-    newline_owed_ = false;
-    buf_.clear();
-    head_ = 0;
+    DiscardPendingLocked();
     return;
   }
   if (head_ == buf_.size()) {
@@ -61,6 +55,13 @@ void ConsoleWriter::WriteSomeLocked() {
     buf_.erase_front(head_);
     head_ = 0;
   }
+}
+
+void ConsoleWriter::DiscardPendingLocked() {
+  dropped_ += buffered() - (newline_owed_ ? 1 : 0);  // an owed newline is ctrun's, not output
+  newline_owed_ = false;
+  buf_.clear();
+  head_ = 0;
 }
 
 void ConsoleWriter::UpdateEpollLocked() {
@@ -125,9 +126,7 @@ bool ConsoleWriter::Drain(TimePoint deadline, int interrupt) {
 void ConsoleWriter::Abandon() {
   auto lock = Lock();
   if (buffered() == 0) return;
-  dropped_ += buffered() - (newline_owed_ ? 1 : 0);  // the owed newline is ctrun's, not output
-  buf_.clear();
-  head_ = 0;
+  DiscardPendingLocked();
   line_dirty_ = false;
   // The console's last line was cut short: a newline ends that piece first, so the next line
   // (ctrun's note of the loss, say) is not glued to it. Owed until written, across Abandons.

@@ -130,6 +130,8 @@ class ConsoleWriter {
  private:
   // Under mu_: one write attempt of the pending bytes (all of them when blocking).
   void WriteSomeLocked();
+  // Under mu_: drops the pending bytes, counted in dropped_ (an owed newline is not).
+  void DiscardPendingLocked();
   void UpdateEpollLocked();
   void OnWritable();
   int out_fd() const { return nb_fd_.valid() ? nb_fd_.get() : fd_; }

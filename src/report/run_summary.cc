@@ -217,11 +217,13 @@ bool LostAPeer(const WorkerFailure& f) {
   if (f.status.signaled() && f.status.signal() == SIGPIPE) return true;  // wrote to a closed peer
   // Without an error file, the uncaught exception's lines in its stderr
   // ("RuntimeError: [...pair.cc:598] Connection closed by peer [10.0.0.2]:41234").
-  const std::string m = f.error_data ? f.error_data->message : FailureWords(f.stderr_tail);
-  for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
-                            "remote process exited", "NCCL communicator was aborted"})
-    if (m.find(words) != std::string::npos) return true;
-  return false;
+  const auto says_so = [](std::string_view m) {
+    for (const char* words : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                              "remote process exited", "NCCL communicator was aborted"})
+      if (m.find(words) != std::string_view::npos) return true;
+    return false;
+  };
+  return f.error_data ? says_so(f.error_data->message) : says_so(FailureWords(f.stderr_tail));
 }
 
 bool FailedBeforeStop(const WorkerFailure& f) {
