@@ -95,8 +95,8 @@ void EtcdLog::Append(uint64_t index, std::string value, Callback<AppendResult> d
     if (!r.ok()) return done(r.status());
     const bool won = r->created || r->kv.value == value;
     if (won && index >= kKeepEntries) {
-      // Best effort: a failed delete leaves one old key behind, nothing worse.
-      client_->DeleteRange(EntryKey(index - kKeepEntries), false, [](StatusOr<EtcdDeleteResult>) {});
+      // Best effort: a failed put leaves one old value behind, nothing worse.
+      client_->Put(EntryKey(index - kKeepEntries), std::string(kCompactedEntry), 0, [](StatusOr<int64_t>) {});
     }
     done(AppendResult{won, r->kv.value});
   });

@@ -13,8 +13,8 @@
 //    entry 0 is created with `initial` by the same transaction as Append.
 //  - Wait(i): a range on log/i, and when absent a watch on log/i from the range's revision + 1,
 //    so a put between the two is never missed. A new Wait cancels the previous one.
-//  - Compaction: whoever creates entry i deletes log/<i-64>; the newest 64 entries always stay.
-//    (An Append to an index that old would create it again: callers walk forward from Head.)
+//  - Compaction: whoever creates entry i puts kCompactedEntry into log/<i-64>; the newest 64
+//    entries always stay, old ones shrink to a few bytes and are never created again.
 //    etcd's own revision history is left to etcd's --auto-compaction settings.
 //
 // Liveness uses etcd leases, so the server, not the peers, measures silence:

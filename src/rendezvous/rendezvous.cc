@@ -29,9 +29,8 @@ Rendezvous::Rendezvous(std::unique_ptr<RendezvousLog> log, TimerQueue& timers, R
   initial.writer = "init";
   initial.params = options_.params;  // the job's rules if this agent creates the log
   initial.params_from = self_id_;
-  log_->Head(Encode(initial), [this, alive](StatusOr<LogEntry> head) {
-    if (!alive.expired()) OnHead(std::move(head));
-  });
+  initial_ = Encode(initial);
+  ReadHead();
 }
 
 Rendezvous::~Rendezvous() {
@@ -77,19 +76,41 @@ void Rendezvous::Leave() {
   log_->StopLiveness();
 }
 
+void Rendezvous::ReadHead() {
+  reading_head_ = true;
+  std::weak_ptr<bool> alive = alive_;
+  log_->Head(initial_, [this, alive](StatusOr<LogEntry> head) {
+    if (!alive.expired()) OnHead(std::move(head));
+  });
+}
+
 void Rendezvous::OnHead(StatusOr<LogEntry> head) {
+  reading_head_ = false;
   if (!head.ok()) {
     Fatal("cannot read the rendezvous state (" + log_->Describe() + "): " + head.message());
     return;
   }
+  if (head_ && head->index <= head_index_) {  // a head older than an entry already compacted
+    if (++stale_head_reads_ < kMaxStaleHeadReads) return ReadHead();
+    Fatal("lost the rendezvous (" + log_->Describe() + "): entry " + std::to_string(head_index_ + 1) +
+          " was compacted, yet the newest entry is " + std::to_string(head->index));
+    return;
+  }
+  stale_head_reads_ = 0;
   OnEntry(head->index, head->value);
   Pump();
 }
 
-// Entries are applied strictly in index order; one learned twice (from our own Append and from
-// the Wait) is ignored the second time.
+// Entries are applied in index order; one learned twice (from our own Append and from the Wait)
+// is ignored the second time. An agent that fell behind by more than the log keeps (it reads a
+// compacted entry) skips to the newest entry: each entry is the whole state, and what an agent
+// does follows from the state it sees, not from the steps between two states.
 void Rendezvous::OnEntry(uint64_t index, const std::string& value) {
   if (head_ && index <= head_index_) return;
+  if (value == kCompactedEntry) {
+    if (!reading_head_) ReadHead();
+    return;
+  }
   auto state = Decode(value);
   if (!state.ok()) {
     Fatal("entry " + std::to_string(index) + " of the rendezvous log: " + state.message());
@@ -230,7 +251,7 @@ void Rendezvous::Enqueue(Transition t) {
 // At most one append is in flight. Queued transitions go first, in order; each is re-applied to
 // the newest state, and dropped once it changes nothing. The standing wish to join comes last.
 void Rendezvous::Pump() {
-  while (head_ && !appending_) {
+  while (head_ && !appending_ && !reading_head_) {
     if (!refusal_.empty() && intents_.empty()) {  // the refusal is written, or changed nothing
       Fatal(refusal_);
       return;

@@ -76,6 +76,7 @@ class Rendezvous {
  public:
   // How many other nodes each agent watches for liveness (see WatchSet in rendezvous.cc).
   static constexpr size_t kWatchedPeers = 2;
+  static constexpr int kMaxStaleHeadReads = 3;
 
   Rendezvous(std::unique_ptr<RendezvousLog> log, TimerQueue& timers, RendezvousOptions options,
              std::string self_id);
@@ -102,6 +103,7 @@ class Rendezvous {
  private:
   enum class Mode { kStarting, kJoining, kActive, kSucceeded, kStopping, kEnded };
 
+  void ReadHead();
   void OnHead(StatusOr<LogEntry> head);
   void OnEntry(uint64_t index, const std::string& value);
   void React();
@@ -130,8 +132,14 @@ class Rendezvous {
   NodeDesc self_;
   bool want_join_ = false;
   bool left_ = false;
+  std::string initial_;  // the encoded state that creates an empty log
   std::optional<State> head_;
   uint64_t head_index_ = 0;
+  // This agent fell more than the log keeps behind (it read a compacted entry) and reads the head
+  // again; no append goes out meanwhile (it would go to an index long taken). Counts such reads
+  // that brought nothing newer.
+  bool reading_head_ = false;
+  int stale_head_reads_ = 0;
   uint64_t first_index_ = 0;  // the entry this agent first read
   uint64_t active_round_ = 0;
   bool has_active_round_ = false;

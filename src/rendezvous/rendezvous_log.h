@@ -11,7 +11,11 @@
 //    event loop's thread, never from inside the call itself, so a callback may call into the log.
 //  - Entry i (i >= 0) is written at most once, by whichever Append(i, ...) reaches the backend
 //    first; afterwards everyone reads that same value for it (linearizable create-if-absent).
-//    Values are small (< 64 KiB). Old entries may be compacted away; the newest 64 never are.
+//    Values are small (< 64 KiB).
+//  - Compaction: once entry i + 64 exists, entry i may be compacted: its value is replaced with
+//    kCompactedEntry (never removed, so an Append to that index cannot create it again and a Wait
+//    for it finishes). A caller that reads kCompactedEntry, from Wait() or as the value Append()
+//    found, fell more than 64 entries behind: it reads Head() again. Head() never returns it.
 //  - Head() may return an entry a little older than the newest; callers walk forward with Append()
 //    (which returns the winner's value when the entry already exists) and Wait().
 //  - A callback with an error Status means the backend gave up (its connection or the server is
@@ -23,12 +27,16 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/clock.h"
 #include "base/status.h"
 
 namespace ctrun::rdzv {
+
+// The value of a compacted entry (see the contract above). No rendezvous state encodes to it.
+inline constexpr std::string_view kCompactedEntry = "ctrun:compacted-entry";
 
 struct LogEntry {
   uint64_t index = 0;

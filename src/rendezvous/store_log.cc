@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kAbsent{"\0ctrun-absent\0", 14};
 constexpr int kHeadAttempts = 3;
 
-bool UsableValue(const std::string& v) { return !v.empty() && v != kAbsent; }
+bool UsableValue(const std::string& v) { return !v.empty() && v != kAbsent && v != kCompactedEntry; }
 
 }  // namespace
 
@@ -88,10 +88,10 @@ void StoreLog::ReadHead(std::string initial, int attempts, Callback<LogEntry> do
 void StoreLog::OnHeadHint(int64_t hint, std::string initial, int attempts,
                           Callback<LogEntry> done) {
   if (hint <= 0) {
-    ops_->CompareSet(EntryKey(0), "", std::move(initial),
-                     [this, done = std::move(done)](StatusOr<std::string> v) mutable {
+    ops_->CompareSet(EntryKey(0), "", initial,
+                     [this, initial, attempts, done = std::move(done)](StatusOr<std::string> v) mutable {
                        if (!v.ok()) return done(v.status());
-                       WalkForward(LogEntry{0, std::move(*v)}, std::move(done));
+                       WalkForward(LogEntry{0, std::move(*v)}, std::move(initial), attempts, std::move(done));
                      });
     return;
   }
@@ -100,22 +100,34 @@ void StoreLog::OnHeadHint(int64_t hint, std::string initial, int attempts,
        [this, index, initial = std::move(initial), attempts,
         done = std::move(done)](StatusOr<std::optional<std::string>> v) mutable {
          if (!v.ok()) return done(v.status());
-         if (v->has_value()) return WalkForward(LogEntry{index, std::move(**v)}, std::move(done));
-         if (attempts > 1) return ReadHead(std::move(initial), attempts - 1, std::move(done));
-         done(Status::Error("store log: entry " + std::to_string(index) +
-                            ", which the head counter points at, does not exist"));
+         if (!v->has_value()) {
+           return done(Status::Error("store log: entry " + std::to_string(index) +
+                                     ", which the head counter points at, does not exist"));
+         }
+         WalkForward(LogEntry{index, std::move(**v)}, std::move(initial), attempts, std::move(done));
        });
 }
 
-void StoreLog::WalkForward(LogEntry at, Callback<LogEntry> done) {
+// `at` was read; reads the entries after it until one is missing.
+void StoreLog::WalkForward(LogEntry at, std::string initial, int attempts, Callback<LogEntry> done) {
+  if (at.value == kCompactedEntry) {
+    return StartOver(at.index, std::move(initial), attempts, std::move(done));
+  }
   const uint64_t next = at.index + 1;
   Read(*ops_, EntryKey(next),
-       [this, at = std::move(at),
+       [this, at = std::move(at), initial = std::move(initial), attempts,
         done = std::move(done)](StatusOr<std::optional<std::string>> v) mutable {
          if (!v.ok()) return done(v.status());
          if (!v->has_value()) return done(std::move(at));
-         WalkForward(LogEntry{at.index + 1, std::move(**v)}, std::move(done));
+         WalkForward(LogEntry{at.index + 1, std::move(**v)}, std::move(initial), attempts, std::move(done));
        });
+}
+
+// 64 entries were appended while Head was reading: it starts over from the head counter.
+void StoreLog::StartOver(uint64_t compacted, std::string initial, int attempts, Callback<LogEntry> done) {
+  if (attempts > 1) return ReadHead(std::move(initial), attempts - 1, std::move(done));
+  done(Status::Error("store log: entry " + std::to_string(compacted) +
+                     " was compacted while reading the head, " + std::to_string(kHeadAttempts) + " times"));
 }
 
 void StoreLog::Append(uint64_t index, std::string value, Callback<AppendResult> done) {
@@ -137,7 +149,7 @@ void StoreLog::Append(uint64_t index, std::string value, Callback<AppendResult> 
 void StoreLog::AfterWin(uint64_t index) {
   if (index == 0) return;  // head counts entries 1..n (entry 0 comes from Head's create)
   ops_->Add(HeadKey(), 1, nullptr);
-  if (index >= kKeepEntries) ops_->DeleteKey(EntryKey(index - kKeepEntries), nullptr);
+  if (index >= kKeepEntries) ops_->Set(EntryKey(index - kKeepEntries), std::string(kCompactedEntry), nullptr);
 }
 
 void StoreLog::Wait(uint64_t index, Callback<std::string> done) {
@@ -159,9 +171,8 @@ void StoreLog::OnWaitDone(uint64_t gen, uint64_t index, StatusOr<bool> r,
        [this, gen, index, done = std::move(done)](StatusOr<std::optional<std::string>> v) {
          if (gen != wait_gen_) return;  // replaced while reading
          if (!v.ok()) return done(v.status());
-         if (!v->has_value()) {
-           return done(
-               Status::Error("store log: entry " + std::to_string(index) + " was compacted away"));
+         if (!v->has_value()) {  // entries are never removed (compaction overwrites them)
+           return done(Status::Error("store log: entry " + std::to_string(index) + " vanished"));
          }
          done(std::move(**v));
        });

@@ -11,21 +11,22 @@
 // Entries:
 //  - Append(i, v): COMPARE_SET(log/i, "", v) creates the entry unless it exists and returns what
 //    it holds; we won when that is v (values carry their writer, so they are unique). The winner
-//    of an index i >= 1 then sends ADD(head, 1) and, for i >= 64, DELETE_KEY(log/<i-64>), so the
-//    newest 64 entries always stay. Entries are appended densely (Append(i) once entry i-1
-//    exists), so head, which counts winners of 1..n, never points past the newest entry.
+//    of an index i >= 1 then sends ADD(head, 1) and, for i >= 64, SET(log/<i-64>, kCompactedEntry),
+//    so the newest 64 entries always stay and old ones shrink to a few bytes. Entries are appended
+//    densely (Append(i) once entry i-1 exists), so head, which counts winners of 1..n, never
+//    points past the newest entry.
 //  - Head: h = ADD(head, 0). h == 0: COMPARE_SET(log/0, "", initial) creates entry 0 unless it
 //    exists (concurrent callers agree on it; when h == 0 no entry was compacted yet). h > 0: read
 //    log/h. Then read log/h+1, log/h+2, ... until one is missing: the last one read is the result.
-//    Should log/h be gone (64 appends between reading head and log/h), Head starts over, 3 times.
+//    Should log/h or one read after it be compacted (64 appends while Head was reading), Head
+//    starts over, 3 times.
 //  - Reads never use GET, since a GET of a missing key makes the server close the connection and
 //    fail everything pending on it. A read is COMPARE_SET(key, A, A) with a sentinel A that no
 //    entry holds (Append and Head refuse it): the server returns the stored value, or A when the
 //    key is missing, and stores nothing either way.
 //  - Wait(i): WAIT(log/i) on the wait connection, then a read of log/i. A new Wait cancels the
 //    previous one (CANCEL_WAIT; the client drops its callback) and a generation check drops a read
-//    already under way. A Wait for an entry that was compacted away never finishes: callers walk
-//    forward from Head, within 64 entries of the newest.
+//    already under way. A Wait for a compacted entry finishes with kCompactedEntry.
 //
 // Liveness (timing uses the loop's clock only):
 //  - StartLiveness: ADD(alive/<self>, 1) at once and every interval; a beat is skipped while the
@@ -114,7 +115,8 @@ class StoreLog final : public RendezvousLog {
   static void Read(store::AsyncStoreClient& client, std::string key, ReadDone done);
   void ReadHead(std::string initial, int attempts, Callback<LogEntry> done);
   void OnHeadHint(int64_t hint, std::string initial, int attempts, Callback<LogEntry> done);
-  void WalkForward(LogEntry at, Callback<LogEntry> done);
+  void WalkForward(LogEntry at, std::string initial, int attempts, Callback<LogEntry> done);
+  void StartOver(uint64_t compacted, std::string initial, int attempts, Callback<LogEntry> done);
   void AfterWin(uint64_t index);
   void OnWaitDone(uint64_t gen, uint64_t index, StatusOr<bool> r, Callback<std::string> done);
 

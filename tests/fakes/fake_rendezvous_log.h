@@ -28,6 +28,9 @@ class FakeLogServer {
   std::map<int, std::vector<std::string>> watched;
   int next_client = 1;
   uint64_t appends = 0;
+  // Compaction (see rendezvous_log.h): once entry i + keep is stored, entry i holds
+  // kCompactedEntry. 0: never.
+  uint64_t keep = 0;
 };
 
 class FakeRendezvousLog final : public rdzv::RendezvousLog {
@@ -94,9 +97,11 @@ class FakeRendezvousLog final : public rdzv::RendezvousLog {
       if (!alive.expired() && *alive.lock()) f();
     });
   }
-  // Stores entry `index` and wakes (deferred) every client waiting for it.
+  // Stores entry `index` and wakes (deferred) every client waiting for it, which reads the entry
+  // when it wakes, as StoreLog does (it may have been compacted meanwhile).
   void Store(uint64_t index, const std::string& value) {
     server_->entries[index] = value;
+    if (server_->keep && index >= server_->keep) server_->entries[index - server_->keep] = rdzv::kCompactedEntry;
     for (auto it = server_->waiters.begin(); it != server_->waiters.end();) {
       if (it->second.index != index) {
         ++it;
@@ -104,7 +109,7 @@ class FakeRendezvousLog final : public rdzv::RendezvousLog {
       }
       auto cb = std::move(it->second.cb);
       it = server_->waiters.erase(it);
-      timers_.AddTimerAfter(Duration::zero(), [cb, value] { cb(value); });
+      timers_.AddTimerAfter(Duration::zero(), [cb, index, server = server_] { cb(server->entries[index]); });
     }
   }
 

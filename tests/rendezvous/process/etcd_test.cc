@@ -447,7 +447,7 @@ TEST_F(EtcdTest, LogHeadAppendWaitFollowTheContractAcrossTwoInstances) {
   EXPECT_EQ(other_head->value, "job2-init");
 }
 
-TEST_F(EtcdTest, LogKeepsTheNewest64Entries) {
+TEST_F(EtcdTest, LogKeepsTheNewest64EntriesAndALateReaderIsToldSo) {
   ASSERT_TRUE(StartCluster());
   auto log = Log("compact");
   ASSERT_TRUE(Head(*log, "e0").ok());
@@ -455,23 +455,27 @@ TEST_F(EtcdTest, LogKeepsTheNewest64Entries) {
     auto r = Append(*log, i, "e" + std::to_string(i));
     ASSERT_TRUE(r.ok() && r->won) << i;
   }
-  EtcdRangeRequest all;
-  all.key = "/torchelastic/p2p/compact/log/";
-  all.prefix = true;
-  int64_t count = -1;
+  std::string oldest;
   const TimePoint deadline = loop_.Now() + 10s;
-  while (count != 64 && loop_.Now() < deadline) {  // the deletes are fire-and-forget
-    auto r = Range(log->client(), all);
-    ASSERT_TRUE(r.ok());
-    count = r->count;
+  while (oldest != kCompactedEntry && loop_.Now() < deadline) {  // the puts are fire-and-forget
+    auto r = Get(log->client(), log->EntryKey(6));
+    ASSERT_TRUE(r.ok() && r->kvs.size() == 1);
+    oldest = r->kvs.front().value;
   }
-  EXPECT_EQ(count, 64);
-  auto gone = Get(log->client(), log->EntryKey(6));
+  EXPECT_EQ(oldest, kCompactedEntry);
   auto kept = Get(log->client(), log->EntryKey(7));
-  ASSERT_TRUE(gone.ok() && kept.ok());
-  EXPECT_TRUE(gone->kvs.empty());
-  EXPECT_EQ(kept->kvs.size(), 1u);
+  ASSERT_TRUE(kept.ok() && kept->kvs.size() == 1u);
+  EXPECT_EQ(kept->kvs.front().value, "e7");
   EXPECT_EQ(log->EntryKey(7), "/torchelastic/p2p/compact/log/00000000000000000007");
+
+  // An agent that fell behind: its Append to a compacted index creates nothing, its Wait ends.
+  auto late = Append(*log, 6, "late");
+  ASSERT_TRUE(late.ok()) << late.message();
+  EXPECT_FALSE(late->won);
+  EXPECT_EQ(late->value, kCompactedEntry);
+  auto waited = Await<std::string>(loop_, [&](auto cb) { log->Wait(6, cb); });
+  ASSERT_TRUE(waited.ok()) << waited.message();
+  EXPECT_EQ(*waited, kCompactedEntry);
   auto head = Head(*log, "unused");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(head->index, 70u);

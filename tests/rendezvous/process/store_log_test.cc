@@ -223,7 +223,7 @@ TEST_F(StoreLogTest, ReplacingAWaitDropsTheOldCallback) {
   EXPECT_EQ(server_->num_waiting(), 0u);
 }
 
-TEST_F(StoreLogTest, OldEntriesAreCompactedTheNewest64Stay) {
+TEST_F(StoreLogTest, OldEntriesAreCompactedTheNewest64StayAndALateReaderIsToldSo) {
   auto log = Log();
   std::optional<StatusOr<LogEntry>> head;
   log->Head("e0", Into(&head));
@@ -236,12 +236,28 @@ TEST_F(StoreLogTest, OldEntriesAreCompactedTheNewest64Stay) {
     ASSERT_TRUE(r->ok() && r->value().won) << i;
   }
   auto raw = Raw();
-  for (uint64_t i = 0; i <= kLast - StoreLog::kKeepEntries; ++i) {
-    EXPECT_FALSE(Exists(*raw, log->EntryKey(i))) << i;
-  }
-  for (uint64_t i = kLast - StoreLog::kKeepEntries + 1; i <= kLast; ++i) {
-    EXPECT_TRUE(Exists(*raw, log->EntryKey(i))) << i;
-  }
+  auto value = [&](uint64_t i) {
+    std::optional<StatusOr<std::string>> v;
+    raw->Get(log->EntryKey(i), Into(&v));
+    EXPECT_TRUE(RunUntil([&] { return v.has_value(); }));
+    return v && v->ok() ? v->value() : std::string("<error>");
+  };
+  for (uint64_t i = 0; i <= kLast - StoreLog::kKeepEntries; ++i) EXPECT_EQ(value(i), kCompactedEntry) << i;
+  for (uint64_t i = kLast - StoreLog::kKeepEntries + 1; i <= kLast; ++i) EXPECT_EQ(value(i), "e" + std::to_string(i));
+
+  // An agent that fell behind: its Append to a compacted index creates nothing, its Wait ends.
+  std::optional<StatusOr<AppendResult>> late;
+  log->Append(3, "late", Into(&late));
+  ASSERT_TRUE(RunUntil([&] { return late.has_value(); }));
+  ASSERT_TRUE(late->ok()) << late->message();
+  EXPECT_FALSE(late->value().won);
+  EXPECT_EQ(late->value().value, kCompactedEntry);
+  std::optional<StatusOr<std::string>> waited;
+  log->Wait(4, Into(&waited));
+  ASSERT_TRUE(RunUntil([&] { return waited.has_value(); }));
+  ASSERT_TRUE(waited->ok()) << waited->message();
+  EXPECT_EQ(waited->value(), kCompactedEntry);
+
   std::optional<StatusOr<LogEntry>> newest;
   Log()->Head("ignored", Into(&newest));  // destroyed at once: no callback may run
   log->Head("ignored", Into(&newest));

@@ -414,6 +414,41 @@ TEST_F(RendezvousTest, EveryNodeIsWatchedByTwoOthersAndNobodyWatchesEveryone) {
   for (const auto& [id, n] : watchers) EXPECT_EQ(n, 2) << id;
 }
 
+// More entries than the log keeps land between two steps of an agent (many nodes, a slow agent):
+// the entry it waits for and the index its report goes to are compacted. It skips to the newest
+// entry and carries on; it used to end with "lost the rendezvous".
+TEST_F(RendezvousTest, AnAgentThatFellBehindTheCompactedLogSkipsToTheNewestEntry) {
+  options_.params = Params{2, 2, 3, false};
+  server_->keep = 4;
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
+  ASSERT_EQ(a.rounds.size(), 1u);
+  FakeRendezvousLog other(server_, timers_);  // another agent's ten entries (the same state)
+  const uint64_t next = server_->entries.rbegin()->first + 1;
+  auto state = Decode(server_->entries.rbegin()->second);
+  ASSERT_TRUE(state.ok());
+  for (uint64_t k = 0; k < 10; ++k) {
+    state->writer = "other#" + std::to_string(k);
+    other.Append(next + k, Encode(*state), [](StatusOr<AppendResult>) {});
+  }
+  Cause c;  // and a's report, which reaches the log after them
+  c.host = "host-1";
+  c.rank = 0;
+  c.what = "exited with code 1";
+  a.rdzv->ReportFailure(c);
+  a.JoinNow();
+  Settle();
+  EXPECT_FALSE(a.end) << a.end->message;
+  EXPECT_FALSE(b.end) << b.end->message;
+  ASSERT_EQ(b.stops.size(), 1u);
+  EXPECT_NE(b.stops[0].find("rank 0 exited with code 1"), std::string::npos) << b.stops[0];
+  ASSERT_EQ(a.rounds.size(), 2u);
+  ASSERT_EQ(b.rounds.size(), 2u);
+  EXPECT_EQ(a.rounds[1].restart_count, 1);
+  EXPECT_EQ(server_->entries[next], kCompactedEntry) << "the test's premise";
+}
+
 TEST_F(RendezvousTest, ManyNodesConverge) {
   options_.params = Params{16, 16, 0, false};
   std::vector<Node*> all;
