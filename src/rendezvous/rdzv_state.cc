@@ -47,12 +47,21 @@ bool EraseId(std::vector<std::string>* v, std::string_view id) {
 }
 
 // kRun(r) -> kJoin(r+1). `expected` are the ids whose arrival completes the new round early.
-void StartNextRound(State* s, std::vector<std::string> expected, std::string reason) {
+// After a membership change (not a failure), the previous round's members may still report its
+// success: they become may_finish, and those that already did stay in done.
+enum class NextRound { kAfterFailure, kAfterMembershipChange };
+void StartNextRound(State* s, std::vector<std::string> expected, std::string reason, NextRound why) {
+  if (why == NextRound::kAfterMembershipChange) {
+    s->may_finish.clear();
+    for (const auto& n : s->members) s->may_finish.push_back(n.id);
+  } else {
+    s->may_finish.clear();
+    s->done.clear();
+  }
   s->round += 1;
   s->phase = Phase::kJoin;
   s->members.clear();
   s->waiting.clear();
-  s->done.clear();
   s->expected = std::move(expected);
   s->reason = std::move(reason);
 }
@@ -84,6 +93,8 @@ void CompleteRound(State* s, const Params& p) {
   OrderMembers(s, p);
   s->phase = Phase::kRun;
   s->expected.clear();
+  s->done.clear();  // a late success no longer counts: the new round runs every member's workers
+  s->may_finish.clear();
 }
 
 // A kJoin round completes at max nodes, or once every expected node is back (and min is met).
@@ -105,6 +116,16 @@ void Close(State* s, int code, std::string message) {
   s->message = std::move(message);
   s->expected.clear();
   s->waiting.clear();
+  s->may_finish.clear();
+}
+
+// kJoin after a membership change: when every remaining member of the previous round has
+// succeeded in it, the job is over (a new round would run finished workers again).
+void MaybeFinish(State* s, const std::string& why) {
+  if (s->phase != Phase::kJoin || s->may_finish.empty()) return;
+  for (const auto& id : s->may_finish)
+    if (!Contains(s->done, id)) return;
+  Close(s, 0, "every worker on every remaining node succeeded (" + why + ")");
 }
 
 std::optional<State> ApplyJoin(const State& in, const NodeDesc& n, const Params& p) {
@@ -125,7 +146,7 @@ std::optional<State> ApplyJoin(const State& in, const NodeDesc& n, const Params&
     return s;
   }
   std::vector<std::string> expected = Ids(s.members, s.waiting);
-  StartNextRound(&s, std::move(expected), "node " + n.host + " joined");
+  StartNextRound(&s, std::move(expected), "node " + n.host + " joined", NextRound::kAfterMembershipChange);
   s.members.push_back(n);
   MaybeComplete(&s, p);
   return s;
@@ -145,16 +166,19 @@ std::optional<State> ApplyFail(const State& in, const Transition& t, const Param
   }
   s.restarts += 1;
   std::vector<std::string> expected = Ids(s.members, s.waiting);
-  StartNextRound(&s, std::move(expected), "restart after " + c.Describe());
+  StartNextRound(&s, std::move(expected), "restart after " + c.Describe(), NextRound::kAfterFailure);
   return s;
 }
 
 std::optional<State> ApplySucceed(const State& in, const Transition& t) {
-  if (in.phase != Phase::kRun || in.round != t.round || !in.FindMember(t.id) || Contains(in.done, t.id))
-    return std::nullopt;
+  if (Contains(in.done, t.id)) return std::nullopt;
+  const bool in_run = in.phase == Phase::kRun && in.round == t.round && in.FindMember(t.id);
+  const bool late = in.phase == Phase::kJoin && in.round == t.round + 1 && Contains(in.may_finish, t.id);
+  if (!in_run && !late) return std::nullopt;
   State s = in;
   s.done.push_back(t.id);
-  if (s.done.size() == s.members.size()) Close(&s, 0, std::string(kEveryNodeSucceeded));
+  if (in_run && s.done.size() == s.members.size()) Close(&s, 0, std::string(kEveryNodeSucceeded));
+  if (late) MaybeFinish(&s, "after " + s.reason);
   return s;
 }
 
@@ -186,12 +210,16 @@ std::optional<State> ApplyGone(const State& in, const std::string& id, const cha
       return s;
     }
     std::vector<std::string> expected = Ids(s.members, s.waiting);
-    StartNextRound(&s, std::move(expected), "node " + host + " " + how);
+    StartNextRound(&s, std::move(expected), "node " + host + " " + how, NextRound::kAfterMembershipChange);
     return s;
   }
   EraseId(&s.members, id);
   EraseId(&s.done, id);
-  if (s.phase == Phase::kJoin) MaybeComplete(&s, p);
+  if (s.phase == Phase::kJoin) {
+    const bool could_finish = EraseId(&s.may_finish, id);
+    if (could_finish) MaybeFinish(&s, "node " + host + " " + how + " while the others had finished");
+    if (s.phase == Phase::kJoin) MaybeComplete(&s, p);
+  }
   return s;
 }
 
@@ -390,7 +418,7 @@ std::string ParamsMismatch(const Params& mine, const Params& job, std::string_vi
 
 std::string Encode(const State& s) {
   Json j;
-  j["v"] = 2;
+  j["v"] = 3;
   j["round"] = s.round;
   j["phase"] = PhaseName(s.phase);
   j["members"] = Json::array();
@@ -399,6 +427,7 @@ std::string Encode(const State& s) {
   j["waiting"] = Json::array();
   for (const auto& n : s.waiting) j["waiting"].push_back(NodeToJson(n));
   j["done"] = s.done;
+  j["may_finish"] = s.may_finish;
   j["restarts"] = s.restarts;
   j["reason"] = s.reason;
   if (s.cause) j["cause"] = CauseToJson(*s.cause);
@@ -418,9 +447,9 @@ StatusOr<State> Decode(std::string_view text) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error("rendezvous state is not a JSON object");
   try {
-    if (const int v = IntAt<int>(j, "v"); v != 2)
+    if (const int v = IntAt<int>(j, "v"); v != 3)
       return Status::Error("rendezvous state has format version " + std::to_string(v) +
-                           ", this ctrun reads version 2: every node of a job must run the same ctrun release");
+                           ", this ctrun reads version 3: every node of a job must run the same ctrun release");
     State s;
     s.round = IntAt<uint64_t>(j, "round");
     const std::string phase = j.at("phase").get<std::string>();
@@ -432,6 +461,7 @@ StatusOr<State> Decode(std::string_view text) {
     s.expected = j.at("expected").get<std::vector<std::string>>();
     for (const auto& n : j.at("waiting")) s.waiting.push_back(NodeFromJson(n));
     s.done = j.at("done").get<std::vector<std::string>>();
+    s.may_finish = j.at("may_finish").get<std::vector<std::string>>();
     s.restarts = IntAt<int>(j, "restarts");
     s.reason = j.at("reason").get<std::string>();
     if (j.contains("cause")) s.cause = CauseFromJson(j.at("cause"));

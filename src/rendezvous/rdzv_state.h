@@ -16,8 +16,14 @@
 //   kRun(r) --every member succeeded---------> kClosed      (exit code 0)
 //   kRun(r) --a node left / lost, every other member had succeeded--> kClosed (exit code 0)
 //   kRun(r) --a member that had succeeded left / was lost-----------> kRun(r) without it
+//   kJoin(r+1) after a membership change --every remaining member of round r succeeded in it
+//              (a success that reached the log after the change)--> kClosed (exit code 0)
 // A kJoin round remembers which nodes it `expected` (the previous round's members still alive),
 // so a restart completes as soon as they are all back, without waiting for the last-call window.
+// A kJoin round started by a membership change also remembers which of them may still report
+// that round r succeeded on their node (`may_finish`; a failure's round does not: it restarts
+// every node whatever else succeeded). A node's success and another node's leave race to the log;
+// without this, a success that lost that race ran the node's finished workers again.
 //
 // Encoding (stored in the log): one JSON object, see Encode(). It is ctrun's own format: Python
 // torchrun agents (whose state is a pickle) cannot take part in the same rendezvous.
@@ -99,7 +105,10 @@ struct State {
   std::vector<NodeDesc> members;      // kJoin: joined so far, in arrival order; kRun: node-rank order
   std::vector<std::string> expected;  // kJoin: ids whose arrival completes the round
   std::vector<NodeDesc> waiting;      // kRun: arrived while the round was full
-  std::vector<std::string> done;      // kRun: members whose workers all succeeded
+  std::vector<std::string> done;      // kRun: members whose workers all succeeded; kJoin: those
+                                      // of may_finish that succeeded in the previous round
+  std::vector<std::string> may_finish;  // kJoin after a membership change: the previous round's
+                                        // remaining members (see above); empty otherwise
   int restarts = 0;                   // job-wide restart count (failures only)
   std::string reason;                 // why this round started ("" for the first)
   std::optional<Cause> cause;         // the failure that ended the previous round / the job
@@ -122,7 +131,8 @@ struct Transition {
     kJoin,      // node wants to be in the current/next round
     kComplete,  // the last-call window of `round` passed
     kFail,      // a worker of `round` failed on node `id` (cause)
-    kSucceed,   // every worker of `round` succeeded on node `id`
+    kSucceed,   // every worker of `round` succeeded on node `id` (accepted in kRun(round), and
+                // in kJoin(round+1) from a node of its may_finish)
     kLeave,     // node `id` leaves for good (its agent got a terminating signal)
     kLost,      // node `id` stopped proving liveness
     kRefuse,    // node `id`, whose flags (`params`) differ from the job's, says so and goes

@@ -185,6 +185,54 @@ TEST(RdzvState, ANewcomerWaitsWhileAMemberHasSucceeded) {
   EXPECT_EQ(s.exit_code, 0);
 }
 
+// A node's success and another node's leave race to the log. When the leave lands first, it
+// starts a round (a membership change); the success that lands after it still counts, and once
+// every remaining member of the old round succeeded the job is over: a new round would run
+// finished workers again (it did: a CI run saw the finished node run its workers twice).
+TEST(RdzvState, ASuccessThatLandsAfterAMembershipChangeStillFinishesTheJob) {
+  Params p = Elastic(1, 3);
+  for (const auto kind : {Transition::Kind::kLeave, Transition::Kind::kLost}) {
+    auto gone = [&](const std::string& id) {
+      return kind == Transition::Kind::kLeave ? Transition::Leave(id) : Transition::Lost(id);
+    };
+    State s = JoinAll(State{}, p, {Node("a"), Node("b"), Node("c")});
+    s = Must(Apply(s, gone("c"), p));
+    EXPECT_EQ(s.phase, Phase::kJoin);
+    EXPECT_EQ(s.round, 1u);
+    EXPECT_EQ(s.may_finish, (std::vector<std::string>{"a", "b"}));
+    s = Must(Apply(s, Transition::Succeed(0, "a"), p));
+    EXPECT_EQ(s.phase, Phase::kJoin) << "b has not finished";
+    EXPECT_FALSE(Apply(s, Transition::Succeed(0, "a"), p)) << "applied once";
+    EXPECT_FALSE(Apply(s, Transition::Succeed(1, "b"), p)) << "round 1 is not running";
+    State finished = Must(Apply(s, Transition::Succeed(0, "b"), p));
+    EXPECT_EQ(finished.phase, Phase::kClosed);
+    EXPECT_EQ(finished.exit_code, 0);
+    EXPECT_NE(finished.message.find("every worker on every remaining node succeeded"), std::string::npos)
+        << finished.message;
+    // Or b goes too: a, the only one left of round 0, had finished.
+    finished = Must(Apply(s, gone("b"), p));
+    EXPECT_EQ(finished.phase, Phase::kClosed);
+    EXPECT_EQ(finished.exit_code, 0);
+    EXPECT_TRUE(finished.may_finish.empty());
+    // Or b comes back before it finished: the round runs both again, as after any membership change.
+    s = JoinAll(s, p, {Node("b"), Node("a")});
+    EXPECT_EQ(s.phase, Phase::kRun);
+    EXPECT_TRUE(s.done.empty());
+    EXPECT_TRUE(s.may_finish.empty());
+    EXPECT_FALSE(Apply(s, Transition::Succeed(0, "b"), p)) << "round 0's success is stale now";
+  }
+}
+
+// A failure restarts every node whatever else succeeded: its round takes no late success.
+TEST(RdzvState, ASuccessThatLandsAfterAFailureChangesNothing) {
+  Params p = Elastic(1, 2);
+  State s = JoinAll(State{}, p, {Node("a"), Node("b")});
+  s = Must(Apply(s, Transition::Fail(0, "b", Failure(1, 1)), p));
+  EXPECT_EQ(s.phase, Phase::kJoin);
+  EXPECT_TRUE(s.may_finish.empty());
+  EXPECT_FALSE(Apply(s, Transition::Succeed(0, "a"), p));
+}
+
 TEST(RdzvState, NewcomerRestartsTheJobWithoutCountingWhenThereIsRoom) {
   Params p = Elastic(2, 3, 0);
   State s = JoinAll(State{}, p, {Node("a"), Node("b")});
@@ -241,6 +289,8 @@ TEST(RdzvState, EncodeDecodeRoundTrip) {
   s = Must(Apply(s, Transition::Complete(0), p));
   s = Must(Apply(s, Transition::Fail(0, "b", Failure(5, 3)), p));
   s = JoinAll(s, p, {Node("a", 4, -1)});
+  s.may_finish = {"a", "c"};
+  s.done = {"c"};
   s.writer = "a#7";
   s.params = p;
   s.params_from = "a";
@@ -275,9 +325,10 @@ TEST(RdzvState, ARefusalIsRecordedInItsEntryAloneAndRoundTrips) {
 TEST(RdzvState, DecodeRejectsGarbageWithAMessage) {
   EXPECT_FALSE(Decode("").ok());
   EXPECT_FALSE(Decode("[1,2]").ok());
-  EXPECT_FALSE(Decode("{\"v\":2}").ok());
-  // Another release's format (1: before the job's rules were in the state) names the cause.
-  for (const char* other : {"{\"v\":1}", "{\"v\":3}"}) {
+  EXPECT_FALSE(Decode("{\"v\":3}").ok());
+  // Another release's format (1: before the job's rules were in the state; 2: before may_finish)
+  // names the cause.
+  for (const char* other : {"{\"v\":1}", "{\"v\":2}", "{\"v\":4}"}) {
     auto r = Decode(other);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.message().find("every node of a job must run the same ctrun release"), std::string::npos)

@@ -449,6 +449,26 @@ TEST_F(RendezvousTest, AnAgentThatFellBehindTheCompactedLogSkipsToTheNewestEntry
   EXPECT_EQ(server_->entries[next], kCompactedEntry) << "the test's premise";
 }
 
+// A node's success reaches the log after another node's leave (which starts a round): the job is
+// over, and the node neither stops nor runs its finished workers again.
+TEST_F(RendezvousTest, ASuccessThatLosesTheRaceWithALeaveEndsTheJobWithoutRunningAgain) {
+  options_.params = Params{1, 2, 0, false};
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
+  ASSERT_EQ(a.rounds.size(), 1u);
+  b.rdzv->Leave();            // appended first
+  a.rdzv->ReportSucceeded();  // loses the race for that entry
+  Settle();
+  ASSERT_TRUE(a.end);
+  EXPECT_EQ(a.end->exit_code, 0) << a.end->message;
+  EXPECT_NE(a.end->message.find("every worker on every remaining node succeeded (after node host-2"),
+            std::string::npos)
+      << a.end->message;
+  EXPECT_EQ(a.rounds.size(), 1u) << "ran its workers again";
+  EXPECT_TRUE(a.stops.empty()) << a.stops[0];
+}
+
 TEST_F(RendezvousTest, ManyNodesConverge) {
   options_.params = Params{16, 16, 0, false};
   std::vector<Node*> all;
