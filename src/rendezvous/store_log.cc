@@ -108,26 +108,29 @@ void StoreLog::OnHeadHint(int64_t hint, std::string initial, int attempts,
        });
 }
 
-// `at` was read; reads the entries after it until one is missing.
+// `at` was read; reads the entries after it until one is missing. When `at` was compacted (64
+// appends while Head was reading), Head starts over from the head counter, up to kHeadAttempts
+// times; the last attempt walks on through compacted entries instead. That walk ends at the newest
+// entry, never at a compacted one: entry i is compacted only once entry i + 64 exists.
 void StoreLog::WalkForward(LogEntry at, std::string initial, int attempts, Callback<LogEntry> done) {
-  if (at.value == kCompactedEntry) {
-    return StartOver(at.index, std::move(initial), attempts, std::move(done));
+  if (at.value == kCompactedEntry && attempts > 1) {
+    return ReadHead(std::move(initial), attempts - 1, std::move(done));
   }
   const uint64_t next = at.index + 1;
   Read(*ops_, EntryKey(next),
        [this, at = std::move(at), initial = std::move(initial), attempts,
         done = std::move(done)](StatusOr<std::optional<std::string>> v) mutable {
          if (!v.ok()) return done(v.status());
-         if (!v->has_value()) return done(std::move(at));
-         WalkForward(LogEntry{at.index + 1, std::move(**v)}, std::move(initial), attempts, std::move(done));
+         if (v->has_value()) {
+           return WalkForward(LogEntry{at.index + 1, std::move(**v)}, std::move(initial), attempts,
+                              std::move(done));
+         }
+         if (at.value == kCompactedEntry) {  // cannot happen (see above): never hand it out
+           return done(Status::Error("store log: the newest entry, " + std::to_string(at.index) +
+                                     ", is compacted"));
+         }
+         done(std::move(at));
        });
-}
-
-// 64 entries were appended while Head was reading: it starts over from the head counter.
-void StoreLog::StartOver(uint64_t compacted, std::string initial, int attempts, Callback<LogEntry> done) {
-  if (attempts > 1) return ReadHead(std::move(initial), attempts - 1, std::move(done));
-  done(Status::Error("store log: entry " + std::to_string(compacted) +
-                     " was compacted while reading the head, " + std::to_string(kHeadAttempts) + " times"));
 }
 
 void StoreLog::Append(uint64_t index, std::string value, Callback<AppendResult> done) {

@@ -18,8 +18,9 @@
 //  - Head: h = ADD(head, 0). h == 0: COMPARE_SET(log/0, "", initial) creates entry 0 unless it
 //    exists (concurrent callers agree on it; when h == 0 no entry was compacted yet). h > 0: read
 //    log/h. Then read log/h+1, log/h+2, ... until one is missing: the last one read is the result.
-//    Should log/h or one read after it be compacted (64 appends while Head was reading), Head
-//    starts over, 3 times.
+//    Should log/h or one read after it be compacted (64 appends while Head was reading, or a
+//    head counter far behind), Head starts over; the third time it walks on through the
+//    compacted entries, which ends at the newest entry.
 //  - Reads never use GET, since a GET of a missing key makes the server close the connection and
 //    fail everything pending on it. A read is COMPARE_SET(key, A, A) with a sentinel A that no
 //    entry holds (Append and Head refuse it): the server returns the stored value, or A when the
@@ -116,7 +117,6 @@ class StoreLog final : public RendezvousLog {
   void ReadHead(std::string initial, int attempts, Callback<LogEntry> done);
   void OnHeadHint(int64_t hint, std::string initial, int attempts, Callback<LogEntry> done);
   void WalkForward(LogEntry at, std::string initial, int attempts, Callback<LogEntry> done);
-  void StartOver(uint64_t compacted, std::string initial, int attempts, Callback<LogEntry> done);
   void AfterWin(uint64_t index);
   void OnWaitDone(uint64_t gen, uint64_t index, StatusOr<bool> r, Callback<std::string> done);
 

@@ -265,6 +265,19 @@ TEST_F(StoreLogTest, OldEntriesAreCompactedTheNewest64StayAndALateReaderIsToldSo
   ASSERT_TRUE(newest->ok()) << newest->message();
   EXPECT_EQ(newest->value().index, kLast);
   EXPECT_EQ(newest->value().value, "e70");
+
+  // A head counter that points at a compacted entry, however often it is read: Head walks on
+  // through the compacted entries to the newest one.
+  std::optional<StatusOr<int64_t>> moved;
+  raw->Add(log->HeadKey(), -66, Into(&moved));
+  ASSERT_TRUE(RunUntil([&] { return moved.has_value(); }));
+  ASSERT_TRUE(moved->ok() && moved->value() == 4);
+  newest.reset();
+  log->Head("ignored", Into(&newest));
+  ASSERT_TRUE(RunUntil([&] { return newest.has_value(); }));
+  ASSERT_TRUE(newest->ok()) << newest->message();
+  EXPECT_EQ(newest->value().index, kLast);
+  EXPECT_EQ(newest->value().value, "e70");
 }
 
 TEST_F(StoreLogTest, SilentMemberIsReportedOnceAfterTheDeadline) {
