@@ -381,6 +381,7 @@ class RealHooks final : public AgentHooks {
     in.world_size = round_ ? round_->world_size : config_.max_nodes * config_.nproc_per_node;
     in.node_rank = round_ ? round_->node_rank : config_.node_rank;
     in.multi_node = config_.max_nodes > 1 || (round_ && round_->num_nodes > 1);
+    in.relay_lone_stderr = config_.rdzv.multi_node;
     in.host = context_.hostname.substr(0, context_.hostname.find('.'));
     if (round_)  // nodes may differ in nproc: ranks come from the round, not node_rank * nproc
       for (int i = 0; i < config_.nproc_per_node; ++i) in.global_ranks.push_back(round_->base_rank + i);

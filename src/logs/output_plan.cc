@@ -147,6 +147,12 @@ StatusOr<std::vector<WorkerOutputPlan>> PlanOutput(const LaunchConfig& c, const 
         sp.unprefixed = p.tee.AnySet() && !p.prefix_given;
       }
       if (!is_out && sp.target.kind == StdioTarget::Kind::kDevNull) sp.target = StdioTarget::Pipe();
+      if (!is_out && sp.target.kind == StdioTarget::Kind::kInherit && in.relay_lone_stderr && !p.prefix_inherit &&
+          !in.stderr_terminal) {
+        sp.target = StdioTarget::Pipe();
+        sp.console = true;
+        sp.unprefixed = true;
+      }
       if (files && !(is_out ? p.duplicate_stdout : p.duplicate_stderr).empty()) RelayForDuplicates(&sp);
       if (c.output_timeout > 0) RelayForOutputTimeout(&sp);
       if (sp.console && p.prefix_terminal_only && !(is_out ? in.stdout_terminal : in.stderr_terminal))

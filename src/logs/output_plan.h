@@ -17,7 +17,10 @@
 //                                shown only where ctrun's stream is a terminal: in a pipe or a
 //                                file the lines stay whole and carry no prefix, as under torchrun.
 // Whenever stderr would go to DevNull it is piped instead with no sinks, so the failure summary
-// still has its tail (OutputRelay::StderrTail).
+// still has its tail (OutputRelay::StderrTail). In a multi-node job (relay_lone_stderr), an
+// inherited stderr (one worker per node) is piped too, unprefixed to the console, where ctrun's
+// stderr is not a terminal: a failure's last lines tell whether it only lost a peer on a node
+// that died (agent/agent.h). At a terminal, and with --log-prefix inherit, it stays inherited.
 // With a pty window (ctrun's console is a terminal, --tty): a stdout piped with console lines
 // becomes a pty instead (Pty(rows, cols - prefix width)), so the worker line-buffers and sees a
 // terminal as wide as what is left of the console's line after the prefix; except a stdout also
@@ -112,6 +115,7 @@ struct PlanInputs {
   bool forward_stdin = false;            // local rank 0 reads ctrun's terminal through a pipe
   bool stdout_terminal = false;          // ctrun's stdout is a terminal (prefix_terminal_only)
   bool stderr_terminal = false;          // ctrun's stderr is a terminal
+  bool relay_lone_stderr = false;        // a multi-node job: see "inherited stderr" above
 };
 
 // Errors: inconsistent inputs only (the flags were checked by ParseOutputFlags).

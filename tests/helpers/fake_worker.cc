@@ -26,6 +26,7 @@
 //   --hang-if-world N   hang while WORLD_SIZE == N (multi-node: until a membership change)
 //   --only-world N      ... and only while WORLD_SIZE == N (multi-node: the ending of one size)
 //   --wait-file P       before ending, wait (up to 30 s) until P exists
+//   --fail-stderr TEXT  where the ending applies (--only-*), write TEXT + newline to stderr first
 //   --error-file MSG    write a torchelastic error file with MSG to $TORCHELASTIC_ERROR_FILE
 //   --error-raw TEXT    write TEXT verbatim to $TORCHELASTIC_ERROR_FILE (malformed error files)
 //   --error-bytes N     write N bytes of 'x' to $TORCHELASTIC_ERROR_FILE (oversized error files)
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   std::string affinity_file;
   std::string env_file, fd_file, pid_file, touch_dir, stderr_text, partial, wait_file, error_msg, error_raw;
+  std::string fail_stderr;
   long error_bytes = -1;
   bool error_dir = false;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0, buffered_crash = -1, progress = 0;
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
     else if (o == "--detached-grandchild") detached = true;
     else if (o == "--print") print_n = atoi(next().c_str());
     else if (o == "--stderr") stderr_text = next();
+    else if (o == "--fail-stderr") fail_stderr = next();
     else if (o == "--partial") partial = next();
     else if (o == "--sleep-ms") sleep_ms = atol(next().c_str());
     else if (o == "--ignore-term") ignore_term = true;
@@ -290,6 +293,10 @@ int main(int argc, char** argv) {
     if (else_hang_attempt >= 0 && std::to_string(else_hang_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0"))
       SleepForever();
     return 0;
+  }
+  if (!fail_stderr.empty()) {
+    fprintf(stderr, "%s\n", fail_stderr.c_str());
+    fflush(stderr);
   }
   if (!error_msg.empty()) {
     std::string path = Env("TORCHELASTIC_ERROR_FILE");

@@ -52,6 +52,31 @@ TEST(OutputPlan, SingleWorkerWithoutOptionsInherits) {
   EXPECT_EQ(q[0].prefix, "[0] ");
 }
 
+// One worker per node of a multi-node job: its stderr goes through the relay, as it is, where
+// ctrun's stderr is not a terminal, so that a failure's last lines can tell a lost peer; stdout
+// keeps the console. At a terminal, and with --log-prefix inherit, both stay inherited.
+TEST(OutputPlan, ALoneWorkersStderrIsRelayedInAMultiNodeJobUnlessAtATerminal) {
+  LaunchConfig c;
+  AttemptPaths paths = Paths(1);
+  PlanInputs in;
+  in.paths = &paths;
+  in.relay_lone_stderr = true;
+  auto p = RunPlan(c, in, nullptr);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].out.target.kind, Kind::kInherit);
+  EXPECT_EQ(p[0].err.target.kind, Kind::kPipe);
+  EXPECT_TRUE(p[0].err.console);
+  EXPECT_TRUE(p[0].err.unprefixed);
+  in.stderr_terminal = true;
+  EXPECT_EQ(RunPlan(c, in, nullptr)[0].err.target.kind, Kind::kInherit);
+  in.stderr_terminal = false;
+  c.log_prefix = "inherit";
+  EXPECT_EQ(RunPlan(c, in, nullptr)[0].err.target.kind, Kind::kInherit);
+  c.log_prefix = "";
+  in.relay_lone_stderr = false;  // one node
+  EXPECT_EQ(RunPlan(c, in, nullptr)[0].err.target.kind, Kind::kInherit);
+}
+
 TEST(OutputPlan, MultiWorkerDefaultIsPrefixedPipes) {
   LaunchConfig c;
   auto p = Plan(c, 4);

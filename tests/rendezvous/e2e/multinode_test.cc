@@ -232,6 +232,42 @@ TEST(MultiNode, ANodeDeathThatBreaksTheOthersCollectivesCostsNoRestart) {
   ExpectAllGone(dir / "pids");
 }
 
+// The same with one worker per node and no error file (a script without @record): the worker's
+// traceback on stderr tells that it lost a peer. Its stderr used to go straight to ctrun's, unread,
+// and the survivors ended with exit 1.
+TEST(MultiNode, ALoneWorkerThatLostAPeerIsToldByItsStderrAndCostsNoRestart) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::string broken = dir / "connections-closed";
+  const std::vector<std::string> worker{"--env-file", dir / "env", "--pid-file", dir / "pids", "--wait-file", broken,
+                                        "--only-world", "3", "--fail-stderr",
+                                        "RuntimeError: [pair.cc:598] Connection closed by peer [10.0.0.3]:41234",
+                                        "--exit", "1"};
+  for (int i = 0; i < 3; ++i)
+    agents.Start("n" + std::to_string(i),
+                 C10d(port, "2:3", 1, {"--max_restarts=0"}, std::string("last_call_timeout=3,is_host=") + (i == 0 ? "1" : "0")),
+                 worker);
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 3; }, seconds(30))) << agents.Err("n0");
+  agents["n2"].Signal(SIGKILL);
+  EXPECT_EQ(agents.Wait("n2"), 128 + SIGKILL);
+  std::ofstream(broken).put('x');  // the survivors' collectives fail now
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 0) << agents.Err("n1");
+  for (const char* n : {"n0", "n1"}) {
+    EXPECT_NE(agents.Err(n).find("may be on a node that died"), std::string::npos) << agents.Err(n);
+    // The worker's own line still reaches the console, unprefixed, as from an inherited stderr.
+    EXPECT_NE(agents.Err(n).find("\nRuntimeError: [pair.cc:598] Connection closed by peer"), std::string::npos)
+        << agents.Err(n);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = ReadEnvFile(dir / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+  }
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
   TempDir dir;
   Agents agents(dir);
