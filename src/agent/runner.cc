@@ -485,6 +485,15 @@ std::vector<WorkerFailure> CollectFailures(const Agent& agent, RealHooks& hooks,
   return failures;
 }
 
+// A multi-node job can close with success (its last running nodes finished) while this node
+// stops its workers for a new round: every failure here is then ctrun's stop, and no failure of
+// the job. The summary would say FAILED.
+bool StoppedWhenTheJobSucceeded(const Agent& agent, const std::vector<WorkerFailure>& failures) {
+  const auto& end = agent.job_end();
+  return agent.multi_node() && agent.ended_by_signal() == 0 && end && end->exit_code == 0 && !end->rendezvous_error &&
+         !failures.empty() && std::all_of(failures.begin(), failures.end(), StoppedByCtrun);
+}
+
 SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
                                   const std::optional<OomKillSample>& oom_after) {
   SummaryOptions opts;
@@ -513,7 +522,11 @@ RunOutcome Report(const LaunchConfig& config, const RunContext& context, const A
   // One reading of the OOM counter serves the per-worker verdicts and the summary's note.
   const std::optional<OomKillSample> oom_after = ReadOomKillSample();
   const std::vector<WorkerFailure> failures = CollectFailures(agent, hooks, oom_after);
-  if (!failures.empty()) {
+  if (StoppedWhenTheJobSucceeded(agent, failures)) {
+    spdlog::info("the job succeeded on the other nodes while this node was stopping its {} worker(s) for a new "
+                 "round; they did not fail",
+                 failures.size());
+  } else if (!failures.empty()) {
     SummaryOptions opts = MakeSummaryOptions(agent, hooks, oom_after);
     if (UsesPython(config)) {
       opts.python_interpreter = context.executable;
@@ -769,7 +782,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (log_dir->files_enabled() && (keep_base || !log_dir->temporary_base())) outcome.log_dir = log_dir->run_dir();
   // Exec and set-up failures were logged by the agent when they happened.
   for (pid_t p : agent.unkillable()) spdlog::error("pid {} could not be killed (uninterruptible sleep?)", p);
-  if (code == 0)
+  if (code == 0 && agent.failures().empty())
     spdlog::info(outcome.attempts > 0 ? "all workers finished successfully"
                                       : "the job succeeded while this node waited to join it; no worker ran here");
   // The lines just logged went through the relay's console writer: drain it before it goes.

@@ -268,6 +268,37 @@ TEST(MultiNode, ALoneWorkerThatLostAPeerIsToldByItsStderrAndCostsNoRestart) {
   ExpectAllGone(dir / "pids");
 }
 
+// The job closes with success (a node's last round finished) while another node is still
+// stopping its workers for a new round, past the last call: that node's workers were stopped by
+// ctrun, not failed. It used to print a FAILED summary and then "all workers finished successfully".
+TEST(MultiNode, ANodeStillStoppingWhenTheJobSucceedsPrintsNoFailure) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  const std::string go = dir / "go";
+  auto flags = [&](bool host) {
+    return C10d(port, "1:3", 1, {"--max_restarts=0"}, std::string("last_call_timeout=1,is_host=") + (host ? "1" : "0"));
+  };
+  agents.Start("a", flags(true), {"--pid-file", dir / "pids", "--wait-file", go});
+  agents.Start("b", flags(false), {"--pid-file", dir / "pids", "--hang"});
+  agents.Start("slow", flags(false), {"--pid-file", dir / "pids", "--ignore-term", "--hang"});
+  ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() >= 3; }, seconds(30))) << agents.Err("a");
+  std::ofstream(go).put('x');
+  ASSERT_TRUE(WaitFor([&] { return agents.Err("a").find("all workers on this node succeeded") != std::string::npos; },
+                      seconds(30)))
+      << agents.Err("a");
+  agents["b"].Signal(SIGTERM);  // a new round, which "slow" joins only after its 5 s stop
+  EXPECT_EQ(agents.Wait("b", seconds(30)), 128 + SIGTERM) << agents.Err("b");
+  EXPECT_EQ(agents.Wait("a", seconds(30)), 0) << agents.Err("a");
+  EXPECT_EQ(agents.Wait("slow", seconds(30)), 0) << agents.Err("slow");
+  EXPECT_EQ(agents.Err("slow").find("FAILED"), std::string::npos) << agents.Err("slow");
+  EXPECT_EQ(agents.Err("slow").find("all workers finished successfully"), std::string::npos) << agents.Err("slow");
+  EXPECT_NE(agents.Err("slow").find("the job succeeded on the other nodes while this node was stopping its 1 worker(s)"),
+            std::string::npos)
+      << agents.Err("slow");
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, ANewNodeJoiningARunningJobRestartsEveryoneAsALargerJob) {
   TempDir dir;
   Agents agents(dir);
