@@ -92,6 +92,8 @@ class PosixSpawner final : public Spawner {
     kFork,   // always fork (or clone3 into the cgroup): the parent's page tables are copied
     kVforkEvenStopped,  // tests: kVfork, stop_before_exec included, so that a stopped child holds
                         // the spawn thread the way an exec on a hung file system does
+    kVforkStoppedAtEntry,  // tests: kVforkEvenStopped, but the child stops as it begins, while it
+                           // may still share the agent's fd table (a child the kernel is slow to run)
   };
   explicit PosixSpawner(Duration exec_wait = kDefaultExecWait, Method method = Method::kVfork)
       : exec_wait_(exec_wait), method_(method) {}

@@ -168,6 +168,7 @@ struct ChildPlan {
   int extra_fd = -1, extra_target = 3;
   const CpuMask* affinity = nullptr;
   bool stop_before_exec = false;
+  bool stop_at_entry = false;  // with stop_before_exec: stop first of all instead (tests)
   // Made with CLONE_FILES (a vfork-style child whose descriptors all lie below the high-fd line):
   // first of all it takes a table of its own with the agent's low fds alone (sys/high_fd.h).
   bool unshare_files = false;
@@ -187,6 +188,7 @@ bool MayShareFiles(const ChildPlan& p) {
 // memory: it writes nothing but its own stack and errno) alike.
 [[noreturn]] void ExecChild(const ChildPlan& p) {
   int ew = p.error_pipe;
+  if (p.stop_at_entry) ::raise(SIGSTOP);
   if (p.unshare_files && !ChildUnshareBelowLine()) ReportChildFailure(ew, ChildStage::kUnshareFiles);
   if (::setpgid(0, 0) != 0) ReportChildFailure(ew, ChildStage::kSetpgid);
   // Before anything of the worker runs (and while we hold the pipe, so the watchdog cannot have
@@ -216,7 +218,7 @@ bool MayShareFiles(const ChildPlan& p) {
   if (p.nofile) ::setrlimit(RLIMIT_NOFILE, p.nofile);  // the user's limit, not ours
   if (p.affinity && p.affinity->set() && ::sched_setaffinity(0, p.affinity->size(), p.affinity->set()) != 0)
     ReportChildFailure(ew, ChildStage::kAffinity);
-  if (p.stop_before_exec) ::raise(SIGSTOP);  // a debugger attaches, then continues us into exec
+  if (p.stop_before_exec && !p.stop_at_entry) ::raise(SIGSTOP);  // a debugger attaches, then continues us into exec
   ::execve(p.exe, p.argv, p.envp);
   ReportChildFailure(ew, ChildStage::kExec);
 }
@@ -291,6 +293,15 @@ struct PosixSpawner::ChildImage {
   bool cloned = false;  // the clone call returned (result in clone_result / clone_errno)
   pid_t clone_result = -1;
   int clone_errno = 0;
+
+  // The child's ends of its stdio and of the error pipe, which the parent closes once the child
+  // has its own (after the clone: a forked child; after its exec or exit: a vfork-style one).
+  void CloseChildEnds() {
+    in.child_end.reset();
+    out.child_end.reset();
+    err.child_end.reset();
+    err_write.reset();
+  }
 };
 
 // Fills *image from spec: copies of the strings, pipes, ptys and files, the error pipe. On failure
@@ -389,9 +400,15 @@ struct PosixSpawner::VforkBatch {
       const int err = errno;
       std::lock_guard<std::mutex> lock(mu);
       in_clone = nullptr;
-      if (cancelled && !adopted) {
-        if (r > 0) ::kill(r, SIGKILL);
-        if (c->pidfd >= 0) ::close(c->pidfd);
+      if (cancelled) {
+        if (adopted) {
+          // The agent owns it now but left its descriptors to us: until its exec (or exit), which
+          // has just happened, it may have shared our fd table, where a close is its close too.
+          c->CloseChildEnds();
+        } else {
+          if (r > 0) ::kill(r, SIGKILL);
+          if (c->pidfd >= 0) ::close(c->pidfd);
+        }
         return;
       }
       c->cloned = true;
@@ -404,7 +421,8 @@ struct PosixSpawner::VforkBatch {
 bool PosixSpawner::VforkEligible(const SpawnSpec& spec) const {
   if (method_ == Method::kFork || !VforkCloneBuilt() || !vfork_usable.load(std::memory_order_relaxed)) return false;
   // A child stopped before exec would hold the spawn thread until a debugger continues it.
-  if (spec.stop_before_exec && method_ != Method::kVforkEvenStopped) return false;
+  if (spec.stop_before_exec && method_ != Method::kVforkEvenStopped && method_ != Method::kVforkStoppedAtEntry)
+    return false;
   // Joining a cgroup through cgroup.procs waits for an RCU grace period: children forked together
   // wait for one together, vfork-style ones would wait one each, one after the other.
   if (spec.cgroup_dir_fd >= 0) return clone_into_cgroup_usable.load(std::memory_order_relaxed);
@@ -517,6 +535,7 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
     auto image = std::make_unique<ChildImage>();
     if (!PrepareChild(specs[i], ignored, image.get(), &(*results)[i].error)) continue;  // ok stays false
     image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
+    image->plan.stop_at_entry = method_ == Method::kVforkStoppedAtEntry && specs[i].stop_before_exec;
     batch->children.push_back(image.get());
     batch->images.push_back(std::move(image));
     index_of.push_back(i);
@@ -525,12 +544,15 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
   std::vector<size_t> rest;
   std::lock_guard<std::mutex> lock(batch->mu);
   batch->cancelled = true;
+  const ChildImage* adopted = nullptr;
   for (size_t k = 0; k < batch->children.size(); ++k) {
     ChildImage& c = *batch->children[k];
     const size_t i = index_of[k];
     if (!finished && &c == batch->in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) > 0) {
-      // Its exec hangs: a started worker whose exec is unconfirmed, like a forked one's.
+      // Not exec'd yet (a hung exec, or a child the kernel has not run on a busy machine): a
+      // started worker whose exec is unconfirmed, like a forked one's.
       batch->adopted = true;
+      adopted = &c;
       Adopt(c, c.pid, c.pidfd, &(*pending)[i]);
       (*results)[i].ok = true;
       continue;
@@ -546,13 +568,10 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
     (*results)[i].ok = true;
   }
   // The children's ends of their pipes and the error pipes' write ends close with the images of
-  // a finished batch; an abandoned batch lives on with its job, so close them here.
-  for (auto& image : batch->images) {
-    image->in.child_end.reset();
-    image->out.child_end.reset();
-    image->err.child_end.reset();
-    image->err_write.reset();
-  }
+  // a finished batch; an abandoned batch lives on with its job, so close them here, except the
+  // adopted child's: it may still share our fd table (CloneAll closes them after its exec).
+  for (auto& image : batch->images)
+    if (image.get() != adopted) image->CloseChildEnds();
   return rest;
 }
 

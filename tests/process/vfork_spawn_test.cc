@@ -23,6 +23,7 @@
 #include "process/spawn_thread.h"
 #include "process/spawner.h"
 #include "process/vfork_clone.h"
+#include "sys/high_fd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -182,6 +183,38 @@ TEST(VforkSpawn, AChildHoldingTheSpawnThreadPastTheExecWaitIsOwnedAndTheRestAreF
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 3);
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // nothing else was started
   EXPECT_EQ(errno, ECHILD);
+}
+
+// A child the kernel has not run yet when the exec wait runs out still shares the agent's fd table
+// (it has not taken its own): the agent must not close the descriptors it was given (its stdio,
+// its error pipe) meanwhile. Found under load (256 workers on 2 busy cores): such a child's dup2
+// failed with EBADF, its failure record went nowhere, and the worker "exited with code 127" with
+// no word of why.
+TEST(VforkSpawn, AChildStillSharingTheAgentsFdTablePastTheExecWaitKeepsItsDescriptors) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  if (!ReserveHighFds()) GTEST_SKIP() << "no room above fd " << kHighFdLine << " or no close_range here";
+  PosixSpawner sp(200ms, PosixSpawner::Method::kVforkStoppedAtEntry);
+  std::vector<SpawnSpec> specs(2);
+  specs[0].argv = {"/bin/sh", "-c", "echo held; exit 5"};
+  specs[0].stop_before_exec = true;  // stops as it begins, before it takes a table of its own
+  specs[1].argv = {"/bin/sh", "-c", "echo two"};
+  for (auto& spec : specs) spec.stdout_target = StdioTarget::Pipe();
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) ASSERT_TRUE(r.ok) << r.error.message;
+  const pid_t held = results[0].process.pid;
+  ASSERT_TRUE(WaitFor([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
+  ASSERT_EQ(::kill(held, SIGCONT), 0);
+  for (size_t i = 0; i < 2; ++i) {
+    SetNonBlocking(results[i].process.stdout_pipe.get(), false);
+    char buf[64];
+    const ssize_t n = RetryOnEintr([&] { return ::read(results[i].process.stdout_pipe.get(), buf, sizeof buf); });
+    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), i == 0 ? "held\n" : "two\n");
+    int st;
+    ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(results[i].process.pid, &st, 0); }), results[i].process.pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == (i == 0 ? 5 : 0)) << "status " << st;
+  }
 }
 
 // A held child killed while it holds the thread: nothing is left behind.
