@@ -178,6 +178,7 @@ void Agent::StartAttempt() {
   }
   std::vector<SpawnResult> results;
   spawner_.SpawnMany(specs, &results);
+  unconfirmed_.clear();
   const SpawnError* first_error = nullptr;
   for (int i = 0; i < n; ++i) {
     SpawnResult& r = results[static_cast<size_t>(i)];
@@ -198,6 +199,7 @@ void Agent::StartAttempt() {
       hooks_.Log(1, "worker local_rank " + std::to_string(i) + " (pid " + std::to_string(w.pid) + "): exec of " +
                         specs[static_cast<size_t>(i)].argv[0] +
                         " has not finished (a hung file system?); it is watched as a started worker");
+    if (r.process.unconfirmed) unconfirmed_.emplace(w.pid, std::move(*r.process.unconfirmed));
     workers_.push_back(w);
     hooks_.OnWorkerStarted(i, w.rank, r.process);
   }
@@ -264,6 +266,7 @@ void Agent::RecordFailure(const Worker& w, bool stopped_by_ctrun) {
   if (stopped_by_ctrun) f.stop_sent = stop_sent_;
   f.hang = w.hang;
   f.stacks = w.stacks;
+  f.never_started = w.never_started;
   if (!w.hang.empty()) {  // killed by ctrun because it hung: the failure is the hang, found then
     f.stopped_by_ctrun = false;
     f.stop_sent.reset();
@@ -298,6 +301,13 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
   if (w && !w->exited) {
     w->exited = true;
     w->status = status;
+    if (auto it = unconfirmed_.find(pid); it != unconfirmed_.end()) {
+      if (std::optional<SpawnError> e = status.success() ? std::nullopt : LateExecFailure(it->second)) {
+        w->never_started = e->message;
+        hooks_.Log(2, Label(*w) + " never started: " + e->message);
+      }
+      unconfirmed_.erase(it);
+    }
     hooks_.OnWorkerExited(w->rank.local_rank, pid);
     if (health_) health_->WorkerExited(w->rank.local_rank);
     if (state_ == AgentState::kRunning) {

@@ -48,6 +48,7 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -128,6 +129,7 @@ struct FailureRecord {
   std::optional<std::chrono::system_clock::time_point> stop_sent;
   std::string hang;    // "hung: no heartbeat for ..." when ctrun found the rank hung
   std::string stacks;  // where its stacks went (or why they did not), with hang
+  std::string never_started;  // its exec failed after ctrun stopped waiting for it
 };
 
 enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kBackoff, kDone };
@@ -225,6 +227,7 @@ class Agent final : public rdzv::RendezvousListener {
     ExitStatus status = ExitStatus::Exited(0);
     std::string error_file;
     std::string hang;  // set when found hung
+    std::string never_started;  // why its exec failed, found after ctrun stopped waiting for it
     bool capturing = false;  // its stacks are being saved (the attempt ends after the capture)
     bool silent = false;     // fell silent beside the hung rank (its stacks are saved too)
     bool said_tty_stop = false;  // its stop by SIGTTIN/SIGTTOU was logged
@@ -290,6 +293,8 @@ class Agent final : public rdzv::RendezvousListener {
   int exit_code_ = 0;
   int start_error_code_ = 0;
   std::vector<Worker> workers_;
+  // The attempt's workers whose exec was not confirmed when they were started, by pid.
+  std::map<pid_t, UnconfirmedExec> unconfirmed_;
   std::vector<FailureRecord> failures_;
   std::vector<pid_t> unkillable_;
   std::string end_message_;

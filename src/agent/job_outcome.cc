@@ -42,6 +42,7 @@ std::string DescribeFailure(const WorkerFailure& f) {
   if (f.error_data && !f.error_data->message.empty()) s += ": " + f.error_data->message.substr(0, f.error_data->message.find('\n'));
   if (f.oom_killed) s += " (likely killed by the kernel OOM killer)";
   if (!f.hang.empty()) s += " (" + f.hang + ")";
+  if (!f.never_started.empty()) s += ": " + f.never_started;
   return s;
 }
 

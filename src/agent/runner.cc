@@ -73,6 +73,7 @@ WorkerFailure ToWorkerFailure(const FailureRecord& f) {
   w.stop_sent = f.stop_sent;
   w.hang = f.hang;
   w.stacks = f.stacks;
+  w.never_started = f.never_started;
   return w;
 }
 
@@ -254,6 +255,7 @@ class RealHooks final : public AgentHooks {
     if (!root) return;
     const WorkerFailure& f = failures[*root];
     std::string what = f.error_data && !f.error_data->message.empty() ? f.error_data->message : "";
+    if (what.empty()) what = f.never_started;
     what = what.substr(0, what.find('\n'));
     if (what.size() > 200) what = what.substr(0, 200) + "...";
     spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,

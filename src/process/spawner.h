@@ -9,7 +9,8 @@
 //    failed child has been reaped, or, if it did not finish exiting within the same wait, is left
 //    to the caller's reaper (the agent reaps every child and ignores unknown pids). An unconfirmed
 //    exec comes back as a started process with exec_confirmed = false: the caller owns it like
-//    any worker. No live child is ever left without an owner.
+//    any worker, and LateExecFailure tells, after it exited, whether its exec failed after all.
+//    No live child is ever left without an owner.
 //  - The caller (the agent's reaper) is the only code that reaps successfully spawned children.
 #pragma once
 
@@ -28,6 +29,14 @@
 
 namespace ctrun {
 
+// A child whose exec the spawner did not see succeed or fail: the read end of its error pipe, and
+// what explains a failure found there later.
+struct UnconfirmedExec {
+  UniqueFd pipe;
+  std::string argv0;
+  std::string exe;
+};
+
 struct SpawnedProcess {
   pid_t pid = -1;          // also its process group id (every worker leads its own group)
   UniqueFd pidfd;          // may be invalid on kernels without pidfd_open
@@ -36,6 +45,9 @@ struct SpawnedProcess {
   UniqueFd stderr_pipe;    // likewise for stderr_target
   UniqueFd stdin_pipe;     // write end, when stdin_target is kPipe (non-blocking, CLOEXEC)
   bool exec_confirmed = true;  // false: still in exec when the wait ran out (see the contract)
+  // Set when exec_confirmed is false, and for a child stopped before exec (SpawnSpec::
+  // stop_before_exec): once the child has exited, LateExecFailure tells whether it never started.
+  std::optional<UnconfirmedExec> unconfirmed;
 };
 
 struct SpawnError {
@@ -49,6 +61,10 @@ struct SpawnResult {
   SpawnedProcess process;  // when ok
   SpawnError error;        // when !ok
 };
+
+// After the child of `exec` exited: why its exec failed (its record on the error pipe, the same
+// SpawnError an early failure gets), or nothing when it exec'd. Does not block.
+std::optional<SpawnError> LateExecFailure(const UnconfirmedExec& exec);
 
 class Spawner {
  public:

@@ -471,11 +471,39 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clo
   return true;  // the error pipe's write end and the child's stdio ends close here, in the parent
 }
 
-bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error) {
-  if (child.stopped_before_exec) {  // it waits for a debugger: nothing to confirm yet
-    *out = std::move(child.proc);
-    return true;
+namespace {
+
+// The SpawnError of a child's failure record.
+SpawnError DescribeChildError(const ChildError& ce, const std::string& argv0, const std::string& exe) {
+  SpawnError error;
+  error.err = ce.err;
+  if (ce.stage == ChildStage::kExec) {
+    error.shell_code = (ce.err == ENOENT) ? 127 : 126;
+    error.message = "cannot execute " + argv0 + ": " + ExplainExecError(exe, ce.err);
+  } else {
+    error.shell_code = 1;
+    error.message = "cannot start " + argv0 + ": " + ChildStageName(ce.stage) + ": " + std::strerror(ce.err);
   }
+  return error;
+}
+
+}  // namespace
+
+std::optional<SpawnError> LateExecFailure(const UnconfirmedExec& exec) {
+  ChildError ce{};
+  if (!exec.pipe.valid() || AwaitExec(exec.pipe.get(), std::chrono::steady_clock::now(), &ce) != ExecOutcome::kFailed)
+    return std::nullopt;
+  return DescribeChildError(ce, exec.argv0, exec.exe);
+}
+
+bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error) {
+  auto hand_over_unconfirmed = [&] {
+    *out = std::move(child.proc);
+    out->unconfirmed = UnconfirmedExec{std::move(child.error_pipe), child.argv0, child.exe};
+    return true;
+  };
+  // It waits for a debugger: nothing to confirm yet.
+  if (child.stopped_before_exec) return hand_over_unconfirmed();
   ChildError ce{};
   switch (AwaitExec(child.error_pipe.get(), deadline, &ce)) {
     case ExecOutcome::kExeced:
@@ -483,8 +511,8 @@ bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProce
       return true;
     case ExecOutcome::kUnconfirmed:
       // Stuck in exec (a hung file system?): the caller owns it like any started worker, so its
-      // signals, grace period and SIGKILL apply; a late exec failure shows as exit code 127.
-      *out = std::move(child.proc);
+      // signals, grace period and SIGKILL apply; a late exec failure exits 127 with its record.
+      hand_over_unconfirmed();
       out->exec_confirmed = false;
       return true;
     case ExecOutcome::kFailed:
@@ -496,15 +524,7 @@ bool PosixSpawner::Collect(PendingChild& child, TimePoint deadline, SpawnedProce
     int st;
     RetryOnEintr([&] { return ::waitpid(child.pid, &st, 0); });
   }
-  error->err = ce.err;
-  if (ce.stage == ChildStage::kExec) {
-    error->shell_code = (ce.err == ENOENT) ? 127 : 126;
-    error->message = "cannot execute " + child.argv0 + ": " + ExplainExecError(child.exe, ce.err);
-  } else {
-    error->shell_code = 1;
-    error->message =
-        "cannot start " + child.argv0 + ": " + ChildStageName(ce.stage) + ": " + std::strerror(ce.err);
-  }
+  *error = DescribeChildError(ce, child.argv0, child.exe);
   return false;
 }
 

@@ -91,6 +91,7 @@ std::string OomNote(const SummaryOptions& o) {
 std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& all,
                       std::optional<size_t> root, const SummaryOptions& o) {
   if (!f.hang.empty()) return f.hang;
+  if (!f.never_started.empty()) return "never started: " + f.never_started;
   if (FailedBeforeStop(f))
     return "failed on its own (its error file predates ctrun's stop signal, which ended it while it exited)";
   if (!StoppedByCtrun(f)) return LostAPeer(f) ? "lost a peer (a consequence of another rank's failure)" : "failed on its own";

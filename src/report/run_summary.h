@@ -62,6 +62,7 @@ struct WorkerFailure {
   std::string stderr_tail;                     // last lines of stderr (may be empty)
   std::string hang;                            // "hung: ..." when ctrun found the rank hung
   std::string stacks;                          // with hang: where its stacks were saved
+  std::string never_started;                   // its exec failed late: "cannot execute ..."
 
   // Filled by LoadErrorFile() from error_file (tests may set them directly).
   std::optional<ErrorFileContents> error_data;  // a valid error file was found

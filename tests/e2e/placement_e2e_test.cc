@@ -197,6 +197,36 @@ TEST(PlacementE2E, DebugRankWithoutGdbserverStopsBeforeExec) {
   EXPECT_EQ(EnvValue(ReadFileOr(d / "env.0"), "RANK"), "0");
 }
 
+// The debugged rank's program is gone when the debugger continues it (rebuilt meanwhile, or the
+// wrong path): its exec fails long after ctrun stopped waiting for it. ctrun says why, as for an
+// exec that fails at once, instead of a bare "exited with code 127".
+TEST(PlacementE2E, ADebuggedRankWhoseExecFailsLaterIsToldWhy) {
+  TempDir d;
+  const std::string worker = d / "worker";
+  std::filesystem::copy_file(FAKE_WORKER, worker);
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  BackgroundProcess p({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--debug-rank=0", worker, "--env-file",
+                       d / "env"},
+                      {"PATH=" + d.path()}, d / "out", d / "err");
+  long pid = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        pid = NumberAfter(ReadFileOr(d / "err"), "stopped before exec, pid ");
+        return pid > 0;
+      },
+      20s))
+      << ReadFileOr(d / "err");
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(d / "env.1"); }, 20s));  // rank 1 ran
+  std::filesystem::remove(worker);
+  ::kill(static_cast<pid_t>(pid), SIGCONT);
+  EXPECT_NE(p.Wait(30s), 0);
+  const std::string err = ReadFileOr(d / "err");
+  const std::string why = "never started: cannot execute " + worker + ": No such file or directory";
+  EXPECT_NE(err.find("worker rank 0 (local_rank 0, pid " + std::to_string(pid) + ") " + why), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("cause     : " + why), std::string::npos) << err;
+}
+
 // GPU and binding support is loaded at run time: the binary needs neither NVML, CUDA nor hwloc
 // (nor hwloc's libudev).
 TEST(PlacementE2E, CtrunLinksNoGpuOrHwlocLibrary) {

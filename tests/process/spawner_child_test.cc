@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "helpers/terminal_session.h"
+#include "helpers/test_util.h"
 #include "process/spawn_methods.h"
 #include "process/spawner.h"
 #include "process/watchdog.h"
@@ -227,6 +229,38 @@ TEST_P(PosixSpawnerChild, ExecFailureOfACloneIntoCgroupChildIsReported) {
   // Both children were reaped by the spawner: nothing is left to wait for.
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
+}
+
+// A child whose exec the spawner does not wait for (one that stops for a debugger first, or one
+// still in exec when the wait ran out) and that fails it later exits 127 after its record, which
+// LateExecFailure reads: the agent can name the cause instead of a bare "exited with code 127".
+TEST_P(PosixSpawnerChild, AnExecThatFailsAfterTheSpawnerStoppedWaitingIsExplained) {
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  for (const char* prog : {"/nonexistent/prog", "/bin/true"}) {
+    SpawnSpec spec;
+    spec.argv = {prog};
+    spec.stop_before_exec = true;
+    SpawnedProcess proc;
+    SpawnError err;
+    ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+    ASSERT_TRUE(proc.unconfirmed.has_value());
+    ASSERT_TRUE(testing::WaitFor([&] { return testing::ProcState(proc.pid) == 'T'; }, std::chrono::seconds(10)));
+    ASSERT_EQ(::kill(proc.pid, SIGCONT), 0);
+    int st;
+    ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+    ASSERT_TRUE(WIFEXITED(st)) << prog;
+    const std::optional<SpawnError> late = LateExecFailure(*proc.unconfirmed);
+    if (std::string(prog) == "/bin/true") {
+      EXPECT_EQ(WEXITSTATUS(st), 0);
+      EXPECT_FALSE(late.has_value()) << late->message;  // it exec'd
+      continue;
+    }
+    EXPECT_EQ(WEXITSTATUS(st), 127);
+    ASSERT_TRUE(late.has_value());
+    EXPECT_EQ(late->message, "cannot execute /nonexistent/prog: No such file or directory");
+    EXPECT_EQ(late->shell_code, 127);
+    EXPECT_EQ(late->err, ENOENT);
+  }
 }
 
 // No descriptor of the agent reaches a worker, wherever it lies (above the high-fd line, where the
