@@ -55,6 +55,19 @@ long NumberAfter(const std::string& text, const std::string& marker) {
   return std::stol(m[1]);
 }
 
+// The pid of the rank ctrun's stderr (in `err_file`) says is stopped before exec, -1 when it does
+// not say so within 20 s.
+long StoppedBeforeExecPid(const std::filesystem::path& err_file) {
+  long pid = -1;
+  WaitFor(
+      [&] {
+        pid = NumberAfter(ReadFileOr(err_file), "stopped before exec, pid ");
+        return pid > 0;
+      },
+      20s);
+  return pid;
+}
+
 TEST(PlacementE2E, CpuBindingCoreGivesEachWorkerItsOwnCore) {
   const std::vector<int> cpus = OwnCpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
@@ -175,14 +188,8 @@ TEST(PlacementE2E, DebugRankWithoutGdbserverStopsBeforeExec) {
   TempDir d;
   BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--debug-rank=0"}, {"--env-file", d / "env"}),
                       {"PATH=" + d.path()}, d / "out", d / "err");
-  long pid = -1;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        pid = NumberAfter(ReadFileOr(d / "err"), "stopped before exec, pid ");
-        return pid > 0;
-      },
-      20s))
-      << ReadFileOr(d / "err");
+  const long pid = StoppedBeforeExecPid(d / "err");
+  ASSERT_GT(pid, 0) << ReadFileOr(d / "err");
   // Stopped ('T') before exec: it has not run the worker; rank 1 has.
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -208,14 +215,8 @@ TEST(PlacementE2E, ADebuggedRankWhoseExecFailsLaterIsToldWhy) {
   BackgroundProcess p({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--debug-rank=0", worker, "--env-file",
                        d / "env"},
                       {"PATH=" + d.path()}, d / "out", d / "err");
-  long pid = -1;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        pid = NumberAfter(ReadFileOr(d / "err"), "stopped before exec, pid ");
-        return pid > 0;
-      },
-      20s))
-      << ReadFileOr(d / "err");
+  const long pid = StoppedBeforeExecPid(d / "err");
+  ASSERT_GT(pid, 0) << ReadFileOr(d / "err");
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(d / "env.1"); }, 20s));  // rank 1 ran
   std::filesystem::remove(worker);
   ::kill(static_cast<pid_t>(pid), SIGCONT);
