@@ -401,14 +401,14 @@ struct PosixSpawner::VforkBatch {
       std::lock_guard<std::mutex> lock(mu);
       in_clone = nullptr;
       if (cancelled) {
-        if (adopted) {
-          // The agent owns it now but left its descriptors to us: until its exec (or exit), which
-          // has just happened, it may have shared our fd table, where a close is its close too.
-          c->CloseChildEnds();
-        } else {
+        if (!adopted) {
           if (r > 0) ::kill(r, SIGKILL);
           if (c->pidfd >= 0) ::close(c->pidfd);
         }
+        // The agent left this child's descriptors to us: until its exec (or exit), which has
+        // just happened, it may have shared our fd table, where a close is its close too (and a
+        // number reused meanwhile would be dup2'd onto its stdio).
+        c->CloseChildEnds();
         return;
       }
       c->cloned = true;
@@ -564,7 +564,6 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
   std::vector<size_t> rest;
   std::lock_guard<std::mutex> lock(batch->mu);
   batch->cancelled = true;
-  const ChildImage* adopted = nullptr;
   for (size_t k = 0; k < batch->children.size(); ++k) {
     ChildImage& c = *batch->children[k];
     const size_t i = index_of[k];
@@ -572,7 +571,6 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
       // Not exec'd yet (a hung exec, or a child the kernel has not run on a busy machine): a
       // started worker whose exec is unconfirmed, like a forked one's.
       batch->adopted = true;
-      adopted = &c;
       Adopt(c, c.pid, c.pidfd, &(*pending)[i]);
       (*results)[i].ok = true;
       continue;
@@ -588,10 +586,11 @@ std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs,
     (*results)[i].ok = true;
   }
   // The children's ends of their pipes and the error pipes' write ends close with the images of
-  // a finished batch; an abandoned batch lives on with its job, so close them here, except the
-  // adopted child's: it may still share our fd table (CloneAll closes them after its exec).
+  // a finished batch; an abandoned batch lives on with its job, so close them here, except those
+  // of the child in its clone (adopted or to be killed): it may still share our fd table, and
+  // CloneAll closes them once it has exec'd or exited.
   for (auto& image : batch->images)
-    if (image.get() != adopted) image->CloseChildEnds();
+    if (image.get() != batch->in_clone) image->CloseChildEnds();
   return rest;
 }
 
