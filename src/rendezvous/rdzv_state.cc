@@ -51,11 +51,10 @@ bool EraseId(std::vector<std::string>* v, std::string_view id) {
 // success: they become may_finish, and those that already did stay in done.
 enum class NextRound { kAfterFailure, kAfterMembershipChange };
 void StartNextRound(State* s, std::vector<std::string> expected, std::string reason, NextRound why) {
+  s->may_finish.clear();
   if (why == NextRound::kAfterMembershipChange) {
-    s->may_finish.clear();
     for (const auto& n : s->members) s->may_finish.push_back(n.id);
   } else {
-    s->may_finish.clear();
     s->done.clear();
   }
   s->round += 1;
@@ -173,7 +172,7 @@ std::optional<State> ApplyFail(const State& in, const Transition& t, const Param
 std::optional<State> ApplySucceed(const State& in, const Transition& t) {
   if (Contains(in.done, t.id)) return std::nullopt;
   const bool in_run = in.phase == Phase::kRun && in.round == t.round && in.FindMember(t.id);
-  const bool late = in.phase == Phase::kJoin && in.round == t.round + 1 && Contains(in.may_finish, t.id);
+  const bool late = in.round == t.round + 1 && in.SuccessMayCount(t.id);
   if (!in_run && !late) return std::nullopt;
   State s = in;
   s.done.push_back(t.id);
@@ -327,6 +326,10 @@ const NodeDesc* State::FindMember(std::string_view id) const {
 
 bool State::IsWaiting(std::string_view id) const {
   return std::any_of(waiting.begin(), waiting.end(), [&](const NodeDesc& n) { return n.id == id; });
+}
+
+bool State::SuccessMayCount(std::string_view id) const {
+  return phase == Phase::kJoin && Contains(may_finish, id) && !Contains(done, id);
 }
 
 int State::NodeRank(std::string_view id) const {

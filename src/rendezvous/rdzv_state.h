@@ -122,6 +122,9 @@ struct State {
   bool operator==(const State&) const = default;
   const NodeDesc* FindMember(std::string_view id) const;
   bool IsWaiting(std::string_view id) const;
+  // kJoin after a membership change: `id` may still report its success in the previous round,
+  // which then counts (it is in may_finish, not yet in done).
+  bool SuccessMayCount(std::string_view id) const;
   // kRun: the node rank of `id`, or -1.
   int NodeRank(std::string_view id) const;
 };

@@ -225,9 +225,7 @@ void Rendezvous::ReactWhileJoining() {
 void Rendezvous::ReactWhileRunning() {
   const State& s = *head_;
   std::string why;
-  if (mode_ == Mode::kSucceeded && s.phase == Phase::kJoin && s.round == active_round_ + 1 &&
-      std::count(s.may_finish.begin(), s.may_finish.end(), self_id_) &&
-      !std::count(s.done.begin(), s.done.end(), self_id_)) {
+  if (mode_ == Mode::kSucceeded && s.round == active_round_ + 1 && s.SuccessMayCount(self_id_)) {
     return;  // our success lost its race with a membership change; it is queued and may end the job
   }
   if (s.phase == Phase::kClosed) {
