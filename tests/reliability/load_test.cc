@@ -55,7 +55,9 @@ TEST(Load, TwoHundredFiftySixWorkersThroughFiveRestarts) {
   // asserted; under ASan on a busy 2-core machine it has taken 100 s.
   const int code = job.Wait(240s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(code, 0) << ReadFileOr(dir / "err").substr(0, 4000);
+  // On failure, the end of ctrun's stderr: the attempt that failed, its root cause and summary.
+  const std::string err = ReadFileOr(dir / "err");
+  ASSERT_EQ(code, 0) << err.substr(err.size() > 6000 ? err.size() - 6000 : 0);
   // ctrun is the largest process this test waited for (the fake workers are ~1-2 MiB each).
   const long peak_kib = ChildrenPeakRssKib();
   EXPECT_EQ(DirEntries(dir / "touch").size(), 256u);
