@@ -258,8 +258,14 @@ class RealHooks final : public AgentHooks {
     if (what.empty()) what = f.never_started;
     what = what.substr(0, what.find('\n'));
     if (what.size() > 200) what = what.substr(0, 200) + "...";
+    // A rank that recorded its failure and was still exiting when ctrun's stop reached it: its
+    // status is ctrun's signal, not what it did.
+    const std::string how = !f.hang.empty()          ? f.hang
+                            : FailedBeforeStop(f) ? "failed on its own and was then " + f.status.ToString() +
+                                                        " as ctrun stopped the attempt"
+                                                  : f.status.ToString();
     spdlog::error("attempt {} failed; root cause: worker rank {} (local_rank {}, pid {}) {}{}", restart_count,
-                  f.global_rank, f.local_rank, f.pid, f.hang.empty() ? f.status.ToString() : f.hang,
+                  f.global_rank, f.local_rank, f.pid, how,
                   what.empty() ? "" : ": " + what);
   }
 
