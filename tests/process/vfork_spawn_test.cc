@@ -53,6 +53,17 @@ struct Gate {
   }
 };
 
+// The first read of the child's stdout pipe (a short line arrives whole), and its wait status
+// once reaped (-1 when waitpid failed).
+std::pair<std::string, int> FirstOutputAndStatus(const SpawnedProcess& p) {
+  SetNonBlocking(p.stdout_pipe.get(), false);
+  char buf[64];
+  const ssize_t n = RetryOnEintr([&] { return ::read(p.stdout_pipe.get(), buf, sizeof buf); });
+  int st = -1;
+  if (RetryOnEintr([&] { return ::waitpid(p.pid, &st, 0); }) != p.pid) st = -1;
+  return {std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), st};
+}
+
 std::string ProcStatusField(const std::string& path, const std::string& key) {
   std::ifstream in(path);
   std::string line;
@@ -160,12 +171,8 @@ TEST(VforkSpawn, AChildHoldingTheSpawnThreadPastTheExecWaitIsOwnedAndTheRestAreF
   EXPECT_TRUE(WaitFor([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
   EXPECT_NE(SpawnThread::Current(), before);  // the held thread was given up
   for (size_t i = 1; i < 3; ++i) {
-    SetNonBlocking(results[i].process.stdout_pipe.get(), false);
-    char buf[64];
-    const ssize_t n = RetryOnEintr([&] { return ::read(results[i].process.stdout_pipe.get(), buf, sizeof buf); });
-    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), i == 1 ? "one\n" : "two\n");
-    int st;
-    ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(results[i].process.pid, &st, 0); }), results[i].process.pid);
+    const auto [out, st] = FirstOutputAndStatus(results[i].process);
+    EXPECT_EQ(out, i == 1 ? "one\n" : "two\n");
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   // Let it go on: it execs and exits with its own code, and its old thread is free again.
@@ -207,12 +214,8 @@ TEST(VforkSpawn, AChildStillSharingTheAgentsFdTablePastTheExecWaitKeepsItsDescri
   ASSERT_TRUE(WaitFor([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
   ASSERT_EQ(::kill(held, SIGCONT), 0);
   for (size_t i = 0; i < 2; ++i) {
-    SetNonBlocking(results[i].process.stdout_pipe.get(), false);
-    char buf[64];
-    const ssize_t n = RetryOnEintr([&] { return ::read(results[i].process.stdout_pipe.get(), buf, sizeof buf); });
-    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), i == 0 ? "held\n" : "two\n");
-    int st;
-    ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(results[i].process.pid, &st, 0); }), results[i].process.pid);
+    const auto [out, st] = FirstOutputAndStatus(results[i].process);
+    EXPECT_EQ(out, i == 0 ? "held\n" : "two\n");
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == (i == 0 ? 5 : 0)) << "status " << st;
   }
 }
