@@ -128,6 +128,7 @@ void ConsoleWriter::Abandon() {
   if (buffered() == 0) return;
   DiscardPendingLocked();
   line_dirty_ = false;
+  open_cut_ = nullptr;  // its piece is cut short below; the next worker piece starts a line of its own
   // The console's last line was cut short: a newline ends that piece first, so the next line
   // (ctrun's note of the loss, say) is not glued to it. Owed until written, across Abandons.
   newline_owed_ = written_mid_line_;
@@ -143,6 +144,10 @@ void ConsoleWriter::WriteDiagnostic(std::string_view line) {
   if (tty_ && line_dirty_) {
     buf_ += "\r\x1b[K";  // erase a progress bar left by a '\r' unit
     line_dirty_ = false;
+  }
+  if (open_cut_ != nullptr) {
+    buf_ += "\\\n";  // a worker's cut line was open: closed with the cut mark, as the relay does
+    open_cut_ = nullptr;
   }
   buf_.append(line);
   if (line.empty() || line.back() != '\n') buf_.push_back('\n');

@@ -3,7 +3,8 @@
 // the middle of another line.
 //
 // Contract:
-//  - Callers append WHOLE lines to buffer() while holding Lock(), then call Commit(): lines are
+//  - Callers append WHOLE lines to buffer() while holding Lock(), then call Commit() (the one
+//    exception, a cut piece of a long line, is open_cut()'s, and the next writer closes it): lines are
 //    written in append order, never interleaved with another caller's bytes, even when the fd
 //    takes them in pieces.
 //  - The console fd itself is never switched to O_NONBLOCK: it is shared with the shell and other
@@ -105,6 +106,10 @@ class ConsoleWriter {
   // Under Lock(): TTY only: the last unit written ended with a bare '\r' (a progress bar is
   // showing); the next writer of a line erases it first ("\x1b[K").
   bool& line_dirty() { return line_dirty_; }
+  // Under Lock(): not a TTY only: the stream (an opaque owner) whose line over max_line was cut
+  // and whose last piece went out without an end, so that its next piece continues it byte for
+  // byte; null when none. Whatever else is written first closes it with the cut mark ("\\\n").
+  const void*& open_cut() { return open_cut_; }
 
   // Under Lock(), on the loop thread: writes what it can now; arms EPOLLOUT for the rest.
   void Commit(std::unique_lock<std::mutex>& lock);
@@ -147,6 +152,7 @@ class ConsoleWriter {
   OutBuffer buf_;     // pending bytes are buf_[head_..]
   size_t head_ = 0;
   bool line_dirty_ = false;
+  const void* open_cut_ = nullptr;
   bool broken_ = false;
   int broken_errno_ = 0;  // the write error that broke it
   size_t dropped_ = 0;     // discarded because broken_, or abandoned

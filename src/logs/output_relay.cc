@@ -85,19 +85,37 @@ inline __attribute__((always_inline)) char* CopyShort(char* o, const char* src, 
   return o + n;
 }
 
-// Appends one unit as a console line. `dirty`: a TTY progress bar is showing (cursor at col 0).
+// The console state one unit is rendered against (ConsoleWriter's, under its lock), and the
+// stream rendering it.
+struct RenderTarget {
+  OutBuffer& b;
+  bool& dirty;          // a TTY progress bar is showing (cursor at col 0)
+  const void*& open;    // not a TTY: the stream whose cut line is open (ConsoleWriter::open_cut)
+  bool tty;
+  const void* self;
+};
+
+// Appends one unit as a console line. Off a TTY a line over max_line goes out piece after piece
+// with nothing added, byte for byte as the worker wrote it, as long as nothing else comes between
+// its pieces; whatever does first closes the open piece with the cut mark ('\\' newline), and the
+// next piece then starts a prefixed line of its own. On a TTY every cut piece carries the mark.
 // The relay's hot loop (once per line): one capacity check, then raw copies.
-inline __attribute__((always_inline)) void Render(OutBuffer& b, bool& dirty, bool tty, std::string_view prefix,
-                                                  const LineUnit& u) {
+inline __attribute__((always_inline)) void Render(const RenderTarget& t, std::string_view prefix, const LineUnit& u) {
   if (u.end == LineEnd::kReturn && u.text.empty()) return;
-  char* const start = b.Room(3 + prefix.size() + u.text.size() + 2);
+  char* const start = t.b.Room(3 + 2 + prefix.size() + u.text.size() + 2);
   char* o = start;
-  if (dirty) {
+  if (t.dirty) {
     std::memcpy(o, "\x1b[K", 3);
     o += 3;
-    dirty = false;
+    t.dirty = false;
   }
-  o = CopyShort(o, prefix.data(), prefix.size());
+  const bool continues = t.open == t.self && u.continuation;
+  if (t.open != nullptr && !continues) {
+    *o++ = '\\';
+    *o++ = '\n';
+  }
+  t.open = nullptr;
+  if (!continues) o = CopyShort(o, prefix.data(), prefix.size());
   o = CopyShort(o, u.text.data(), u.text.size());
   switch (u.end) {
     case LineEnd::kNewline:
@@ -105,19 +123,28 @@ inline __attribute__((always_inline)) void Render(OutBuffer& b, bool& dirty, boo
       *o++ = '\n';
       break;
     case LineEnd::kCut:
-      *o++ = '\\';
-      *o++ = '\n';
+      if (t.tty) {
+        *o++ = '\\';
+        *o++ = '\n';
+      } else {
+        t.open = t.self;
+      }
       break;
     case LineEnd::kReturn:
-      if (tty) {
+      if (t.tty) {
         *o++ = '\r';
-        dirty = true;
+        t.dirty = true;
       } else {
         *o++ = '\n';
       }
       break;
   }
-  b.Grow(static_cast<size_t>(o - start));
+  t.b.Grow(static_cast<size_t>(o - start));
+}
+
+// Under w's lock; `stream`: the stream's identity (its state's address).
+RenderTarget TargetOf(ConsoleWriter& w, const void* stream) {
+  return RenderTarget{w.buffer(), w.line_dirty(), w.open_cut(), w.is_tty(), stream};
 }
 
 }  // namespace
@@ -214,13 +241,9 @@ void OutputRelay::Process(StreamState& s, std::string_view data) {
   if (s.writer == nullptr) return;
   ConsoleWriter& w = *s.writer;
   auto lock = w.Lock();
-  OutBuffer& b = w.buffer();
-  bool& dirty = w.line_dirty();
-  const bool tty = w.is_tty();
-  if (!tty) {
-    s.splitter.Feed(data, [&](const LineUnit& u) __attribute__((always_inline)) {
-      Render(b, dirty, false, s.prefix, u);
-    });
+  const RenderTarget t = TargetOf(w, &s);
+  if (!t.tty) {
+    s.splitter.Feed(data, [&](const LineUnit& u) __attribute__((always_inline)) { Render(t, s.prefix, u); });
   } else {
     // Coalesce: a '\r' update followed by any later unit of the same read is never visible.
     std::string held;
@@ -232,9 +255,9 @@ void OutputRelay::Process(StreamState& s, std::string_view data) {
         has_held = !held.empty();
         return;
       }
-      Render(b, dirty, true, s.prefix, u);
+      Render(t, s.prefix, u);
     });
-    if (has_held) Render(b, dirty, true, s.prefix, LineUnit{held, LineEnd::kReturn, false});
+    if (has_held) Render(t, s.prefix, LineUnit{held, LineEnd::kReturn, false});
     if (!s.splitter.pending().empty() && !s.show_timer) {
       int rank = s.local_rank;
       Stream stream = s.stream;
@@ -253,7 +276,7 @@ void OutputRelay::ShowPending(int local_rank, Stream stream) {
   ConsoleWriter& w = *s->writer;
   auto lock = w.Lock();
   // Drawn like a '\r' update: the next line from anyone (this line, completed, included) erases it.
-  Render(w.buffer(), w.line_dirty(), true, s->prefix, LineUnit{text, LineEnd::kReturn, false});
+  Render(TargetOf(w, s), s->prefix, LineUnit{text, LineEnd::kReturn, false});
   w.Commit(lock);
 }
 
@@ -284,10 +307,12 @@ void OutputRelay::Close(StreamState& s, bool notify) {
   if (s.writer != nullptr) {
     ConsoleWriter& w = *s.writer;
     auto lock = w.Lock();
-    OutBuffer& b = w.buffer();
-    bool& dirty = w.line_dirty();
-    bool tty = w.is_tty();
-    s.splitter.Finish([&](const LineUnit& u) { Render(b, dirty, tty, s.prefix, u); });
+    const RenderTarget t = TargetOf(w, &s);
+    s.splitter.Finish([&](const LineUnit& u) { Render(t, s.prefix, u); });
+    if (t.open == &s) {  // never left open by Finish (a cut leaves bytes for it); never dangling
+      t.b.push_back('\n');
+      t.open = nullptr;
+    }
     w.Commit(lock);
   }
   if (s.registered) loop_.RemoveFd(s.fd.get());

@@ -13,7 +13,11 @@
 //    bare '\r' becomes '\n' (each update one prefixed line; line tools see one rank per line).
 //    On a TTY a partial line still pending after pending_show is drawn as a transient status
 //    line (erased by the next line), so the current progress bar is visible at once.
-//  - Lines over max_line are cut (a trailing '\\' marks the cut); memory per stream is bounded.
+//  - Lines over max_line are taken in max_line pieces (memory per stream is bounded). Off a TTY
+//    the pieces are written with nothing added while nothing else comes between them, so the
+//    console gets the worker's bytes; whatever comes between (another stream's unit, a
+//    diagnostic) first ends the open piece with the cut mark ("\\" newline), and the next piece
+//    starts a prefixed line. On a TTY every piece ends with the mark.
 //  - Back-pressure: when a console buffer is over its high water mark, the streams feeding it are
 //    removed from the loop (their workers block in write(2)) until it drains. Memory stays under
 //    high_water + read_size * (1 + prefix/line) per console.

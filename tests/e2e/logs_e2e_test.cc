@@ -74,6 +74,20 @@ TEST(LogsE2E, OffATerminalTheDefaultAddsNoPrefixAndKeepsLinesWhole) {
   EXPECT_EQ(CountOf(r.err, "\nE\n") + (r.err.rfind("E\n", 0) == 0 ? 1 : 0), 4) << r.err;
 }
 
+// A line far over the relay's 64 KiB piece size (a JSON blob, a printed array) reaches a pipe
+// byte for byte, as under torchrun, when no other rank writes between its pieces.
+TEST(LogsE2E, OffATerminalALongLineOfOneRankArrivesByteForByte) {
+  constexpr long kBytes = 300000;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2"},
+                            {"--long-line", std::to_string(kBytes), "--quiet-rank", "1"}),
+                      {}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string want = "rank 0 ";
+  while (static_cast<long>(want.size()) < kBytes) want.push_back(static_cast<char>('0' + want.size() % 10));
+  EXPECT_TRUE(r.out == want + "\n") << "got " << r.out.size() << " bytes, " << CountOf(r.out, "\\\n")
+                                     << " cut marks; first 100: " << r.out.substr(0, 100);
+}
+
 TEST(LogsE2E, PartialLineOfCrashingWorkerIsInConsoleLogAndSummary) {
   TempDir d;
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--log_dir", d.path(), "--tee", "2"},

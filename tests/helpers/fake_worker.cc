@@ -11,6 +11,8 @@
 //   --grandchildren N   fork N children that sleep forever (same process group)
 //   --detached-grandchild  fork one child that calls setsid() (escapes the group) and sleeps
 //   --print N           print N numbered lines "rank R line i" to stdout
+//   --long-line N       print one line of N bytes ("rank R " then the digits 0-9 over and over)
+//                       to stdout, in writes of 1000 to 9000 bytes
 //   --stderr TEXT       write TEXT + newline to stderr
 //   --partial TEXT      write TEXT (no newline) to stderr
 //   --sleep-ms N        sleep N ms before ending
@@ -43,7 +45,7 @@
 //                       30 s) for SIGWINCH, then write the new size to P.<RANK>.1
 //   --beat-step S       ... carrying steps S, S+1, ... (default: the library's counter)
 //   --print-ms MS       sleep MS ms after each --print line (output without beats)
-//   --quiet-rank R      RANK R prints nothing (no --print lines)
+//   --quiet-rank R      RANK R prints nothing (no --print lines, no --long-line)
 //   --else-beat MS      ranks/attempts that --only-* excludes beat every MS ms forever instead of
 //                       exiting 0 (the healthy ranks of a hang test)
 #include <dirent.h>
@@ -55,6 +57,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
   std::string winsize_file;
   long beat_ms = 1, print_ms = 0, else_beat_ms = -1;
   int quiet_rank = -1;
+  long long_line = 0;
   long long beat_step = -1;
   long sleep_ms = 0;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
@@ -129,6 +134,7 @@ int main(int argc, char** argv) {
     else if (o == "--grandchildren") grandchildren = atoi(next().c_str());
     else if (o == "--detached-grandchild") detached = true;
     else if (o == "--print") print_n = atoi(next().c_str());
+    else if (o == "--long-line") long_line = atol(next().c_str());
     else if (o == "--stderr") stderr_text = next();
     else if (o == "--fail-stderr") fail_stderr = next();
     else if (o == "--partial") partial = next();
@@ -225,7 +231,20 @@ int main(int argc, char** argv) {
     }
     AppendPid(pid_file, p);
   }
-  if (std::to_string(quiet_rank) == rank) print_n = 0;
+  if (std::to_string(quiet_rank) == rank) print_n = 0, long_line = 0;
+  if (long_line > 0) {
+    std::string line = "rank " + rank + " ";
+    while (static_cast<long>(line.size()) < long_line) line.push_back(static_cast<char>('0' + line.size() % 10));
+    line.resize(static_cast<size_t>(long_line));
+    line.push_back('\n');
+    fflush(stdout);
+    for (size_t at = 0, k = 0; at < line.size(); ++k) {
+      const size_t n = std::min(line.size() - at, static_cast<size_t>(1000 + (k * 3001) % 8000));
+      const ssize_t w = write(1, line.data() + at, n);
+      if (w <= 0 && errno != EINTR) break;
+      if (w > 0) at += static_cast<size_t>(w);
+    }
+  }
   for (int i = 0; i < print_n; ++i) {
     printf("rank %s line %d\n", rank.c_str(), i);
     if (print_ms > 0) {

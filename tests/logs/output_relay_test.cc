@@ -466,12 +466,19 @@ TEST(OutputRelay, ACutFinalWaitGivesUpThePendingBytesSoTheNextLineGoesFirst) {
   EXPECT_EQ(got, sent.substr(0, 4096) + "\nlost some\n");
 }
 
-TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
+// The console's options with 1 KiB pieces for long lines.
+ConsoleOptions KiBPieces(ConsoleOptions opt) {
+  opt.max_line = 1024;
+  return opt;
+}
+
+// Off a terminal a line over max_line reaches the console byte for byte, prefixed once, when
+// nothing comes between its pieces (a script parsing one long JSON line still can); binary and
+// invalid UTF-8 bytes pass through.
+TEST(OutputRelay, LongAndBinaryLinesPassThroughByteForByteOffATerminal) {
   FileConsole console(/*shared=*/true);
   EventLoop loop;
-  ConsoleOptions opt = console.opt;
-  opt.max_line = 1024;
-  OutputRelay relay(loop, opt);
+  OutputRelay relay(loop, KiBPieces(console.opt));
   Pipe p;
   std::string big(5000, 'x');
   std::string bin("\xff\x00\xfe\x80 ok", 7);
@@ -484,11 +491,61 @@ TEST(OutputRelay, LongAndBinaryLinesAreBoundedAndPassThrough) {
   ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(p.r), ConsoleSink(0)).ok());
   ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
   ExpectChildOk(pid);
-  std::string want;
-  for (int i = 0; i < 4; ++i) want += "[r0] " + std::string(1024, 'x') + "\\\n";
-  want += "[r0] " + std::string(904, 'x') + "\n";
-  want += "[r0] " + bin + "\n";
-  EXPECT_EQ(console.Out(), want);
+  EXPECT_EQ(console.Out(), "[r0] " + big + "\n[r0] " + bin + "\n");
+}
+
+// Rank 0's long line is open (two pieces out, the rest pending) when rank 1's line and one of
+// ctrun's own come: each first closes the open piece with the cut mark, so no line lands inside
+// another, and rank 0's next piece starts a prefixed line of its own.
+TEST(OutputRelay, WhatComesBetweenTheCutPiecesOfALongLineClosesTheOpenPieceWithTheMark) {
+  FileConsole console(/*shared=*/true);
+  EventLoop loop;
+  OutputRelay relay(loop, KiBPieces(console.opt));
+  Pipe a, b;
+  int wa = a.w.get(), wb = b.w.get();
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(a.r), ConsoleSink(0)).ok());
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStdout, std::move(b.r), ConsoleSink(1)).ok());
+  const auto drained = [&] { return relay.stderr_console().Drain(TimePoint(std::chrono::steady_clock::now() + 5s)); };
+  const auto shows = [&](const std::string& tail) {
+    return RunUntil(loop, [&] {
+      (void)drained();
+      const std::string out = console.Out();
+      return out.size() >= tail.size() && out.compare(out.size() - tail.size(), tail.size(), tail) == 0;
+    }, 5s);
+  };
+  WriteAll(wa, std::string(2500, 'x').data(), 2500);  // two 1024-byte pieces out, 452 bytes pending
+  ASSERT_TRUE(shows(std::string(2048, 'x')));
+  WriteAll(wb, "hello\n", 6);
+  ASSERT_TRUE(shows("[r1] hello\n"));
+  WriteAll(wa, std::string(1500, 'y').data(), 1500);  // 452 x + 572 y out as a piece, 928 y pending
+  ASSERT_TRUE(shows(std::string(572, 'y')));
+  relay.stderr_console().WriteDiagnostic("[ctrun] a note");
+  WriteAll(wa, "z\n", 2);
+  a.w.reset();
+  b.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0) && relay.WorkerDrained(1); }, 5s));
+  ASSERT_TRUE(drained());
+  EXPECT_EQ(console.Out(), "[r0] " + std::string(2048, 'x') + "\\\n[r1] hello\n[r0] " + std::string(452, 'x') +
+                               std::string(572, 'y') + "\\\n[ctrun] a note\n[r0] " + std::string(928, 'y') + "z\n");
+}
+
+// On a terminal every cut piece keeps the mark (a reader sees where the line was cut).
+TEST(OutputRelay, OnATerminalEveryCutPieceEndsWithTheMark) {
+  Pty pty;
+  if (!pty.slave) GTEST_SKIP() << "no pseudo-terminal available";
+  EventLoop loop;
+  ConsoleOptions opt = KiBPieces(pty.Options());
+  opt.pending_show = std::chrono::hours(1);  // no transient partial lines
+  OutputRelay relay(loop, opt);
+  ASSERT_TRUE(relay.console_is_tty());
+  Pipe p;
+  ASSERT_TRUE(relay.AddStream(0, Stream::kStdout, std::move(p.r), ConsoleSink(0)).ok());
+  WriteAll(p.w.get(), (std::string(2100, 'x') + "\n").data(), 2101);
+  p.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(0); }, 5s));
+  const std::string piece = "[r0] " + std::string(1024, 'x') + "\\\n";
+  const std::string want = piece + piece + "[r0] " + std::string(52, 'x') + "\n";
+  EXPECT_EQ(pty.Read(want.size(), 5s), want);
 }
 
 TEST(OutputRelay, PipesAreEnlargedWithinABudget) {
