@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -76,7 +77,7 @@ class LogDir {
   // The base was made here (no --log_dir): "$TMPDIR/torchelastic_XXXXXX".
   bool temporary_base() const { return !temp_base_.empty(); }
   // rm -rf of that fresh base (after waiting for a pending MakeAhead); does nothing when --log_dir
-  // was given.
+  // was given. The directories made here go by rmdir alone when nothing else is in the tree.
   Status RemoveTemporaryBase();
 
  private:
@@ -89,6 +90,9 @@ class LogDir {
   bool TakeAhead(int attempt, int nproc, const std::string& dir);
   std::string run_dir_;
   std::string temp_base_;  // "" unless the base was made by Create
+  // Every attempt directory PrepareAttempt made (or began to) and its rank count, in order: what
+  // RemoveTemporaryBase removes without walking the tree.
+  std::vector<std::pair<std::string, int>> attempts_made_;
   std::string notice_;
   std::unique_ptr<Ahead, AheadJoiner> ahead_;  // the MakeAhead tree, with its thread
 };

@@ -57,6 +57,20 @@ void ForEachParallel(size_t n, int max_threads, Fn fn) {
   for (auto& t : threads) t.join();
 }
 
+// Removes one entry (unlink or rmdir); returns whether it took less than `slow`. A failure other
+// than ENOENT goes to *err.
+bool RemoveOne(const Entry& e, std::chrono::microseconds slow, int* err) {
+  const auto start = std::chrono::steady_clock::now();
+  if ((e.dir ? ::rmdir(e.path.c_str()) : ::unlink(e.path.c_str())) != 0 && errno != ENOENT) *err = errno;
+  return std::chrono::steady_clock::now() - start < slow;
+}
+
+// The first failure, as "rm -rf <root>: rmdir|unlink <entry>: <strerror>", into *error.
+void NoteError(const Entry& e, int err, const std::string& root, Status* error) {
+  if (err != 0 && error->ok())
+    *error = Status::Errno("rm -rf " + root + ": " + (e.dir ? "rmdir " : "unlink ") + e.path, err);
+}
+
 // Removes every entry of `entries` (unlink or rmdir): one after another while each takes less than
 // `slow`, the rest in parallel from the first that did not. A slow removal means a file system
 // that makes each one wait (ext4 mounted with discard was seen at ~3.5 ms per rmdir; network file
@@ -67,20 +81,27 @@ void ForEachParallel(size_t n, int max_threads, Fn fn) {
 void RemoveAll(const std::vector<Entry>& entries, int max_threads, std::chrono::microseconds slow,
                const std::string& root, Status* error) {
   std::vector<int> errs(entries.size(), 0);
-  auto remove = [&](size_t i) {
-    const Entry& e = entries[i];
-    if ((e.dir ? ::rmdir(e.path.c_str()) : ::unlink(e.path.c_str())) != 0 && errno != ENOENT) errs[i] = errno;
-  };
   size_t done = 0;
-  for (bool fast = true; done < entries.size() && fast; ++done) {
-    const auto start = std::chrono::steady_clock::now();
-    remove(done);
-    fast = std::chrono::steady_clock::now() - start < slow;
-  }
-  ForEachParallel(entries.size() - done, max_threads, [&](size_t i) { remove(done + i); });
-  for (size_t i = 0; i < entries.size() && error->ok(); ++i)
-    if (errs[i] != 0)
-      *error = Status::Errno("rm -rf " + root + ": " + (entries[i].dir ? "rmdir " : "unlink ") + entries[i].path, errs[i]);
+  for (bool fast = true; done < entries.size() && fast; ++done) fast = RemoveOne(entries[done], slow, &errs[done]);
+  ForEachParallel(entries.size() - done, max_threads,
+                  [&](size_t i) { (void)RemoveOne(entries[done + i], slow, &errs[done + i]); });
+  for (size_t i = 0; i < entries.size(); ++i) NoteError(entries[i], errs[i], root, error);
+}
+
+// Removes the directories of `levels` deepest first, one after another, while each removal is
+// fast; false at the first slow one (removed; the rest stays). The files are gone by then, so
+// every directory is empty when its turn comes.
+bool RemoveDirsWhileFast(const std::vector<std::vector<Entry>>& levels, std::chrono::microseconds slow,
+                         const std::string& root, Status* error) {
+  for (auto level = levels.rbegin(); level != levels.rend(); ++level)
+    for (const Entry& e : *level) {
+      if (!e.dir) continue;
+      int err = 0;
+      const bool fast = RemoveOne(e, slow, &err);
+      NoteError(e, err, root, error);
+      if (!fast) return false;
+    }
+  return true;
 }
 
 // Moves every directory below root's own children up into root (deepest first, each empty by
@@ -115,10 +136,17 @@ Status RemoveTree(const std::string& path, int max_threads, std::chrono::microse
       if (!e.dir) files.push_back(e);
   Status error = Status::Ok();
   RemoveAll(files, max_threads, slow, path, &error);
-  Flatten(levels, path);
-  levels.clear();
-  ListLevels(path, 0, &levels);  // what is left: normally root's children alone, all empty
-  for (auto it = levels.rbegin(); it != levels.rend(); ++it) RemoveAll(*it, max_threads, slow, path, &error);
+  // Directories deepest first on this thread while removals are fast (renames and threads would
+  // only add their cost); from the first slow one, what is left is flattened and goes in one
+  // parallel round.
+  if (!RemoveDirsWhileFast(levels, slow, path, &error)) {
+    levels.clear();
+    ListLevels(path, 0, &levels);
+    Flatten(levels, path);
+    levels.clear();
+    ListLevels(path, 0, &levels);  // what is left: normally root's children alone, all empty
+    for (auto it = levels.rbegin(); it != levels.rend(); ++it) RemoveAll(*it, max_threads, slow, path, &error);
+  }
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT && error.ok())
     error = Status::Errno("rm -rf " + path + ": rmdir " + path, errno);
   return error;

@@ -190,6 +190,27 @@ TEST(LogDir, DropAheadRemovesTheTreeNoAttemptTook) {
   EXPECT_TRUE(dir->DropAhead().ok());  // nothing pending: nothing to do
 }
 
+// The directories it made go by rmdir alone; what else is in the tree (an error file of a failed
+// attempt, a directory a worker made) goes too, by rm -rf.
+TEST(LogDir, RemovingTheTemporaryBaseRemovesEveryAttemptAndWhatWorkersLeftInThem) {
+  for (const bool leftovers : {false, true}) {
+    TempDir tmp;
+    auto dir = CreateInTmpdir(tmp.path());
+    ASSERT_TRUE(dir.ok()) << dir.message();
+    auto a0 = dir->PrepareAttempt(0, 4);
+    ASSERT_TRUE(a0.ok()) << a0.message();
+    if (leftovers) {
+      std::ofstream(a0->ranks[1].error_file) << "{}";
+      fs::create_directories(a0->ranks[2].dir + "/scratch/deep");
+    }
+    ASSERT_TRUE(dir->PrepareAttempt(1, 4).ok());
+    ASSERT_TRUE(dir->PrepareAttempt(1, 4).ok());  // the same attempt prepared again
+    dir->MakeAhead(2, 4);
+    EXPECT_TRUE(dir->RemoveTemporaryBase().ok()) << leftovers;
+    EXPECT_TRUE(Entries(tmp.path()).empty()) << leftovers;
+  }
+}
+
 TEST(LogDir, RemovingTheTemporaryBaseWaitsForATreeMadeAhead) {
   TempDir tmp;
   auto dir = CreateInTmpdir(tmp.path());
