@@ -65,10 +65,21 @@ bool RemoveOne(const Entry& e, std::chrono::microseconds slow, int* err) {
   return std::chrono::steady_clock::now() - start < slow;
 }
 
-// The first failure, as "rm -rf <root>: rmdir|unlink <entry>: <strerror>", into *error.
-void NoteError(const Entry& e, int err, const std::string& root, Status* error) {
-  if (err != 0 && error->ok())
-    *error = Status::Errno("rm -rf " + root + ": " + (e.dir ? "rmdir " : "unlink ") + e.path, err);
+// Removes entries from the first on, one after another, while each takes less than `slow`;
+// returns how many it removed, the first slow one included. Failures in (*errs)[i].
+size_t RemoveWhileFast(const std::vector<Entry>& entries, std::chrono::microseconds slow, std::vector<int>* errs) {
+  size_t done = 0;
+  for (bool fast = true; done < entries.size() && fast; ++done) fast = RemoveOne(entries[done], slow, &(*errs)[done]);
+  return done;
+}
+
+// The first failure of entries[0, n), as "rm -rf <root>: rmdir|unlink <entry>: <strerror>", into
+// *error.
+void NoteErrors(const std::vector<Entry>& entries, const std::vector<int>& errs, size_t n, const std::string& root,
+                Status* error) {
+  for (size_t i = 0; i < n && error->ok(); ++i)
+    if (errs[i] != 0)
+      *error = Status::Errno("rm -rf " + root + ": " + (entries[i].dir ? "rmdir " : "unlink ") + entries[i].path, errs[i]);
 }
 
 // Removes every entry of `entries` (unlink or rmdir): one after another while each takes less than
@@ -81,27 +92,10 @@ void NoteError(const Entry& e, int err, const std::string& root, Status* error) 
 void RemoveAll(const std::vector<Entry>& entries, int max_threads, std::chrono::microseconds slow,
                const std::string& root, Status* error) {
   std::vector<int> errs(entries.size(), 0);
-  size_t done = 0;
-  for (bool fast = true; done < entries.size() && fast; ++done) fast = RemoveOne(entries[done], slow, &errs[done]);
+  const size_t done = RemoveWhileFast(entries, slow, &errs);
   ForEachParallel(entries.size() - done, max_threads,
                   [&](size_t i) { (void)RemoveOne(entries[done + i], slow, &errs[done + i]); });
-  for (size_t i = 0; i < entries.size(); ++i) NoteError(entries[i], errs[i], root, error);
-}
-
-// Removes the directories of `levels` deepest first, one after another, while each removal is
-// fast; false at the first slow one (removed; the rest stays). The files are gone by then, so
-// every directory is empty when its turn comes.
-bool RemoveDirsWhileFast(const std::vector<std::vector<Entry>>& levels, std::chrono::microseconds slow,
-                         const std::string& root, Status* error) {
-  for (auto level = levels.rbegin(); level != levels.rend(); ++level)
-    for (const Entry& e : *level) {
-      if (!e.dir) continue;
-      int err = 0;
-      const bool fast = RemoveOne(e, slow, &err);
-      NoteError(e, err, root, error);
-      if (!fast) return false;
-    }
-  return true;
+  NoteErrors(entries, errs, entries.size(), root, error);
 }
 
 // Moves every directory below root's own children up into root (deepest first, each empty by
@@ -127,7 +121,7 @@ Status RemoveTree(const std::string& path, int max_threads, std::chrono::microse
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::Errno("rm -rf " + path + ": unlink", errno);
     return Status::Ok();
   }
-  // Files first (any depth, all at once), then the directories, flattened into one level.
+  // Files first (any depth), then the directories.
   std::vector<std::vector<Entry>> levels;
   ListLevels(path, 0, &levels);
   std::vector<Entry> files;
@@ -136,13 +130,18 @@ Status RemoveTree(const std::string& path, int max_threads, std::chrono::microse
       if (!e.dir) files.push_back(e);
   Status error = Status::Ok();
   RemoveAll(files, max_threads, slow, path, &error);
-  // Directories deepest first on this thread while removals are fast (renames and threads would
-  // only add their cost); from the first slow one, what is left is flattened and goes in one
-  // parallel round.
-  if (!RemoveDirsWhileFast(levels, slow, path, &error)) {
-    levels.clear();
-    ListLevels(path, 0, &levels);
-    Flatten(levels, path);
+  // Directories deepest first (the files are gone: each is empty when its turn comes), on this
+  // thread while removals are fast (renames and threads would only add their cost); from the
+  // first slow one, what is left is flattened and goes in one parallel round.
+  std::vector<Entry> dirs;
+  for (auto it = levels.rbegin(); it != levels.rend(); ++it)
+    for (const Entry& e : *it)
+      if (e.dir) dirs.push_back(e);
+  std::vector<int> errs(dirs.size(), 0);
+  const size_t done = RemoveWhileFast(dirs, slow, &errs);
+  NoteErrors(dirs, errs, done, path, &error);
+  if (done < dirs.size()) {
+    Flatten(levels, path);  // best effort: the directories already removed just do not move
     levels.clear();
     ListLevels(path, 0, &levels);  // what is left: normally root's children alone, all empty
     for (auto it = levels.rbegin(); it != levels.rend(); ++it) RemoveAll(*it, max_threads, slow, path, &error);
