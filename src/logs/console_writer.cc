@@ -146,7 +146,7 @@ void ConsoleWriter::WriteDiagnostic(std::string_view line) {
     line_dirty_ = false;
   }
   if (open_cut_ != nullptr) {
-    buf_ += "\\\n";  // a worker's cut line was open: closed with the cut mark, as the relay does
+    buf_.append(kCutMark);  // a worker's cut line was open: closed as the relay closes it
     open_cut_ = nullptr;
   }
   buf_.append(line);

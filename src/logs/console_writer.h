@@ -36,6 +36,10 @@
 
 namespace ctrun::logs {
 
+// What ends a piece of a worker line over the relay's limit when something else comes between its
+// pieces (and every piece on a terminal): a backslash, then the newline.
+inline constexpr std::string_view kCutMark = "\\\n";
+
 // The console's pending bytes: a plain growable byte array. Unlike std::string it can hand out
 // uninitialised room at its end (Room/Grow), so the relay's hot loop renders lines with raw
 // memcpy and one capacity check per line, without zero-filling or per-append checks.
@@ -108,7 +112,7 @@ class ConsoleWriter {
   bool& line_dirty() { return line_dirty_; }
   // Under Lock(): not a TTY only: the stream (an opaque owner) whose line over max_line was cut
   // and whose last piece went out without an end, so that its next piece continues it byte for
-  // byte; null when none. Whatever else is written first closes it with the cut mark ("\\\n").
+  // byte; null when none. Whatever else is written first closes it with kCutMark.
   const void*& open_cut() { return open_cut_; }
 
   // Under Lock(), on the loop thread: writes what it can now; arms EPOLLOUT for the rest.

@@ -97,7 +97,7 @@ struct RenderTarget {
 
 // Appends one unit as a console line. Off a TTY a line over max_line goes out piece after piece
 // with nothing added, byte for byte as the worker wrote it, as long as nothing else comes between
-// its pieces; whatever does first closes the open piece with the cut mark ('\\' newline), and the
+// its pieces; whatever does first closes the open piece with kCutMark, and the
 // next piece then starts a prefixed line of its own. On a TTY every cut piece carries the mark.
 // The relay's hot loop (once per line): one capacity check, then raw copies.
 inline __attribute__((always_inline)) void Render(const RenderTarget& t, std::string_view prefix, const LineUnit& u) {
@@ -110,10 +110,7 @@ inline __attribute__((always_inline)) void Render(const RenderTarget& t, std::st
     t.dirty = false;
   }
   const bool continues = t.open == t.self && u.continuation;
-  if (t.open != nullptr && !continues) {
-    *o++ = '\\';
-    *o++ = '\n';
-  }
+  if (t.open != nullptr && !continues) o = CopyShort(o, kCutMark.data(), kCutMark.size());
   t.open = nullptr;
   if (!continues) o = CopyShort(o, prefix.data(), prefix.size());
   o = CopyShort(o, u.text.data(), u.text.size());
@@ -124,8 +121,7 @@ inline __attribute__((always_inline)) void Render(const RenderTarget& t, std::st
       break;
     case LineEnd::kCut:
       if (t.tty) {
-        *o++ = '\\';
-        *o++ = '\n';
+        o = CopyShort(o, kCutMark.data(), kCutMark.size());
       } else {
         t.open = t.self;
       }
