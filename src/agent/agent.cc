@@ -308,7 +308,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
       }
       unconfirmed_.erase(it);
     }
-    hooks_.OnWorkerExited(w->rank.local_rank, pid);
+    hooks_.OnWorkerExited(w->rank.local_rank, pid, status);
     if (health_) health_->WorkerExited(w->rank.local_rank);
     if (state_ == AgentState::kRunning) {
       if (status.signaled() && w->capturing && w->hang.empty()) {

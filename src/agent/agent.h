@@ -93,7 +93,7 @@ class AgentHooks {
   // A worker started: take its pidfd and pipes (wire them into the loop / relay / watchdog).
   virtual void OnWorkerStarted(int /*local_rank*/, const RankInfo& /*rank*/, SpawnedProcess& /*proc*/) {}
   // A worker's leader was reaped (its output may still be in flight: drain it now).
-  virtual void OnWorkerExited(int /*local_rank*/, pid_t /*pid*/) {}
+  virtual void OnWorkerExited(int /*local_rank*/, pid_t /*pid*/, const ExitStatus& /*status*/) {}
   // No process is left in this worker's process group.
   virtual void OnGroupGone(pid_t /*pgid*/) {}
   // Every worker of the attempt is gone (or given up on): remove whatever they left behind outside

@@ -97,6 +97,9 @@ class RealHooks final : public AgentHooks {
 
   void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
   void set_terminal(JobTerminal* terminal) { terminal_ = terminal; }
+  // A fresh base that will hold no log file goes whole after a success: a rank's empty directory
+  // may go as soon as the rank has finished cleanly (logs::LogDir::ReleaseRank).
+  void set_release_rank_dirs(bool on) { release_rank_dirs_ = on; }
   // --warm: the server and its waiting children outlive attempts; the sweep spares them.
   void set_warm(warm::WarmSpawner* warm) { warm_ = warm; }
 
@@ -218,7 +221,7 @@ class RealHooks final : public AgentHooks {
     }
   }
 
-  void OnWorkerExited(int local_rank, pid_t pid) override {
+  void OnWorkerExited(int local_rank, pid_t pid, const ExitStatus& status) override {
     auto it = pidfds_.find(pid);
     if (it != pidfds_.end()) {
       loop_.RemoveFd(it->second.get());
@@ -226,6 +229,7 @@ class RealHooks final : public AgentHooks {
     }
     // Its last lines are in its pipes already: shown before the agent says anything of its exit.
     relay_.CatchUp(local_rank);
+    if (release_rank_dirs_ && status.success()) log_dir_.ReleaseRank(paths_.attempt, local_rank);
   }
 
   void OnGroupGone(pid_t pgid) override {
@@ -439,6 +443,7 @@ class RealHooks final : public AgentHooks {
   std::map<pid_t, UniqueFd> pidfds_;
   std::optional<OomKillSample> oom_before_;
   int agent_store_port_ = 0;
+  bool release_rank_dirs_ = false;
   std::unique_ptr<store::StoreServer> store_;
   std::unique_ptr<store::StoreServer> next_store_;  // multi-node: advertised in the pending join
   std::optional<rdzv::RoundInfo> round_;
@@ -687,6 +692,7 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   JobTerminal terminal(config.tty, loop, spawner);
   RealHooks hooks(config, context, loop, watchdog ? &*watchdog : nullptr, *log_dir, relay, std::move(cgroups));
   hooks.NoteInherited();
+  hooks.set_release_rank_dirs(log_dir->temporary_base() && !log_files);
   hooks.set_terminal(&terminal);
   if (warm_spawner) hooks.set_warm(&*warm_spawner);
   Agent agent(config, context.env, context.executable, spawner, loop, hooks);
@@ -779,7 +785,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (log_dir->temporary_base() && !keep_base) {
     if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
   } else {
-    // A kept run directory holds only attempts that ran.
+    // A kept run directory holds only attempts that ran, and every directory of them.
+    if (Status s = log_dir->RestoreReleased(); !s.ok()) spdlog::warn("{}", s.message());
     if (Status s = log_dir->DropAhead(); !s.ok()) spdlog::warn("{}", s.message());
     if (log_dir->temporary_base())
       spdlog::info("{} {}", log_files     ? "worker log files are in"

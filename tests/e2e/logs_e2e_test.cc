@@ -127,6 +127,28 @@ TEST(LogsE2E, LogDirLayoutWithAttemptDirectoriesAfterRestart) {
   EXPECT_EQ(r.out.find("rank 1 line"), std::string::npos) << r.out;
 }
 
+// Without --log_dir, a rank that finished cleanly has its empty directory removed at once (a
+// successful run removes the whole fresh base). When the run fails after all, the kept base holds
+// every directory of the attempt again, as torchrun's layout has them. Rank 1 fails only once
+// rank 0's directory is gone (it exits 4 if that never happens).
+TEST(LogsE2E, AFailedRunKeepsEveryRankDirectoryEvenOfRanksThatFinishedFirst) {
+  TempDir tmp;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--rdzv_id=early"},
+                            {"--wait-gone-rank", "0", "--only-rank", "1", "--exit", "3"}),
+                      {"TMPDIR=" + tmp.path()});
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  std::string base;
+  for (const auto& e : fs::directory_iterator(tmp.path())) base = e.path().string();
+  ASSERT_EQ(fs::path(base).filename().string().rfind("torchelastic_", 0), 0u) << base;
+  const std::string run = RunDir(base);
+  ASSERT_FALSE(run.empty());
+  std::vector<std::string> ranks;
+  for (const auto& e : fs::directory_iterator(run + "/attempt_0")) ranks.push_back(e.path().filename().string());
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_NE(r.err.find("no worker wrote an error file; this run's log directory is kept: " + run), std::string::npos) << r.err;
+}
+
 TEST(LogsE2E, ErrorFileEnvPointsIntoTheAttemptDirectory) {
   TempDir d;
   TempDir logs;

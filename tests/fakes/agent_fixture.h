@@ -33,7 +33,7 @@ class RecordingHooks : public AgentHooks {
     if (fail_prepare) return Status::Error(prepare_error);
     return Status::Ok();
   }
-  void OnWorkerExited(int local_rank, pid_t) override { exited.push_back(local_rank); }
+  void OnWorkerExited(int local_rank, pid_t, const ExitStatus&) override { exited.push_back(local_rank); }
   void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
   void ConfigureWorker(int local_rank, const RankInfo&, int, SpawnSpec* spec) override {
     spec->cpu_affinity = {local_rank};

@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   long long_line = 0;
   long long beat_step = -1;
   long sleep_ms = 0;
+  int wait_gone_rank = -1;
   bool ignore_term = false, hang = false, detached = false, else_hang = false;
   int attempts_below = -1;
   int only_rank = -1, only_attempt = -1, else_hang_attempt = -1, hang_if_world = -1, only_world = -1;
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
     else if (o == "--only-attempt") only_attempt = atoi(next().c_str());
     else if (o == "--attempts-below") attempts_below = atoi(next().c_str());
     else if (o == "--wait-file") wait_file = next();
+    else if (o == "--wait-gone-rank") wait_gone_rank = atoi(next().c_str());
     else if (o == "--else-hang") else_hang = true;
     else if (o == "--else-hang-attempt") else_hang_attempt = atoi(next().c_str());
     else if (o == "--hang-if-world") hang_if_world = atoi(next().c_str());
@@ -297,6 +299,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 15000 && stat(wait_file.c_str(), &st) != 0; ++i) SleepMs(2);
   }
 
+  // Every other rank waits (bounded) until rank R's directory of this attempt, beside its own
+  // (the directory of TORCHELASTIC_ERROR_FILE), is gone, and exits 4 when it never goes.
+  if (wait_gone_rank >= 0 && std::to_string(wait_gone_rank) != rank) {
+    std::string dir = Env("TORCHELASTIC_ERROR_FILE");
+    dir = dir.substr(0, dir.rfind('/'));
+    dir = dir.substr(0, dir.rfind('/') + 1) + std::to_string(wait_gone_rank);
+    struct stat st;
+    int i = 0;
+    for (; i < 15000 && stat(dir.c_str(), &st) == 0; ++i) SleepMs(2);
+    if (i == 15000) return 4;
+  }
   bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
                  (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0")) &&
                  (attempts_below < 0 || atoi(Env("TORCHELASTIC_RESTART_COUNT", "0").c_str()) < attempts_below) &&

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,99 @@ TEST(LogDir, RemoveTreesMadeAheadTakesOnlyTheUnusedHiddenTrees) {
   EXPECT_EQ(Entries(run + "/.attempt_7"), (std::vector<std::string>{"0"}));
   EXPECT_EQ(Entries(run + "/attempt_0"), (std::vector<std::string>{"0", "1"}));
   RemoveTreesMadeAhead(tmp / "missing");  // silent
+}
+
+// Eager removal, on a fresh base in a temporary $TMPDIR with attempt 0 prepared. Releases are
+// asynchronous: the tests settle them through RemoveTemporaryBase / RestoreReleased, or poll.
+class LogDirRelease : public ::testing::Test {
+ protected:
+  void Prepare(int nproc) {
+    auto made = CreateInTmpdir(tmp.path());
+    ASSERT_TRUE(made.ok()) << made.message();
+    dir.emplace(std::move(made.value()));
+    auto a = dir->PrepareAttempt(0, nproc);
+    ASSERT_TRUE(a.ok()) << a.message();
+    a0 = std::move(a.value());
+  }
+  void ReleaseAllAndWaitForTheBaseToGo(int nproc) {
+    for (int r = 0; r < nproc; ++r) dir->ReleaseRank(0, r);
+    ASSERT_TRUE(ctrun::testing::WaitFor([&] { return Entries(tmp.path()).empty(); }, std::chrono::seconds(10)));
+  }
+  TempDir tmp;
+  std::optional<LogDir> dir;
+  AttemptPaths a0;
+};
+
+// A cleanly finished rank's directory goes at once (on the release thread); once every rank of
+// the attempt has, so do the attempt, the run directory and the base.
+TEST_F(LogDirRelease, ReleasedRanksGoAtOnceAndTheWholeBaseWithTheLast) {
+  ASSERT_NO_FATAL_FAILURE(Prepare(3));
+  dir->ReleaseRank(0, 1);
+  ASSERT_TRUE(ctrun::testing::WaitFor([&] { return !fs::exists(a0.ranks[1].dir); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "2"}));
+  dir->ReleaseRank(0, 1);  // counted once
+  dir->ReleaseRank(1, 0);  // not the current attempt: ignored
+  dir->ReleaseRank(0, 3);  // no such rank: ignored
+  EXPECT_TRUE(fs::is_directory(a0.ranks[0].dir));
+  ASSERT_NO_FATAL_FAILURE(ReleaseAllAndWaitForTheBaseToGo(3));
+  EXPECT_TRUE(dir->RemoveTemporaryBase().ok());  // what is gone reads as removed
+  EXPECT_TRUE(Entries(tmp.path()).empty());
+}
+
+// A run whose base is kept after all gets every released directory back, empty and parents
+// first; the tree made ahead stays gone (a kept run directory holds only attempts that ran).
+TEST_F(LogDirRelease, RestoreReleasedMakesTheRemovedDirectoriesAgainButNotTheTreeMadeAhead) {
+  ASSERT_NO_FATAL_FAILURE(Prepare(2));
+  dir->MakeAhead(1, 2);
+  ASSERT_NO_FATAL_FAILURE(ReleaseAllAndWaitForTheBaseToGo(2));
+  ASSERT_TRUE(dir->RestoreReleased().ok());
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_0"}));
+  EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(fs::status(dir->run_dir()).permissions() & fs::perms::all, fs::perms::owner_all);  // as mkdtemp made it
+  EXPECT_TRUE(dir->RestoreReleased().ok());  // nothing more to do
+  EXPECT_TRUE(dir->RemoveTemporaryBase().ok());
+  EXPECT_TRUE(Entries(tmp.path()).empty());
+}
+
+// rmdir alone: a released rank whose directory holds a file (an error file of a worker that exited
+// 0 anyway) keeps it, and the attempt, run directory and base above it stay too.
+TEST_F(LogDirRelease, AReleasedRankDirectoryWithAFileInItStaysAndSoDoesEverythingAbove) {
+  ASSERT_NO_FATAL_FAILURE(Prepare(2));
+  std::ofstream(a0.ranks[0].error_file) << "{}";
+  dir->ReleaseRank(0, 1);
+  dir->ReleaseRank(0, 0);
+  ASSERT_TRUE(dir->RestoreReleased().ok());  // settles the releases first
+  EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_TRUE(fs::exists(a0.ranks[0].error_file));
+  EXPECT_TRUE(dir->RemoveTemporaryBase().ok());
+  EXPECT_TRUE(Entries(tmp.path()).empty());
+}
+
+// Multi-node, a finished node may start another round: its next attempt finds the base, the run
+// directory and the earlier attempt as they were before the releases.
+TEST_F(LogDirRelease, TheNextAttemptAfterAReleasedOneRestoresTheTreeFirst) {
+  ASSERT_NO_FATAL_FAILURE(Prepare(2));
+  ASSERT_NO_FATAL_FAILURE(ReleaseAllAndWaitForTheBaseToGo(2));
+  auto a1 = dir->PrepareAttempt(1, 2);
+  ASSERT_TRUE(a1.ok()) << a1.message();
+  EXPECT_EQ(Entries(dir->run_dir()), (std::vector<std::string>{"attempt_0", "attempt_1"}));
+  EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(Entries(a1->dir), (std::vector<std::string>{"0", "1"}));
+  dir->ReleaseRank(0, 0);  // an attempt that is over: ignored
+  EXPECT_TRUE(dir->RestoreReleased().ok());
+  EXPECT_TRUE(fs::is_directory(a0.ranks[0].dir));
+}
+
+// With --log_dir nothing is released: that tree is the user's, and kept.
+TEST(LogDir, NothingIsReleasedUnderAGivenBase) {
+  TempDir tmp;
+  auto dir = LogDir::Create(tmp / "logs", "job");
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  auto a0 = dir->PrepareAttempt(0, 1);
+  ASSERT_TRUE(a0.ok()) << a0.message();
+  dir->ReleaseRank(0, 0);
+  ASSERT_TRUE(dir->RestoreReleased().ok());
+  EXPECT_TRUE(fs::is_directory(a0->ranks[0].dir));
 }
 
 TEST(FileTail, LastLinesAndBytes) {
