@@ -129,6 +129,11 @@ void Agent::OnJobEnd(const rdzv::JobEnd& end) {
 
 void Agent::FillRank(int i, RankInfo* r) const { *r = RankFor(config_, i, round_); }
 
+// Whether the worker of `spec` writes to ctrun's own stdout or stderr, with no relay in between.
+bool Agent::WritesToAgentConsole(const SpawnSpec& spec) {
+  return spec.stdout_target.kind == StdioTarget::Kind::kInherit || spec.stderr_target.kind == StdioTarget::Kind::kInherit;
+}
+
 void Agent::StartAttempt() {
   failures_.clear();
   workers_.clear();
@@ -157,12 +162,17 @@ void Agent::StartAttempt() {
                                         {"master_port", info.master_port}});
   // Multi-node, a membership change starts an attempt (attempt_<n>/) without counting a restart.
   const std::string restart = attempt == restart_count_ ? "" : ", restart " + std::to_string(restart_count_);
-  hooks_.Log(0, "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
-                    std::to_string(attempt) + restart + ", max_restarts=" + std::to_string(config_.max_restarts) +
-                    ", MASTER_ADDR=" + info.master_addr + ", MASTER_PORT=" + std::to_string(info.master_port) + ")");
-  // Everything is prepared before anything is started; then all workers are started together.
+  const std::string starting = "starting " + std::to_string(n) + (n == 1 ? " worker" : " workers") + " (attempt " +
+                               std::to_string(attempt) + restart + ", max_restarts=" +
+                               std::to_string(config_.max_restarts) + ", MASTER_ADDR=" + info.master_addr +
+                               ", MASTER_PORT=" + std::to_string(info.master_port) + ")";
+  // Each worker is handed to the spawner as soon as its spec is ready: the first starts while the
+  // next are prepared. The line above goes out while they start, unless a worker writes to
+  // ctrun's own stdout or stderr (no relay in between), where it must come before their words.
   std::vector<Worker> planned(static_cast<size_t>(n));
   std::vector<SpawnSpec> specs(static_cast<size_t>(n));
+  std::unique_ptr<SpawnBatch> batch = spawner_.BeginBatch();
+  bool said_starting = false;
   for (int i = 0; i < n; ++i) {
     Worker& w = planned[static_cast<size_t>(i)];
     FillRank(i, &w.rank);
@@ -175,9 +185,16 @@ void Agent::StartAttempt() {
     hooks_.ConfigureStdio(i, w.rank, restart_count_, &spec);
     hooks_.ConfigureWorker(i, w.rank, restart_count_, &spec);
     if (health_) health_->PrepareWorker(attempt, i, &spec);
+    if (!said_starting && WritesToAgentConsole(spec)) {
+      hooks_.Log(0, starting);
+      said_starting = true;
+    }
+    batch->Add(spec);
   }
+  if (!said_starting) hooks_.Log(0, starting);
   std::vector<SpawnResult> results;
-  spawner_.SpawnMany(specs, &results);
+  batch->Finish(&results);
+  batch.reset();
   unconfirmed_.clear();
   const SpawnError* first_error = nullptr;
   for (int i = 0; i < n; ++i) {

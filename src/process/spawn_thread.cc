@@ -88,10 +88,19 @@ SpawnThread* SpawnThread::Current() {
 }
 
 bool SpawnThread::Run(std::function<void()> job, TimePoint deadline) {
-  std::unique_lock<std::mutex> lock(state_->mu);
+  Post(std::move(job));
+  return Wait(deadline);
+}
+
+void SpawnThread::Post(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(state_->mu);
   state_->job = std::move(job);
   state_->done = false;
   state_->cv.notify_all();
+}
+
+bool SpawnThread::Wait(TimePoint deadline) {
+  std::unique_lock<std::mutex> lock(state_->mu);
   if (state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) return true;
   // Abandoned: the thread keeps `state_` (and the job) alive, and the next Current() starts a
   // fresh thread.

@@ -5,7 +5,8 @@
 //
 // Contract:
 //  - Used from one thread (the agent's). Run hands the thread one job and waits until the job is
-//    done or `deadline` passes; jobs run one at a time.
+//    done or `deadline` passes; jobs run one at a time. Post and Wait are Run's two halves, for a
+//    caller with work of its own to do while the job runs (and feeds it, under the job's own lock).
 //  - A job still running at the deadline keeps its thread: Run returns false and Current() makes
 //    a fresh thread for the next job. The late job must own (shared_ptr) everything it and its
 //    children touch, because it may run on after Run returned.
@@ -32,6 +33,10 @@ class SpawnThread {
   // Runs `job` on the thread; true once it finished, false when `deadline` came first (the job
   // goes on; see the contract).
   bool Run(std::function<void()> job, TimePoint deadline);
+  // Hands `job` to the thread and returns at once; Wait must follow before the next Post.
+  void Post(std::function<void()> job);
+  // Run's wait for the posted job.
+  bool Wait(TimePoint deadline);
 
   struct State;  // shared with the thread, which outlives this handle when abandoned
 

@@ -12,12 +12,15 @@
 //    any worker, and LateExecFailure tells, after it exited, whether its exec failed after all.
 //    No live child is ever left without an owner.
 //  - The caller (the agent's reaper) is the only code that reaps successfully spawned children.
+//  - A batch (BeginBatch) may start each child as it is added; its Finish obeys SpawnMany's
+//    contract, one exec wait for the whole batch.
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +69,18 @@ struct SpawnResult {
 // SpawnError an early failure gets), or nothing when it exec'd. Does not block.
 std::optional<SpawnError> LateExecFailure(const UnconfirmedExec& exec);
 
+// Workers started as their specs come: Add hands one over, and the spawner may start it while
+// the caller prepares the next (PosixSpawner's spawn thread clones meanwhile); Finish waits for
+// all and gives the results, in Add order, as SpawnMany would have for the same specs. Finish
+// once, and only after the last Add; a batch destroyed unfinished finishes itself (its children
+// are then unknown to the caller, which reaps them as strangers).
+class SpawnBatch {
+ public:
+  virtual ~SpawnBatch() = default;
+  virtual void Add(const SpawnSpec& spec) = 0;
+  virtual void Finish(std::vector<SpawnResult>* results) = 0;
+};
+
 class Spawner {
  public:
   virtual ~Spawner() = default;
@@ -79,11 +94,41 @@ class Spawner {
     for (size_t i = 0; i < specs.size(); ++i)
       (*results)[i].ok = Spawn(specs[i], &(*results)[i].process, &(*results)[i].error);
   }
+  // A batch (see SpawnBatch). The default collects the specs and calls SpawnMany at Finish.
+  virtual std::unique_ptr<SpawnBatch> BeginBatch();
   // killpg(pgid, sig). Returns false when the group no longer exists (ESRCH).
   virtual bool SignalGroup(pid_t pgid, int sig) = 0;
   // Whether any process is left in the group (killpg(pgid, 0)).
   virtual bool GroupAlive(pid_t pgid) = 0;
 };
+
+namespace spawner_detail {
+// Spawner::BeginBatch's default: SpawnMany of everything added, at Finish.
+class CollectingBatch final : public SpawnBatch {
+ public:
+  explicit CollectingBatch(Spawner& spawner) : spawner_(spawner) {}
+  ~CollectingBatch() override {
+    if (!finished_) {
+      std::vector<SpawnResult> ignored;
+      Finish(&ignored);
+    }
+  }
+  void Add(const SpawnSpec& spec) override { specs_.push_back(spec); }
+  void Finish(std::vector<SpawnResult>* results) override {
+    finished_ = true;
+    spawner_.SpawnMany(specs_, results);
+  }
+
+ private:
+  Spawner& spawner_;
+  std::vector<SpawnSpec> specs_;
+  bool finished_ = false;
+};
+}  // namespace spawner_detail
+
+inline std::unique_ptr<SpawnBatch> Spawner::BeginBatch() {
+  return std::make_unique<spawner_detail::CollectingBatch>(*this);
+}
 
 class PosixSpawner final : public Spawner {
  public:
@@ -115,6 +160,9 @@ class PosixSpawner final : public Spawner {
       : exec_wait_(exec_wait), method_(method) {}
   bool Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError* error) override;
   void SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) override;
+  // Vfork-style children are cloned on the spawn thread as they are added, while the caller
+  // prepares the next; the others are forked at Finish.
+  std::unique_ptr<SpawnBatch> BeginBatch() override;
   bool SignalGroup(pid_t pgid, int sig) override;
   bool GroupAlive(pid_t pgid) override;
 
@@ -129,26 +177,25 @@ class PosixSpawner final : public Spawner {
     SpawnedProcess proc;
   };
   struct ChildImage;  // one child's plan, in memory of its own (spawner_posix.cc)
-  struct VforkBatch;  // the vfork-style children of one SpawnMany (spawner_posix.cc)
+  struct VforkBatch;  // the vfork-style children of one batch, shared with the spawn thread
+  class Batch;        // BeginBatch's (spawner_posix.cc)
 
   static bool PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, ChildImage* image, SpawnError* error);
   static void Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* out);
   // Whether spec's child may be made vfork-style (see the constructor).
   bool VforkEligible(const SpawnSpec& spec) const;
-  // Makes the children of specs[eligible...] vfork-style; returns the indexes left to Fork.
-  std::vector<size_t> VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
-                                const sigset_t& ignored, std::vector<PendingChild>* pending,
-                                std::vector<SpawnResult>* results);
-  // `clone_into_cgroup`: whether a spec's cgroup_dir_fd may be used (see kCloneIntoCgroupMaxBatch).
-  bool Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clone_into_cgroup, PendingChild* out,
-            SpawnError* error);
+  const sigset_t& Ignored();
+  // Forks the child of a prepared image (one the spawn thread did not clone, or never was to);
+  // its child ends are closed after. `clone_into_cgroup`: whether the image's cgroup_dir_fd may be
+  // used (see kCloneIntoCgroupMaxBatch).
+  bool Fork(ChildImage& image, bool clone_into_cgroup, PendingChild* out, SpawnError* error);
   bool Collect(PendingChild& child, TimePoint deadline, SpawnedProcess* out, SpawnError* error);
   TimePoint ExecDeadline() const;
 
   Duration exec_wait_;
   Method method_;
   // The signals this process ignores, which every child resets to the default: read at the first
-  // SpawnMany (64 sigaction calls), since ctrun sets its dispositions before any worker starts and
+  // batch (64 sigaction calls), since ctrun sets its dispositions before any worker starts and
   // never changes them afterwards.
   std::optional<sigset_t> ignored_;
 };

@@ -20,6 +20,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 
 #include "process/spawner.h"
@@ -286,6 +287,8 @@ struct PosixSpawner::ChildImage {
   StdioPlumbing in, out, err;
   UniqueFd err_read, err_write;
   int cgroup_dir_fd = -1;
+  int spec_cgroup_procs_fd = -1;  // the spec's, for a fork after all (plan's is -1 when vfork-style)
+  bool pending_fork = false;      // not cloned vfork-style: Batch::Finish forks it
   // Written when a vfork-style clone made it (the pid and pidfd by the kernel, before the child
   // runs); read by the agent's thread under VforkBatch::mu.
   pid_t pid = 0;
@@ -362,32 +365,58 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   image->affinity = std::make_unique<CpuMask>(spec.cpu_affinity);
   plan.affinity = image->affinity.get();
   plan.stop_before_exec = spec.stop_before_exec;
-  plan.cgroup_procs_fd = spec.cgroup_procs_fd;
+  plan.cgroup_procs_fd = image->spec_cgroup_procs_fd = spec.cgroup_procs_fd;
   plan.watchdog_fd = spec.watchdog_fd;
   image->cgroup_dir_fd = spec.cgroup_dir_fd;
   return true;
 }
 
-// The vfork-style children of one SpawnMany, shared between the agent's thread and the job on
-// the SpawnThread, which may outlive the call (a hung exec, see SpawnThread).
+// The vfork-style children of one batch, shared between the agent's thread, which adds images
+// while the job on the SpawnThread clones them, and that job, which may outlive the batch (a hung
+// exec, see SpawnThread). Everything but `stack` is under `mu`; an image is not touched by the
+// agent's thread once added, until the job is done with it (cloned, or the batch cancelled).
+// While a child is cloned, the agent's thread makes the next images' pipes: a child that shares
+// the agent's fd table takes its own copy of the part below the high-fd line first of all
+// (sys/high_fd.h); its own descriptors there were made before its clone and are closed by the
+// agent only after it has exec'd or exited, and whatever the agent opens meanwhile is copied too
+// and closed by the exec (CLOEXEC).
 struct PosixSpawner::VforkBatch {
   std::vector<ChildImage*> children;  // the images to clone, in order; owned by `images`
   std::vector<std::unique_ptr<ChildImage>> images;
   ChildStack stack{kChildStackSize};
   std::mutex mu;
+  std::condition_variable added;  // a child was added, or the batch closed or was cancelled
   size_t next = 0;             // the next child the job clones
   ChildImage* in_clone = nullptr;  // the child being cloned right now
+  bool closed = false;         // no child comes any more: the job ends when all are cloned
   bool cancelled = false;      // the agent gave up waiting: clone nothing more
   bool adopted = false;        // the agent took in_clone over (its exec hangs)
 
-  // The job: clones the children one after the other until done or cancelled. A child the kernel
-  // made after the agent gave up on it (and so does not know of) is killed here; the agent's
-  // reaper collects it as an unknown pid.
+  void Add(std::unique_ptr<ChildImage> image) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      children.push_back(image.get());
+      images.push_back(std::move(image));
+    }
+    added.notify_one();
+  }
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+    }
+    added.notify_one();
+  }
+
+  // The job: clones the children one after the other as they come, until the batch is closed
+  // and all are cloned, or it is cancelled. A child the kernel made after the agent gave up on
+  // it (and so does not know of) is killed here; the agent's reaper collects it as an unknown pid.
   void CloneAll() {
     for (;;) {
       ChildImage* c;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        std::unique_lock<std::mutex> lock(mu);
+        added.wait(lock, [this] { return cancelled || closed || next < children.size(); });
         if (cancelled || next == children.size()) return;
         c = in_clone = children[next++];
       }
@@ -444,10 +473,11 @@ void PosixSpawner::Adopt(ChildImage& image, pid_t pid, int pidfd, PendingChild* 
   out->proc.stdin_pipe = std::move(image.in.parent_end);
 }
 
-bool PosixSpawner::Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clone_into_cgroup, PendingChild* out,
-                        SpawnError* error) {
-  ChildImage image;
-  if (!PrepareChild(spec, ignored, &image, error)) return false;
+bool PosixSpawner::Fork(ChildImage& image, bool clone_into_cgroup, PendingChild* out, SpawnError* error) {
+  // As planned for a child of its own (a vfork-style one's plan differs in these).
+  image.plan.cgroup_procs_fd = image.spec_cgroup_procs_fd;
+  image.plan.stop_at_entry = false;
+  image.plan.unshare_files = false;
   // Straight into the rank's cgroup when the kernel can; otherwise fork, and the child joins it.
   pid_t pid = -1;
   int pidfd = -1;
@@ -463,12 +493,17 @@ bool PosixSpawner::Fork(const SpawnSpec& spec, const sigset_t& ignored, bool clo
   }
   if (!placed) {
     pid = ::fork();
-    if (pid < 0) return StartFailed(image.argv0, "fork", errno, error);
+    if (pid < 0) {
+      const int err = errno;
+      image.CloseChildEnds();
+      return StartFailed(image.argv0, "fork", err, error);
+    }
     if (pid == 0) ExecChild(image.plan);
   }
   ::setpgid(pid, pid);  // also from here: closes the race with killpg
   Adopt(image, pid, pidfd, out);
-  return true;  // the error pipe's write end and the child's stdio ends close here, in the parent
+  image.CloseChildEnds();  // the child has its own copies now
+  return true;
 }
 
 namespace {
@@ -539,84 +574,129 @@ bool PosixSpawner::Spawn(const SpawnSpec& spec, SpawnedProcess* out, SpawnError*
   return true;
 }
 
-// Makes the children of `eligible` (indexes into specs) vfork-style on the SpawnThread. Fills
-// (*pending)[i] / (*results)[i] for each child it started or failed to prepare; returns the
-// indexes it did not get to (the kernel refused vfork-style clones, or the wait ran out), which
-// the caller forks instead.
-std::vector<size_t> PosixSpawner::VforkSome(const std::vector<SpawnSpec>& specs, const std::vector<size_t>& eligible,
-                                            const sigset_t& ignored, std::vector<PendingChild>* pending,
-                                            std::vector<SpawnResult>* results) {
-  SpawnThread* thread = SpawnThread::Current();
-  if (thread == nullptr) return eligible;
-  auto batch = std::make_shared<VforkBatch>();
-  if (!batch->stack.ok()) return eligible;
-  std::vector<size_t> index_of;  // batch child -> spec index
-  for (size_t i : eligible) {
+// BeginBatch's batch. Vfork-style children go to the spawn thread as they are added (the first
+// Add posts the job); the rest, and those the kernel refused to clone vfork-style, are forked at
+// Finish, which then waits for every exec with one deadline: n stuck execs cost exec_wait once.
+class PosixSpawner::Batch final : public SpawnBatch {
+ public:
+  explicit Batch(PosixSpawner& owner) : owner_(owner), ignored_(owner.Ignored()) {}
+  ~Batch() override {
+    if (!finished_) {
+      std::vector<SpawnResult> ignored;
+      Finish(&ignored);
+    }
+  }
+
+  void Add(const SpawnSpec& spec) override {
+    const size_t i = results_.size();
+    results_.emplace_back();
+    pending_.emplace_back();
     auto image = std::make_unique<ChildImage>();
-    if (!PrepareChild(specs[i], ignored, image.get(), &(*results)[i].error)) continue;  // ok stays false
-    image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
-    image->plan.stop_at_entry = method_ == Method::kVforkStoppedAtEntry && specs[i].stop_before_exec;
-    batch->children.push_back(image.get());
-    batch->images.push_back(std::move(image));
-    index_of.push_back(i);
-  }
-  const bool finished = thread->Run([batch] { batch->CloneAll(); }, ExecDeadline());
-  std::vector<size_t> rest;
-  std::lock_guard<std::mutex> lock(batch->mu);
-  batch->cancelled = true;
-  for (size_t k = 0; k < batch->children.size(); ++k) {
-    ChildImage& c = *batch->children[k];
-    const size_t i = index_of[k];
-    if (!finished && &c == batch->in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) > 0) {
-      // Not exec'd yet (a hung exec, or a child the kernel has not run on a busy machine): a
-      // started worker whose exec is unconfirmed, like a forked one's.
-      batch->adopted = true;
-      Adopt(c, c.pid, c.pidfd, &(*pending)[i]);
-      (*results)[i].ok = true;
-      continue;
+    if (!PrepareChild(spec, ignored_, image.get(), &results_[i].error)) return;  // ok stays false
+    if (owner_.VforkEligible(spec) && StartVfork()) {
+      image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
+      image->plan.stop_at_entry = owner_.method_ == Method::kVforkStoppedAtEntry && spec.stop_before_exec;
+      vfork_index_.push_back(i);
+      vfork_->Add(std::move(image));
+      return;
     }
-    // Not reached, or the clone failed: Fork tries again its way, and either places the child
-    // (a cgroup clone3 refuses, a kernel before 5.7) or reports why it cannot (EAGAIN, ENOMEM).
-    if (!c.cloned || c.clone_result < 0) {
-      if (c.cloned && c.clone_errno == ENOSYS) vfork_usable.store(false, std::memory_order_relaxed);  // < 5.3
-      rest.push_back(i);
-      continue;
-    }
-    Adopt(c, c.clone_result, c.pidfd, &(*pending)[i]);
-    (*results)[i].ok = true;
+    forked_.emplace_back(i, image.get());
+    own_.push_back(std::move(image));
   }
-  // The children's ends of their pipes and the error pipes' write ends close with the images of
-  // a finished batch; an abandoned batch lives on with its job, so close them here, except those
-  // of the child in its clone (adopted or to be killed): it may still share our fd table, and
-  // CloneAll closes them once it has exec'd or exited.
-  for (auto& image : batch->images)
-    if (image.get() != batch->in_clone) image->CloseChildEnds();
-  return rest;
-}
+
+  void Finish(std::vector<SpawnResult>* results) override {
+    finished_ = true;
+    if (vfork_) AdoptVforked();
+    // In Add order, whichever way they came here.
+    std::sort(forked_.begin(), forked_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const bool clone_into_cgroup = results_.size() <= kCloneIntoCgroupMaxBatch;
+    for (auto& [i, image] : forked_)
+      results_[i].ok = owner_.Fork(*image, clone_into_cgroup, &pending_[i], &results_[i].error);
+    const TimePoint deadline = owner_.ExecDeadline();
+    for (size_t i = 0; i < results_.size(); ++i)
+      if (results_[i].ok) results_[i].ok = owner_.Collect(pending_[i], deadline, &results_[i].process, &results_[i].error);
+    *results = std::move(results_);
+  }
+
+ private:
+  // The spawn thread's job, posted at the first vfork-style child; false when there is no thread
+  // (or no stack for the children): the child is forked instead.
+  bool StartVfork() {
+    if (vfork_) return true;
+    if (vfork_failed_) return false;
+    thread_ = SpawnThread::Current();
+    auto batch = std::make_shared<VforkBatch>();
+    if (thread_ == nullptr || !batch->stack.ok()) {
+      vfork_failed_ = true;
+      return false;
+    }
+    vfork_ = std::move(batch);
+    thread_->Post([batch = vfork_] { batch->CloneAll(); });
+    return true;
+  }
+
+  // Closes the vfork batch and waits for its clones (bounded), then takes each child in: a
+  // started one becomes pending; one not reached, or whose clone failed, goes to forked_, where
+  // Fork tries again its way and either places the child (a cgroup clone3 refuses, a kernel
+  // before 5.7) or reports why it cannot (EAGAIN, ENOMEM).
+  void AdoptVforked() {
+    vfork_->Close();
+    const bool finished = thread_->Wait(owner_.ExecDeadline());
+    VforkBatch& batch = *vfork_;
+    std::lock_guard<std::mutex> lock(batch.mu);
+    batch.cancelled = true;
+    for (size_t k = 0; k < batch.children.size(); ++k) {
+      ChildImage& c = *batch.children[k];
+      const size_t i = vfork_index_[k];
+      if (!finished && &c == batch.in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) > 0) {
+        // Not exec'd yet (a hung exec, or a child the kernel has not run on a busy machine): a
+        // started worker whose exec is unconfirmed, like a forked one's.
+        batch.adopted = true;
+        Adopt(c, c.pid, c.pidfd, &pending_[i]);
+        results_[i].ok = true;
+        continue;
+      }
+      if (!c.cloned || c.clone_result < 0) {
+        if (c.cloned && c.clone_errno == ENOSYS) vfork_usable.store(false, std::memory_order_relaxed);  // < 5.3
+        c.pending_fork = true;
+        forked_.emplace_back(i, &c);  // the job is done with it: cancelled, and not in its clone
+        continue;
+      }
+      Adopt(c, c.clone_result, c.pidfd, &pending_[i]);
+      results_[i].ok = true;
+    }
+    // The children's ends of their pipes and the error pipes' write ends close with the images of
+    // a finished batch; an abandoned batch lives on with its job, so close them here, except those
+    // of the child in its clone (adopted or to be killed): it may still share our fd table, and
+    // CloneAll closes them once it has exec'd or exited.
+    for (auto& image : batch.images)
+      if (image.get() != batch.in_clone && !image->pending_fork) image->CloseChildEnds();
+  }
+
+  PosixSpawner& owner_;
+  const sigset_t& ignored_;
+  std::vector<SpawnResult> results_;                   // one per Add
+  std::vector<PendingChild> pending_;                  // one per Add
+  std::vector<std::pair<size_t, ChildImage*>> forked_;  // (index, image) to fork at Finish
+  std::vector<std::unique_ptr<ChildImage>> own_;        // the images never meant for the spawn thread
+  std::vector<size_t> vfork_index_;                    // vfork batch child -> index
+  std::shared_ptr<VforkBatch> vfork_;
+  SpawnThread* thread_ = nullptr;
+  bool vfork_failed_ = false;
+  bool finished_ = false;
+};
+
+std::unique_ptr<SpawnBatch> PosixSpawner::BeginBatch() { return std::make_unique<Batch>(*this); }
 
 void PosixSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<SpawnResult>* results) {
-  // Every child is started first, then all are collected: the children's execs (and the kernel
-  // work of loading them) overlap the making of the next ones. One deadline for the batch: n stuck
-  // execs cost exec_wait once, not n times.
-  results->clear();
-  results->resize(specs.size());
-  std::vector<PendingChild> pending(specs.size());
+  Batch batch(*this);
+  for (const SpawnSpec& spec : specs) batch.Add(spec);
+  batch.Finish(results);
+}
+
+const sigset_t& PosixSpawner::Ignored() {
   if (!ignored_) ignored_ = IgnoredSignals();
-  const sigset_t& ignored = *ignored_;
-  std::vector<size_t> vfork, fork;
-  for (size_t i = 0; i < specs.size(); ++i) (VforkEligible(specs[i]) ? vfork : fork).push_back(i);
-  if (!vfork.empty()) {
-    std::vector<size_t> rest = VforkSome(specs, vfork, ignored, &pending, results);
-    fork.insert(fork.end(), rest.begin(), rest.end());
-    std::sort(fork.begin(), fork.end());
-  }
-  const bool clone_into_cgroup = specs.size() <= kCloneIntoCgroupMaxBatch;
-  for (size_t i : fork)
-    (*results)[i].ok = Fork(specs[i], ignored, clone_into_cgroup, &pending[i], &(*results)[i].error);
-  const TimePoint deadline = ExecDeadline();
-  for (size_t i = 0; i < specs.size(); ++i)
-    if ((*results)[i].ok)
-      (*results)[i].ok = Collect(pending[i], deadline, &(*results)[i].process, &(*results)[i].error);
+  return *ignored_;
 }
 
 TimePoint PosixSpawner::ExecDeadline() const { return std::chrono::steady_clock::now() + exec_wait_; }

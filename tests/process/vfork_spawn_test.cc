@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -190,6 +191,65 @@ TEST(VforkSpawn, AChildHoldingTheSpawnThreadPastTheExecWaitIsOwnedAndTheRestAreF
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 3);
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // nothing else was started
   EXPECT_EQ(errno, ECHILD);
+}
+
+// A batch clones each child as it is added, while the caller goes on making and closing
+// descriptors for the next ones (low numbers freed and taken again, as PrepareChild's moves above
+// the high-fd line do): every child gets its own stdio. A spec the spawn thread may not take
+// (stopped before exec: forked at Finish) keeps its place among the results.
+TEST(VforkSpawn, ABatchStartsChildrenWhileTheCallerMakesAndClosesDescriptors) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp;
+  std::unique_ptr<SpawnBatch> batch = sp.BeginBatch();
+  constexpr int kChildren = 6;
+  constexpr int kStopped = 3;
+  for (int i = 0; i < kChildren; ++i) {
+    SpawnSpec spec;
+    spec.argv = {"/bin/sh", "-c", "echo " + std::to_string(i)};
+    spec.stdout_target = StdioTarget::Pipe();
+    spec.stop_before_exec = i == kStopped;
+    batch->Add(spec);
+    for (int k = 0; k < 50; ++k) {
+      int p[2];
+      ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+      ::close(p[0]);
+      ::close(p[1]);
+    }
+  }
+  std::vector<SpawnResult> results;
+  batch->Finish(&results);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kChildren));
+  for (const auto& r : results) ASSERT_TRUE(r.ok) << r.error.message;
+  EXPECT_TRUE(results[kStopped].process.unconfirmed.has_value());
+  EXPECT_TRUE(WaitFor([&] { return ProcState(results[kStopped].process.pid) == 'T'; }, 5s));
+  ASSERT_EQ(::kill(results[kStopped].process.pid, SIGCONT), 0);
+  for (int i = 0; i < kChildren; ++i) {
+    const auto [out, st] = FirstOutputAndStatus(results[static_cast<size_t>(i)].process);
+    EXPECT_EQ(out, std::to_string(i) + "\n") << i;
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << i << ": status " << st;
+  }
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // nothing else was started
+}
+
+// A batch given up before Finish still finishes: every child it started is started, and can be
+// reaped by whoever reaps strangers.
+TEST(VforkSpawn, ABatchDroppedUnfinishedStartsWhatItWasGiven) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp;
+  {
+    std::unique_ptr<SpawnBatch> batch = sp.BeginBatch();
+    for (int i = 0; i < 2; ++i) {
+      SpawnSpec spec;
+      spec.argv = {"/bin/sh", "-c", "exit 7"};
+      batch->Add(spec);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    int st = -1;
+    ASSERT_GT(RetryOnEintr([&] { return ::waitpid(-1, &st, 0); }), 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << "status " << st;
+  }
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
 }
 
 // A child the kernel has not run yet when the exec wait runs out still shares the agent's fd table
