@@ -111,6 +111,26 @@ class Ending {
   ctrun::RunIdentity identity_;
 };
 
+// After a run: everything it owed anyone is out (RunJob drained the console; the events and the
+// summary went out by write(2) as they happened), so ctrun ends without the destructors and exit
+// handlers of a return from main, which only give back memory the kernel takes back anyway:
+// 0.5 ms of a launch of 8 x /bin/true on the development VM (two interleaved 41-run A/Bs). Stdio
+// is flushed first. Sanitizer builds return normally: their leak check runs at exit.
+#if defined(__SANITIZE_ADDRESS__)
+#define CTRUN_RETURN_FROM_MAIN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CTRUN_RETURN_FROM_MAIN 1
+#endif
+#endif
+int EndAfterRun(int code) {
+#ifndef CTRUN_RETURN_FROM_MAIN
+  std::fflush(nullptr);
+  ::_exit(code);
+#endif
+  return code;
+}
+
 // The CLI's one-line error without its "ctrun: error: " and newline.
 std::string ErrorText(const std::string& line) {
   std::string s = line.rfind("ctrun: error: ", 0) == 0 ? line.substr(14) : line;
@@ -236,7 +256,7 @@ int main(int argc, char** argv) {
                     {"max_restarts", config.max_restarts},
                     {"max_run_time_s", config.max_run_time ? nlohmann::json(*config.max_run_time) : nlohmann::json(nullptr)}});
     ctx.events = events ? events.get() : &ctrun::NullEvents();
-    return ending.Finish(ctrun::RunJob(config, ctx));
+    return EndAfterRun(ending.Finish(ctrun::RunJob(config, ctx)));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ctrun: internal error: %s\n", e.what());
     return 1;
