@@ -21,6 +21,11 @@ std::string FormatSecondsValue(double s) {
   return buf;
 }
 
+// Whether the worker of `spec` writes to ctrun's own stdout or stderr, with no relay in between.
+bool WritesToAgentConsole(const SpawnSpec& spec) {
+  return spec.stdout_target.kind == StdioTarget::Kind::kInherit || spec.stderr_target.kind == StdioTarget::Kind::kInherit;
+}
+
 }  // namespace
 
 Agent::Agent(const LaunchConfig& config, Environment base_env, std::string executable, Spawner& spawner,
@@ -128,11 +133,6 @@ void Agent::OnJobEnd(const rdzv::JobEnd& end) {
 }
 
 void Agent::FillRank(int i, RankInfo* r) const { *r = RankFor(config_, i, round_); }
-
-// Whether the worker of `spec` writes to ctrun's own stdout or stderr, with no relay in between.
-bool Agent::WritesToAgentConsole(const SpawnSpec& spec) {
-  return spec.stdout_target.kind == StdioTarget::Kind::kInherit || spec.stderr_target.kind == StdioTarget::Kind::kInherit;
-}
 
 void Agent::StartAttempt() {
   failures_.clear();

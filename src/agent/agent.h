@@ -239,7 +239,6 @@ class Agent final : public rdzv::RendezvousListener {
   void JoinRendezvous();
   void FinishMultiNodeAttempt();
   void FillRank(int local_rank, RankInfo* rank) const;
-  static bool WritesToAgentConsole(const SpawnSpec& spec);
   void BeginStopping(StopReason reason, int sig);
   void OnGraceExpired();
   void OnFinalWaitExpired();

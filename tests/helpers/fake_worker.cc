@@ -90,6 +90,17 @@ void SleepMs(long ms) {
   }
 }
 
+// Polls `path` every 2 ms, for at most 30 s, until it exists (want_present) or is gone; false when
+// the time ran out.
+bool WaitForPath(const std::string& path, bool want_present) {
+  struct stat st;
+  for (int i = 0; i < 15000; ++i) {
+    if ((stat(path.c_str(), &st) == 0) == want_present) return true;
+    SleepMs(2);
+  }
+  return false;
+}
+
 [[noreturn]] void SleepForever() {
   for (;;) pause();
 }
@@ -294,10 +305,7 @@ int main(int argc, char** argv) {
     if (b + 1 < beats) SleepMs(beat_ms);
   }
   if (sleep_ms > 0) SleepMs(sleep_ms);
-  if (!wait_file.empty()) {
-    struct stat st;
-    for (int i = 0; i < 15000 && stat(wait_file.c_str(), &st) != 0; ++i) SleepMs(2);
-  }
+  if (!wait_file.empty()) (void)WaitForPath(wait_file, /*want_present=*/true);
 
   // Every other rank waits (bounded) until rank R's directory of this attempt, beside its own
   // (the directory of TORCHELASTIC_ERROR_FILE), is gone, and exits 4 when it never goes.
@@ -305,10 +313,7 @@ int main(int argc, char** argv) {
     std::string dir = Env("TORCHELASTIC_ERROR_FILE");
     dir = dir.substr(0, dir.rfind('/'));
     dir = dir.substr(0, dir.rfind('/') + 1) + std::to_string(wait_gone_rank);
-    struct stat st;
-    int i = 0;
-    for (; i < 15000 && stat(dir.c_str(), &st) == 0; ++i) SleepMs(2);
-    if (i == 15000) return 4;
+    if (!WaitForPath(dir, /*want_present=*/false)) return 4;
   }
   bool applies = (only_rank < 0 || std::to_string(only_rank) == rank) &&
                  (only_attempt < 0 || std::to_string(only_attempt) == Env("TORCHELASTIC_RESTART_COUNT", "0")) &&
