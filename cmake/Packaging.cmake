@@ -11,6 +11,9 @@
 include(GNUInstallDirs)
 
 install(TARGETS ctrun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT agent)
+if(TARGET ct-watchdog)
+  install(TARGETS ct-watchdog RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ctrun COMPONENT agent)
+endif()
 
 # `torchrun` -> ctrun, a relative link, outside PATH: job scripts opt in with
 # PATH=<prefix>/libexec/ctrun:$PATH, or an admin makes it /usr/bin/torchrun with update-alternatives.

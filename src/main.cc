@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "gpu/gpu_probe.h"
 #include "gpu/nvml_driver.h"
 #include "placement/job_placement.h"
+#include "process/watchdog.h"
 #include "logs/logging.h"
 #include "logs/output_plan.h"
 #include "rendezvous/settings.h"
@@ -142,6 +144,9 @@ std::string ErrorText(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The cleanup of a SIGKILLed ctrun, exec'd by its ct-watchdog (process/watchdog.h).
+  if (argc >= 2 && std::strcmp(argv[1], ctrun::kWatchdogCleanupFlag) == 0)
+    return ctrun::RunAgentDeathCleanup(std::vector<std::string>(argv + 2, argv + argc));
   ctrun::OccupyClosedStdio();  // before anything opens an fd
   try {
     // ctrun's line format from the first word on (a line logged before the flags are read, say

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -635,6 +636,18 @@ warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
 
 }  // namespace
 
+int RunAgentDeathCleanup(const std::vector<std::string>& args) {
+  // Not "ctrun...": `pkill -9 ctrun` matches process names (see process/watchdog.h).
+  ::prctl(PR_SET_NAME, "ct-watchdog");
+  if (args.size() != 2) return 2;
+  // How long to wait for the cgroup to empty after cgroup.kill (a process in D state dies only
+  // when its I/O ends) before leaving the directory.
+  constexpr std::chrono::seconds kCgroupEmptyBudget{10};
+  if (!args[0].empty()) RemoveWorkerCgroup(args[0], kCgroupEmptyBudget);
+  if (!args[1].empty()) logs::RemoveTreesMadeAhead(args[1]);
+  return 0;
+}
+
 RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   std::vector<int> handled = config.signals_to_handle;
   for (int s : config.forward_only_signals) handled.push_back(s);
@@ -668,10 +681,12 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // After the cgroup and the run directory: a SIGKILLed ctrun's watchdog empties and removes the
   // one, and removes the next attempt's directories made ahead (never used) from the other.
   std::optional<Watchdog> watchdog;
-  std::function<void()> drop_ahead;
-  if (log_dir->files_enabled()) drop_ahead = [run_dir = log_dir->run_dir()] { logs::RemoveTreesMadeAhead(run_dir); };
-  if (auto w = Watchdog::Start(cgroups ? cgroups->dir() : "", std::move(drop_ahead)); w.ok()) {
+  const std::string cleanup_cgroup = cgroups ? cgroups->dir() : "";
+  WatchdogCleanup cleanup{{cleanup_cgroup, log_dir->files_enabled() ? log_dir->run_dir() : ""}, &RunAgentDeathCleanup};
+  if (auto w = Watchdog::Start(LocateWatchdogHelper(context.env.Get("CTRUN_WATCHDOG_HELPER")), std::move(cleanup));
+      w.ok()) {
     watchdog.emplace(std::move(w.value()));
+    if (!watchdog->why_forked().empty()) spdlog::debug("the watchdog is a fork of ctrun: {}", watchdog->why_forked());
   } else {
     spdlog::warn("cannot start the watchdog: {}", w.message());
   }
@@ -752,6 +767,9 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     return SetUpFailed(OutcomeKind::kSetupError, "cannot watch signals and child exits: " + s.message());
 
   agent.Start();
+  // The empty cgroups of earlier ctruns killed together with their watchdogs: removed once this
+  // job's first workers are on their way, off the path to their start.
+  if (!cleanup_cgroup.empty()) RemoveStaleWorkerCgroups(cleanup_cgroup);
   while (!agent.done()) loop.RunOnce();
   // Every worker group is gone: the watchdog has nothing left to guard. Its clean shutdown ('Q',
   // close) goes now, so that its wake-up and exit overlap the rest of the teardown instead of

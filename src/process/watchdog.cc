@@ -1,27 +1,25 @@
 #include "process/watchdog.h"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 
-#include "sys/cgroup.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
 namespace {
 
-// How long a watchdog waits for the workers' cgroup to empty after cgroup.kill (a process in D
-// state dies only when its I/O ends) before it gives up and leaves the directory.
-constexpr std::chrono::seconds kCgroupEmptyBudget{10};
-
-[[noreturn]] void WatchdogMain(int rfd, const std::string& cgroup_dir, const std::function<void()>& on_agent_death) {
+// A forked watchdog: the same contract as the ct-watchdog program (process/watchdog_helper.c),
+// in this process's copy of the agent.
+[[noreturn]] void WatchdogMain(int rfd, const WatchdogCleanup& cleanup) {
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   // The pipe moves above fds 0-2 first (ctrun started with them closed can have it there), or
   // /dev/null would replace it below.
@@ -47,9 +45,6 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
   // its job (it took both, and the workers' children ran on).
   ::prctl(PR_SET_NAME, "ct-watchdog");
 
-  // Off ctrun's critical path: the watchdog idles from here until ctrun ends.
-  if (!cgroup_dir.empty()) RemoveStaleWorkerCgroups(cgroup_dir);
-
   static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;
   WatchdogMessage m;
@@ -66,13 +61,65 @@ constexpr std::chrono::seconds kCgroupEmptyBudget{10};
   }
   if (!clean) {
     groups.ForEach([](pid_t pgid) { ::kill(-pgid, SIGKILL); });
-    if (!cgroup_dir.empty()) RemoveWorkerCgroup(cgroup_dir, kCgroupEmptyBudget);
-    if (on_agent_death) on_agent_death();
+    if (cleanup.run) cleanup.run(cleanup.args);
   }
   ::_exit(0);
 }
 
+// Moves `fd` (CLOEXEC) to 5 or above: the program's fds 0-4 are made by dup2 from these, and a
+// source among them would be overwritten before its turn.
+void MoveAbove4(UniqueFd* fd) {
+  if (*fd && fd->get() < 5) {
+    const int moved = ::fcntl(fd->get(), F_DUPFD_CLOEXEC, 5);
+    if (moved >= 0) fd->reset(moved);
+  }
+}
+
+// Starts the ct-watchdog program with the pipe's read end as fd 3 and ctrun's executable as fd 4
+// (for the cleanup exec); its pid, or -1 with errno when it could not be started. posix_spawn:
+// the agent is suspended only until the exec, and none of its pages become copy-on-write.
+pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanup& cleanup) {
+  UniqueFd exe;
+  std::vector<std::string> args{"ct-watchdog"};
+  if (cleanup.run) {
+    exe.reset(::open("/proc/self/exe", O_PATH | O_CLOEXEC));
+    if (exe) {
+      args.push_back("ctrun");
+      args.push_back(kWatchdogCleanupFlag);
+      args.insert(args.end(), cleanup.args.begin(), cleanup.args.end());
+    }
+  }
+  MoveAbove4(&rfd);
+  MoveAbove4(&exe);
+  posix_spawn_file_actions_t actions;
+  if (int err = ::posix_spawn_file_actions_init(&actions); err != 0) return errno = err, -1;
+  ::posix_spawn_file_actions_adddup2(&actions, rfd.get(), 3);
+  if (exe) ::posix_spawn_file_actions_adddup2(&actions, exe.get(), 4);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, 0, 1);
+  ::posix_spawn_file_actions_adddup2(&actions, 0, 2);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int err = ::posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return errno = err, -1;
+  return pid;
+}
+
 }  // namespace
+
+std::string LocateWatchdogHelper(const std::string* override_path) {
+  if (override_path) return *override_path;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const std::filesystem::path dir = exe.parent_path();
+  for (const std::filesystem::path& p : {dir / "ct-watchdog", dir / ".." / "libexec" / "ctrun" / "ct-watchdog"})
+    if (::access(p.c_str(), X_OK) == 0) return p.lexically_normal().string();
+  return "";
+}
 
 void PgidSet::Add(pid_t pgid) {
   if (pgid > 0 && static_cast<uint32_t>(pgid) < kPidLimit)
@@ -84,17 +131,23 @@ void PgidSet::Remove(pid_t pgid) {
     bits_[pgid / kWordBits] &= ~(Word{1} << (pgid % kWordBits));
 }
 
-StatusOr<Watchdog> Watchdog::Start(const std::string& cgroup_dir, std::function<void()> on_agent_death) {
+StatusOr<Watchdog> Watchdog::Start(const std::string& helper, WatchdogCleanup cleanup) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2", errno);
   UniqueFd r(fds[0]), w(fds[1]);
+  std::string why_forked = "no ct-watchdog program found";
+  if (!helper.empty()) {
+    const pid_t pid = SpawnHelper(helper, r, cleanup);
+    if (pid > 0) return Watchdog(std::move(w), pid, "");
+    why_forked = "cannot start " + helper + ": " + std::strerror(errno);
+  }
   pid_t pid = ::fork();
   if (pid < 0) return Status::Errno("fork watchdog", errno);
   if (pid == 0) {
     w.reset();
-    WatchdogMain(r.release(), cgroup_dir, on_agent_death);
+    WatchdogMain(r.release(), cleanup);
   }
-  return Watchdog(std::move(w), pid);
+  return Watchdog(std::move(w), pid, std::move(why_forked));
 }
 
 Watchdog::~Watchdog() {

@@ -1,14 +1,21 @@
 // Watchdog: covers the one case PR_SET_PDEATHSIG cannot. When ctrun itself is SIGKILLed, its
 // workers die by PDEATHSIG, but their children (DataLoader workers, ...) are merely reparented
-// and keep running, holding GPUs. The watchdog is a tiny forked process that holds the read end
-// of a pipe whose write end lives in the agent (and, CLOEXEC, in each child until its exec). It
-// learns each worker process group as it starts ('A' pgid) and when it is gone ('R' pgid, from
-// the agent). If the pipe reaches EOF without a prior 'Q' (clean shutdown), the agent died: the
-// watchdog SIGKILLs every registered group, then, when the workers run in a cgroup sub-tree
-// (sys/cgroup.h), kills everything left in it (cgroup.kill: descendants that left their group or
-// session too), waits until it is empty (bounded) and removes it, runs the agent's last cleanup
-// (`on_agent_death`, see Start), and exits. It ignores INT/TERM/HUP/QUIT so a signal aimed at
-// ctrun's group cannot take it first.
+// and keep running, holding GPUs. The watchdog is a tiny process that holds the read end of a
+// pipe whose write end lives in the agent (and, CLOEXEC, in each child until its exec). It learns
+// each worker process group as it starts ('A' pgid) and when it is gone ('R' pgid, from the
+// agent). If the pipe reaches EOF without a prior 'Q' (clean shutdown), the agent died: the
+// watchdog SIGKILLs every registered group, then runs the agent's last cleanup (WatchdogCleanup:
+// the workers' cgroup sub-tree, emptied through cgroup.kill, which also takes descendants that
+// left their group or session; the next attempt's directories made ahead), and exits. It ignores
+// INT/TERM/HUP/QUIT so a signal aimed at ctrun's group cannot take it first, and is named
+// `ct-watchdog`, which `pkill -9 ctrun` does not match.
+//
+// Two ways to start it, one behaviour: the program ct-watchdog (process/watchdog_helper.c),
+// started with posix_spawn, which for the agent costs only a clone; or, where that program is
+// not found or cannot run, a fork of the agent, which makes the agent pay copy-on-write faults on
+// the pages it writes next (3-4 ms of an 8-worker launch on the development VM). The program
+// reaches the cleanup by exec'ing ctrun's executable in its cleanup mode (kWatchdogCleanupFlag);
+// a forked watchdog calls the same function in its copy of the agent.
 //
 // The 'A' is written before a worker runs any code of its own: by the child between setpgid and
 // exec (cold), or by the warm spawner before it hands a spec to a waiting child, through
@@ -24,8 +31,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -71,29 +78,47 @@ struct WatchdogMessage {
 // write (the watchdog is gone) is ignored: the group is then covered by nothing, as before.
 void AnnounceGroup(int watchdog_fd, pid_t pgid);
 
+// ctrun's cleanup mode: `ctrun --ct-watchdog-cleanup ARG...` runs the cleanup of a dead agent
+// (main.cc), as exec'd by the ct-watchdog program. Not a user-facing flag.
+inline constexpr const char* kWatchdogCleanupFlag = "--ct-watchdog-cleanup";
+
+// What the watchdog does after the agent died, once the registered groups are killed: run(args),
+// in a forked watchdog directly, from the ct-watchdog program through ctrun's cleanup mode. Both
+// run in a process of their own with no thread but one, after the agent is gone; best effort.
+struct WatchdogCleanup {
+  std::vector<std::string> args;
+  int (*run)(const std::vector<std::string>& args) = nullptr;  // null: nothing to clean up
+};
+
+// Where the ct-watchdog program is: `override_path` when given ("" for none: fork), else next
+// to ctrun's executable (a build tree), else <ctrun's dir>/../libexec/ctrun (an installation);
+// "" when it is in neither.
+std::string LocateWatchdogHelper(const std::string* override_path);
+
 class Watchdog {
  public:
-  // Forks the watchdog. Call before starting workers and before any thread exists. cgroup_dir:
-  // the workers' cgroup sub-tree (WorkerCgroups::dir()) to empty and remove if the agent dies
-  // (and whose stale siblings the watchdog removes at its start, RemoveStaleWorkerCgroups);
-  // "" for none. on_agent_death: what else the agent would have cleaned up, run in the watchdog
-  // process after the workers are gone (its copy of the agent's memory as of the fork, one
-  // thread; best effort, no reply); empty for nothing.
-  static StatusOr<Watchdog> Start(const std::string& cgroup_dir, std::function<void()> on_agent_death = {});
+  // Starts the watchdog: the program at `helper` (LocateWatchdogHelper), or a fork of this
+  // process when `helper` is "" or cannot be started. Call before starting workers; a fork wants
+  // no thread to exist yet.
+  static StatusOr<Watchdog> Start(const std::string& helper, WatchdogCleanup cleanup);
   Watchdog(Watchdog&&) = default;
   Watchdog& operator=(Watchdog&&) = default;
   ~Watchdog();  // clean shutdown ('Q' + close) unless released
 
   void RemoveGroup(pid_t pgid);
   pid_t pid() const { return pid_; }
+  // Why the watchdog is a fork of the agent and not the ct-watchdog program; "" when it is the program.
+  const std::string& why_forked() const { return why_forked_; }
   // The write end, for AnnounceGroup in spawned children (CLOEXEC: no worker program keeps it).
   int fd() const { return write_.get(); }
 
  private:
-  Watchdog(UniqueFd w, pid_t pid) : write_(std::move(w)), pid_(pid) {}
+  Watchdog(UniqueFd w, pid_t pid, std::string why_forked)
+      : write_(std::move(w)), pid_(pid), why_forked_(std::move(why_forked)) {}
   void Send(char op, pid_t pgid);
   UniqueFd write_;
   pid_t pid_ = -1;
+  std::string why_forked_;
 };
 
 }  // namespace ctrun

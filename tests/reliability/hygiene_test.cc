@@ -210,15 +210,38 @@ TEST(Hygiene, SigkillOfCtrunLeavesNoProcessOfTheJob) {
   EXPECT_EQ(left, std::vector<pid_t>{}) << Describe(left) << "\nbefore: " << before << "\n" << ReadFileOr(dir / "err");
 }
 
+// The watchdog either way it starts (process/watchdog.h): the ct-watchdog program, which reaches
+// the cleanup by exec'ing ctrun, or a fork of ctrun (CTRUN_WATCHDOG_HELPER="", as where the
+// program is missing). Its environment entries, and whether ctrun's debug log must say it forked.
+struct WatchdogWay {
+  std::vector<std::string> env;
+  bool forked;
+};
+void PrintTo(const WatchdogWay& way, std::ostream* os) { *os << (way.forked ? "forked" : "the ct-watchdog program"); }
+class HygieneWatchdog : public ::testing::TestWithParam<WatchdogWay> {
+ protected:
+  // Checks that the job ran with the watchdog this test is about (ctrun run with --log-level=debug).
+  void ExpectWatchdogWay(const std::string& log) {
+    EXPECT_EQ(log.find("the watchdog is a fork of ctrun") != std::string::npos, GetParam().forked) << log;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Ways, HygieneWatchdog,
+                         ::testing::Values(WatchdogWay{{}, false}, WatchdogWay{{"CTRUN_WATCHDOG_HELPER="}, true}),
+                         [](const ::testing::TestParamInfo<WatchdogWay>& p) { return p.param.forked ? "Forked" : "Program"; });
+
 // A SIGKILLed ctrun cannot drop the next attempt's directories it made ahead: its watchdog does,
 // so the run directory it leaves holds the attempts that ran, as after any other ending.
-TEST(Hygiene, SigkillOfCtrunLeavesNoTreeMadeAhead) {
+TEST_P(HygieneWatchdog, SigkillOfCtrunLeavesNoTreeMadeAhead) {
   TempDir dir;
   const std::string marker = NewJobMarker();
-  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=3", "--log_dir", dir / "logs"},
+  std::vector<std::string> env = GetParam().env;
+  env.push_back(MarkerEnv(marker));
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=3", "--max_restarts=3", "--log_dir", dir / "logs",
+                               "--log-level=debug"},
                               {"--env-file", dir / "env", "--hang"}),
-                        {MarkerEnv(marker)}, dir / "out", dir / "err");
+                        env, dir / "out", dir / "err");
   ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 3, 0); }, 20s)) << ReadFileOr(dir / "err");
+  ExpectWatchdogWay(ReadFileOr(dir / "err"));
   const auto runs = DirEntries(dir / "logs");
   ASSERT_EQ(runs.size(), 1u);
   const std::string run = dir / ("logs/" + *runs.begin());
@@ -237,14 +260,18 @@ TEST(Hygiene, SigkillOfCtrunLeavesNoTreeMadeAhead) {
 // With a cgroup for the workers, the watchdog of a SIGKILLed ctrun also kills what left the
 // workers' process groups (a setsid daemon) and removes the cgroup: no ctrun-<pid> is left behind
 // for a later ctrun of the same pid to find.
-TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
+TEST_P(HygieneWatchdog, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
   if (::geteuid() != 0) GTEST_SKIP() << "not root: no cgroup for the workers";
   TempDir dir;
   const std::string marker = NewJobMarker();
+  std::vector<std::string> env = GetParam().env;
+  env.push_back(MarkerEnv(marker));
+  env.push_back("TMPDIR=" + dir.path());
   BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2", "--log-level=debug"},
                               {"--env-file", dir / "env", "--detached-grandchild", "--hang"}),
-                        {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
+                        env, dir / "out", dir / "err");
   ASSERT_TRUE(WaitFor([&] { return AllStarted(dir, 2, 0); }, 20s)) << ReadFileOr(dir / "err");
+  ExpectWatchdogWay(ReadFileOr(dir / "err"));
   ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(marker).size() >= 1 + 2 * 2; }, 10s));
   const std::string cgroup = ctrun::testing::WorkersCgroupFromLog(ReadFileOr(dir / "err"));
   if (cgroup.empty()) {
@@ -262,10 +289,10 @@ TEST(Hygiene, SigkillOfCtrunAlsoKillsDetachedDescendantsAndRemovesTheCgroup) {
 }
 
 // A ctrun SIGKILLed together with its watchdog (`pkill -9` of both, an OOM kill of the whole
-// session) leaves its empty ctrun-<pid> behind. The next ctrun's watchdog removes those of dead
-// pids, and leaves alone one whose pid lives, one made in the last seconds (a new ctrun that
-// took a dead one's pid) and anything that is not a ctrun worker cgroup.
-TEST(Hygiene, TheWatchdogRemovesEmptyWorkerCgroupsThatDeadCtrunsLeft) {
+// session) leaves its empty ctrun-<pid> behind. The next ctrun removes those of dead pids once its
+// first workers started, and leaves alone one whose pid lives, one made in the last seconds (a
+// new ctrun that took a dead one's pid) and anything that is not a ctrun worker cgroup.
+TEST(Hygiene, TheNextCtrunRemovesEmptyWorkerCgroupsThatDeadCtrunsLeft) {
   if (::geteuid() != 0) GTEST_SKIP() << "not root: no cgroup for the workers";
   TempDir dir;
   RunResult first = RunCommand(Ctrun({"--standalone", "--nproc_per_node=1", "--log-level=debug"}, {}), {}, 30s);
@@ -302,12 +329,13 @@ TEST(Hygiene, TheWatchdogRemovesEmptyWorkerCgroupsThatDeadCtrunsLeft) {
 
 // `pkill -9 ctrun` SIGKILLs every process whose name contains "ctrun": the watchdog must not be
 // one of them, or nothing kills the workers' children (they ran on).
-TEST(Hygiene, PkillOfCtrunByNameLeavesTheWatchdogToKillTheGrandchildren) {
+TEST_P(HygieneWatchdog, PkillOfCtrunByNameLeavesTheWatchdogToKillTheGrandchildren) {
   TempDir dir;
-  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2"},
+  BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2", "--log-level=debug"},
                               {"--pid-file", dir / "pids", "--grandchildren", "2", "--hang"}),
-                        {}, dir / "out", dir / "err");
+                        GetParam().env, dir / "out", dir / "err");
   ASSERT_TRUE(WaitFor([&] { return ReadPids(dir / "pids").size() == 6; }, 20s)) << ReadFileOr(dir / "err");
+  ExpectWatchdogWay(ReadFileOr(dir / "err"));
   const std::vector<pid_t> job_pids = ReadPids(dir / "pids");
   // pkill signals in pid order, ctrun first; the watchdog, woken by ctrun's death, often wins
   // that race. The other order (the watchdog first) is the one that must not matter either.
