@@ -76,18 +76,19 @@ void MoveAbove4(UniqueFd* fd) {
 }
 
 // Starts the ct-watchdog program with the pipe's read end as fd 3 and ctrun's executable as fd 4
-// (for the cleanup exec); its pid, or -1 with errno when it could not be started. posix_spawn:
+// (for the cleanup exec, when there is a cleanup); its pid, or -1 with errno when it could not be
+// started. posix_spawn:
 // the agent is suspended only until the exec, and none of its pages become copy-on-write.
 pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanup& cleanup) {
   UniqueFd exe;
   std::vector<std::string> args{"ct-watchdog"};
   if (cleanup.run) {
+    // Without it the program could not clean up: a forked watchdog can.
     exe.reset(::open("/proc/self/exe", O_PATH | O_CLOEXEC));
-    if (exe) {
-      args.push_back("ctrun");
-      args.push_back(kWatchdogCleanupFlag);
-      args.insert(args.end(), cleanup.args.begin(), cleanup.args.end());
-    }
+    if (!exe) return -1;
+    args.push_back("ctrun");
+    args.push_back(kWatchdogCleanupFlag);
+    args.insert(args.end(), cleanup.args.begin(), cleanup.args.end());
   }
   MoveAbove4(&rfd);
   MoveAbove4(&exe);

@@ -47,6 +47,9 @@ TEST_F(InstallTree, GnuLayout) {
                         "share/doc/ctrun/README.md", "share/doc/ctrun/copyright", "share/doc/ctrun/docs/store.md",
                         "share/doc/ctrun-dev/copyright"})
     EXPECT_THAT(files, Contains(f));
+#ifdef CT_WATCHDOG
+  EXPECT_THAT(files, Contains("libexec/ctrun/ct-watchdog"));
+#endif
   bool config = false, library = false;
   for (const std::string& f : files) {
     config |= f.ends_with("/cmake/ctrun/ctrunConfig.cmake") && f.starts_with("lib");
@@ -109,13 +112,17 @@ TEST_F(InstallTree, RunsFromThePrefixAlone) {
   const std::string bin = ShellQuote(Prefix() + "/bin/ctrun");
   const std::string alias = ShellQuote(Prefix() + "/libexec/ctrun/torchrun");
   bool hidden = false;
-  RunResult r = RunShell(bin + " --version && " + bin + " --standalone --nproc_per_node=2 /bin/true && " + alias +
+  RunResult r = RunShell(bin + " --version && " + bin + " --standalone --nproc_per_node=2 --log-level=debug /bin/true && " + alias +
                              " --standalone --nproc-per-node=2 --log-prefix=none /bin/sh -c 'echo rank=$RANK'",
                          /*hide_trees=*/true, &hidden);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("ctrun " CTRUN_PROJECT_VERSION ": follows torchrun of PyTorch 2.x"));
   EXPECT_THAT(r.out, HasSubstr("rank=0"));
   EXPECT_THAT(r.out, HasSubstr("rank=1"));
+#ifdef CT_WATCHDOG
+  // The installed ctrun finds the installed ct-watchdog (libexec/ctrun), not the build tree's.
+  EXPECT_THAT(r.err, Not(HasSubstr("the watchdog is a fork of ctrun"))) << r.err;
+#endif
   if (!hidden) std::cerr << "note: could not hide the source and build trees (unshare -m needs root)\n";
 }
 

@@ -94,6 +94,9 @@ TEST_F(DebianPackage, AgentContents) {
                         "./usr/share/fish/vendor_completions.d/ctrun.fish", "./usr/share/man/man1/ctrun.1.gz",
                         "./usr/share/doc/ctrun/copyright", "./usr/share/doc/ctrun/README.md"})
     EXPECT_THAT(files, Contains(f));
+#ifdef CT_WATCHDOG
+  EXPECT_THAT(files, Contains("./usr/libexec/ctrun/ct-watchdog"));
+#endif
   for (const std::string& f : files) {
     EXPECT_THAT(f, Not(StartsWith("./usr/include"))) << "headers belong in ctrun-dev";
     EXPECT_THAT(f, Not(HasSubstr(".a"))) << "the worker library belongs in ctrun-dev";
