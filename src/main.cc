@@ -238,7 +238,8 @@ int main(int argc, char** argv) {
     if (nvml)
       for (const auto& d : gpus.value().devices) ctx.gpu_indices.push_back(d.index);
     const std::string python_notice = ctrun::ClassifyEntrypoint(&config, env.Get("PATH"));
-    const std::string python = ctrun::FindPython(env);
+    // Looked for only where it runs the workers (not for a program, --no_python).
+    const std::string python = ctrun::UsesPython(config) ? ctrun::FindPython(env) : "";
     auto executable = ctrun::ResolveEntrypoint(config, python, env);
     if (!executable.ok()) return ending.Usage(executable.message());
     ctx.executable = std::move(executable.value());
