@@ -640,6 +640,8 @@ int RunAgentDeathCleanup(const std::vector<std::string>& args) {
   // Not "ctrun...": `pkill -9 ctrun` matches process names (see process/watchdog.h).
   ::prctl(PR_SET_NAME, "ct-watchdog");
   if (args.size() != 2) return 2;
+  // Only a workers' cgroup (ctrun-<pid>...) is emptied: this mode kills what is in the directory.
+  if (!args[0].empty() && std::filesystem::path(args[0]).filename().string().rfind("ctrun-", 0) != 0) return 2;
   // How long to wait for the cgroup to empty after cgroup.kill (a process in D state dies only
   // when its I/O ends) before leaving the directory.
   constexpr std::chrono::seconds kCgroupEmptyBudget{10};

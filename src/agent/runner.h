@@ -36,7 +36,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context);
 // (process/watchdog.h), in a process of its own: args = {workers' cgroup sub-tree or "",
 // run directory whose next-attempt trees made ahead go, or ""}. The cgroup is emptied through
 // cgroup.kill (everything a worker started, whatever its group or session), awaited (bounded) and
-// removed. Names the process `ct-watchdog`. Returns 0, or 2 for arguments not of that form.
+// removed. Names the process `ct-watchdog`. Returns 0, or 2 for arguments not of that form (a
+// cgroup directory not named ctrun-...).
 // ctrun's cleanup mode (`ctrun --ct-watchdog-cleanup CGROUP RUN_DIR`) is this call.
 int RunAgentDeathCleanup(const std::vector<std::string>& args);
 

@@ -478,6 +478,22 @@ TEST(CtrunE2E, RestartsStillStartWorkersAfterTheWatchdogWasKilled) {
   EXPECT_EQ(ReadFileOr(d / "err").find("SIGPIPE"), std::string::npos) << ReadFileOr(d / "err");
 }
 
+// ctrun's cleanup mode, which the ct-watchdog program execs after a SIGKILL of ctrun
+// (process/watchdog.h): it removes a run directory's trees made ahead, and empties no cgroup
+// directory that is not a workers' one (it would kill what runs there).
+TEST(CtrunE2E, TheWatchdogCleanupModeTouchesOnlyWhatCtrunMade) {
+  TempDir d;
+  for (const char* dir : {"notours", "run", "run/attempt_0", "run/attempt_0/0", "run/.attempt_1", "run/.attempt_1/0"})
+    ASSERT_TRUE(std::filesystem::create_directory(d / dir)) << dir;
+  EXPECT_EQ(RunCommand({CTRUN_BINARY, "--ct-watchdog-cleanup"}).exit_code, 2);
+  EXPECT_EQ(RunCommand({CTRUN_BINARY, "--ct-watchdog-cleanup", d / "notours", ""}).exit_code, 2);
+  EXPECT_TRUE(std::filesystem::is_directory(d / "notours"));
+  RunResult r = RunCommand({CTRUN_BINARY, "--ct-watchdog-cleanup", "", d / "run"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "run/.attempt_1"));
+  EXPECT_TRUE(std::filesystem::is_directory(d / "run/attempt_0/0"));
+}
+
 TEST(CtrunE2E, MissingEntrypointIsAUsageError) {
   auto r = RunCommand({CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "/nonexistent/train"});
   EXPECT_EQ(r.exit_code, 2);
