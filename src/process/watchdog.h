@@ -36,17 +36,18 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "process/watchdog_wire.h"  // WatchdogMessage, kWatchdogPidLimit
 
 namespace ctrun {
 
-// The watchdog's set of registered groups: one bit per possible process group id. A pgid is a
-// pid, and pids are below PID_MAX_LIMIT (4194304 on 64-bit Linux; /proc/sys/kernel/pid_max cannot
-// exceed it), so every group fits: no limit on how many are covered, O(1) add and remove, no
-// allocation (the watchdog is a forked copy of the agent). 512 KiB, zero pages until touched.
+// A forked watchdog's set of registered groups: one bit per possible process group id
+// (kWatchdogPidLimit), so every group fits: no limit on how many are covered, O(1) add and
+// remove, no allocation (the watchdog is a forked copy of the agent). 512 KiB, zero pages until
+// touched.
 // Values that cannot be pids (<= 0, >= the limit) are ignored.
 class PgidSet {
  public:
-  static constexpr uint32_t kPidLimit = 4u << 20;
+  static constexpr uint32_t kPidLimit = kWatchdogPidLimit;
 
   void Add(pid_t pgid);
   void Remove(pid_t pgid);
@@ -65,12 +66,6 @@ class PgidSet {
   Word bits_[kWords] = {};
 };
 
-// One message on the watchdog's pipe: 'A' (a group to cover), 'R' (a group gone), 'Q' (clean
-// shutdown: EOF that follows is no death), then the group id.
-struct WatchdogMessage {
-  char op;
-  int32_t pgid;
-} __attribute__((packed));
 
 // Registers process group `pgid` with the watchdog that reads the pipe whose write end is
 // `watchdog_fd` (Watchdog::fd()). Async-signal-safe (one write of a message shorter than

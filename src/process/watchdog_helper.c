@@ -11,7 +11,7 @@
  *
  * Contract with ctrun (process/watchdog.cc, Watchdog::Start):
  *   fd 0-2  /dev/null
- *   fd 3    the read end of the watchdog pipe (WatchdogMessage: 'A'/'R'/'Q' + int32 pgid)
+ *   fd 3    the read end of the watchdog pipe (process/watchdog_wire.h)
  *   fd 4    ctrun's executable (O_PATH), or closed
  *   argv    ct-watchdog [CLEANUP_ARG...]
  * It leaves ctrun's process group, ignores the signals a terminal or `kill` aimed at ctrun send,
@@ -20,6 +20,8 @@
  * registered and not removed, then, when CLEANUP_ARGs were given, execs fd 4 with argv
  * CLEANUP_ARG... (ctrun's watchdog-cleanup mode: the workers' cgroup, the next attempt's
  * directories), and exits 0 if that exec fails. */
+
+#include "process/watchdog_wire.h"
 
 typedef long i64;
 typedef unsigned long u64;
@@ -61,34 +63,28 @@ struct KernelSigaction {
   u64 mask;
 };
 
-/* One bit per possible process group id (PID_MAX_LIMIT, as PgidSet in process/watchdog.h):
- * zero pages until touched. */
-enum { kPidLimit = 4 << 20 };
-static u64 groups[kPidLimit / 64];
+/* One bit per possible process group id: zero pages until touched. */
+static u64 groups[kWatchdogPidLimit / 64];
 
 static void SetGroup(i32 pgid, int on) {
-  if (pgid <= 0 || pgid >= kPidLimit) return;
+  if (pgid <= 0 || pgid >= kWatchdogPidLimit) return;
   const u64 bit = (u64)1 << (pgid % 64);
   if (on) groups[pgid / 64] |= bit;
   else groups[pgid / 64] &= ~bit;
 }
 
 static void KillGroups(void) {
-  for (u32 w = 0; w < kPidLimit / 64; ++w)
+  for (u32 w = 0; w < kWatchdogPidLimit / 64; ++w)
     for (u64 left = groups[w]; left != 0; left &= left - 1)
       Syscall3(kSysKill, -(i64)(w * 64 + (u32)__builtin_ctzll(left)), kSigkill, 0);
 }
 
-/* Reads one 5-byte message (op, native-endian int32 pgid); 0 at EOF or on a torn message. */
-static int ReadMessage(char* op, i32* pgid) {
-  unsigned char m[5];
+/* Reads one message; 0 at EOF or on a torn message. */
+static int ReadMessage(struct WatchdogMessage* m) {
   i64 r;
-  do r = Syscall3(kSysRead, 3, (i64)m, sizeof m);
+  do r = Syscall3(kSysRead, 3, (i64)m, sizeof *m);
   while (r == -kEintr);
-  if (r != (i64)sizeof m) return 0;
-  *op = (char)m[0];
-  *pgid = (i32)((u32)m[1] | (u32)m[2] << 8 | (u32)m[3] << 16 | (u32)m[4] << 24);
-  return 1;
+  return r == (i64)sizeof *m;
 }
 
 __attribute__((noreturn)) static void Exit(int code) {
@@ -112,12 +108,11 @@ __attribute__((noreturn, used)) void WatchdogStart(i64* sp) {
   Syscall6(kSysRtSigprocmask, 2 /* SIG_SETMASK */, (i64)&none, 0, 8, 0, 0);
 
   int clean = 0;
-  char op;
-  i32 pgid;
-  while (ReadMessage(&op, &pgid)) {
-    if (op == 'A') SetGroup(pgid, 1);
-    else if (op == 'R') SetGroup(pgid, 0);
-    else if (op == 'Q') clean = 1;
+  struct WatchdogMessage m;
+  while (ReadMessage(&m)) {
+    if (m.op == 'A') SetGroup(m.pgid, 1);
+    else if (m.op == 'R') SetGroup(m.pgid, 0);
+    else if (m.op == 'Q') clean = 1;
   }
   if (clean) Exit(0);
   KillGroups();
