@@ -20,6 +20,8 @@ namespace {
 // A forked watchdog: the same contract as the ct-watchdog program (process/watchdog_helper.c),
 // in this process's copy of the agent.
 [[noreturn]] void WatchdogMain(int rfd, const WatchdogCleanup& cleanup) {
+  // The signals first: until they are ignored, a ^C or killpg(ctrun) takes this child.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   // The pipe moves above fds 0-2 first (ctrun started with them closed can have it there), or
   // /dev/null would replace it below.
@@ -37,7 +39,6 @@ namespace {
   if (rfd > 3) ::dup2(rfd, 3), rfd = 3;
   ::syscall(SYS_close_range, 4u, ~0u, 0u);
   ::setpgid(0, 0);  // out of ctrun's group: terminal ^C and killpg(ctrun) do not reach it
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -99,11 +100,20 @@ pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanu
   ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
   ::posix_spawn_file_actions_adddup2(&actions, 0, 1);
   ::posix_spawn_file_actions_adddup2(&actions, 0, 2);
+  // Its own group before the exec, so that no ^C or killpg(ctrun) can reach it in between.
+  posix_spawnattr_t attr;
+  if (int err = ::posix_spawnattr_init(&attr); err != 0) {
+    ::posix_spawn_file_actions_destroy(&actions);
+    return errno = err, -1;
+  }
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  ::posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int err = ::posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), environ);
+  const int err = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), environ);
+  ::posix_spawnattr_destroy(&attr);
   ::posix_spawn_file_actions_destroy(&actions);
   if (err != 0) return errno = err, -1;
   return pid;

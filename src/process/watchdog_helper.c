@@ -14,7 +14,8 @@
  *   fd 3    the read end of the watchdog pipe (process/watchdog_wire.h)
  *   fd 4    ctrun's executable (O_PATH), or closed
  *   argv    ct-watchdog [CLEANUP_ARG...]
- * It leaves ctrun's process group, ignores the signals a terminal or `kill` aimed at ctrun send,
+ * ctrun starts it in a process group of its own (POSIX_SPAWN_SETPGROUP: ^C and killpg(ctrun) miss
+ * it from its first instruction). It ignores the signals a terminal or `kill` aimed at ctrun send,
  * closes every other descriptor, and reads messages until EOF. EOF after a 'Q': ctrun ended
  * cleanly; exit 0. EOF without one (or a torn message): ctrun died, so it SIGKILLs every group
  * registered and not removed, then, when CLEANUP_ARGs were given, execs fd 4 with argv
@@ -34,7 +35,6 @@ enum {
   kSysRtSigaction = 13,
   kSysRtSigprocmask = 14,
   kSysKill = 62,
-  kSysSetpgid = 109,
   kSysPrctl = 157,
   kSysExitGroup = 231,
   kSysExecveat = 322,
@@ -96,9 +96,7 @@ __attribute__((noreturn, used)) void WatchdogStart(i64* sp) {
   char** argv = (char**)(sp + 1);
   char** envp = argv + argc + 1;
 
-  Syscall3(kSysCloseRange, 5, ~0u, 0);
-  Syscall3(kSysSetpgid, 0, 0, 0); /* out of ctrun's group: ^C and killpg(ctrun) miss it */
-  Syscall3(kSysPrctl, kPrSetPdeathsig, 0, 0);
+  /* The signals first: until they are ignored a TERM sent to this pid (pkill -f) takes it. */
   const struct KernelSigaction ignore = {1 /* SIG_IGN */, 0, 0, 0};
   const int ignored[] = {1 /* HUP */, 2 /* INT */, 3 /* QUIT */, 10 /* USR1 */, 12 /* USR2 */, 13 /* PIPE */,
                          15 /* TERM */};
@@ -106,6 +104,8 @@ __attribute__((noreturn, used)) void WatchdogStart(i64* sp) {
     Syscall6(kSysRtSigaction, ignored[i], (i64)&ignore, 0, 8, 0, 0);
   const u64 none = 0;
   Syscall6(kSysRtSigprocmask, 2 /* SIG_SETMASK */, (i64)&none, 0, 8, 0, 0);
+  Syscall3(kSysCloseRange, 5, ~0u, 0);
+  Syscall3(kSysPrctl, kPrSetPdeathsig, 0, 0);
 
   int clean = 0;
   struct WatchdogMessage m;
