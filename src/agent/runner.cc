@@ -640,13 +640,17 @@ int RunAgentDeathCleanup(const std::vector<std::string>& args) {
   // Not "ctrun...": `pkill -9 ctrun` matches process names (see process/watchdog.h).
   ::prctl(PR_SET_NAME, "ct-watchdog");
   if (args.size() != 2) return 2;
-  // Only a workers' cgroup (ctrun-<pid>...) is emptied: this mode kills what is in the directory.
-  if (!args[0].empty() && std::filesystem::path(args[0]).filename().string().rfind("ctrun-", 0) != 0) return 2;
-  // How long to wait for the cgroup to empty after cgroup.kill (a process in D state dies only
-  // when its I/O ends) before leaving the directory.
-  constexpr std::chrono::seconds kCgroupEmptyBudget{10};
-  if (!args[0].empty()) RemoveWorkerCgroup(args[0], kCgroupEmptyBudget);
-  if (!args[1].empty()) logs::RemoveTreesMadeAhead(args[1]);
+  const std::string& cgroup = args[0];
+  const std::string& run_dir = args[1];
+  if (!cgroup.empty()) {
+    // Only a workers' cgroup is emptied: this mode kills what is in the directory.
+    if (!ParseWorkerCgroupName(std::filesystem::path(cgroup).filename().string())) return 2;
+    // How long to wait for the cgroup to empty after cgroup.kill (a process in D state dies
+    // only when its I/O ends) before leaving the directory.
+    constexpr std::chrono::seconds kCgroupEmptyBudget{10};
+    RemoveWorkerCgroup(cgroup, kCgroupEmptyBudget);
+  }
+  if (!run_dir.empty()) logs::RemoveTreesMadeAhead(run_dir);
   return 0;
 }
 

@@ -8,11 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <memory>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "sys/high_fd.h"
 #include "sys/posix_util.h"
@@ -20,12 +21,14 @@
 namespace ctrun {
 namespace {
 
+constexpr std::string_view kWorkerCgroupPrefix = "ctrun-";
+
 // ctrun-<pid>, and in a PID namespace other than the initial one ctrun-<pid>-ns<inode>: two
 // ctruns in two namespaces (`unshare --pid` twice from one shell) can have the same pid under one
 // parent cgroup, and the second removed the first one's directory as a stale one and took it.
 std::string WorkersCgroupName() {
   constexpr ino_t kInitialPidNamespace = 0xEFFFFFFCu;  // the kernel's PROC_PID_INIT_INO
-  std::string name = "ctrun-" + std::to_string(::getpid());
+  std::string name = std::string(kWorkerCgroupPrefix) + std::to_string(::getpid());
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino != kInitialPidNamespace)
     name += "-ns" + std::to_string(st.st_ino);
@@ -105,23 +108,30 @@ void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget
   RemoveDirs(dir);
 }
 
+std::optional<WorkerCgroupName> ParseWorkerCgroupName(std::string_view name) {
+  if (name.substr(0, kWorkerCgroupPrefix.size()) != kWorkerCgroupPrefix) return std::nullopt;
+  const std::string_view rest = name.substr(kWorkerCgroupPrefix.size());
+  const size_t digits = std::min(rest.find_first_not_of("0123456789"), rest.size());
+  long pid = 0;
+  if (digits == 0 || std::from_chars(rest.data(), rest.data() + digits, pid).ec != std::errc{} || pid <= 0)
+    return std::nullopt;
+  return WorkerCgroupName{pid, rest.substr(digits)};
+}
+
 void RemoveStaleWorkerCgroups(const std::string& own_dir) {
   const size_t slash = own_dir.rfind('/');
   if (slash == std::string::npos) return;
   const std::string parent = own_dir.substr(0, slash), own = own_dir.substr(slash + 1);
-  const std::string prefix = "ctrun-";
-  const size_t own_digits_end = own.find_first_not_of("0123456789", prefix.size());
-  const std::string suffix = own_digits_end == std::string::npos ? "" : own.substr(own_digits_end);
+  const std::optional<WorkerCgroupName> own_name = ParseWorkerCgroupName(own);
+  if (!own_name) return;
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(parent.c_str()), &::closedir);
   if (!d) return;
   const auto now = std::chrono::system_clock::now();
   while (const dirent* e = ::readdir(d.get())) {
     const std::string name = e->d_name;
-    if (name == own || name.rfind(prefix, 0) != 0) continue;
-    const size_t end = name.find_first_not_of("0123456789", prefix.size());
-    if (end == prefix.size() || name.substr(end == std::string::npos ? name.size() : end) != suffix) continue;
-    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::optional<WorkerCgroupName> parsed = ParseWorkerCgroupName(name);
+    if (name == own || !parsed || parsed->suffix != own_name->suffix) continue;
+    if (::kill(static_cast<pid_t>(parsed->pid), 0) == 0 || errno != ESRCH) continue;
     const std::string dir = parent + "/" + name;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;

@@ -20,7 +20,8 @@
 // the sub-tree: exact per-rank OOM attribution. The destructor kills what is left and removes the
 // directories; when ctrun is SIGKILLed, its watchdog does (process/watchdog.h). A ctrun-<pid> left
 // by an earlier ctrun of the same pid (its watchdog killed too) is removed by Create when empty,
-// and every watchdog removes the empty ones of dead pids at its start (RemoveStaleWorkerCgroups).
+// and every ctrun removes the empty ones of dead pids once its first workers run
+// (RemoveStaleWorkerCgroups).
 // In a PID namespace other than the initial one the name is ctrun-<pid>-ns<inode of the
 // namespace>, so ctruns of two namespaces under one parent cgroup never take each other's.
 // Create fails (the caller falls back to process groups and the descendant sweep) when there is
@@ -33,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -56,6 +58,14 @@ std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup)
 // `budget` until it is empty, and removes its rank directories and itself. What the destructor
 // does, and what the watchdog does after the agent was SIGKILLed (process/watchdog.h).
 void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget);
+
+// A workers' cgroup directory name (ctrun-<pid>, ctrun-<pid>-ns<inode>) split into the pid and
+// what follows it; nullopt for any other name. The one place that knows the name's form.
+struct WorkerCgroupName {
+  long pid;
+  std::string_view suffix;  // "" or "-ns<inode>"; points into the parsed name
+};
+std::optional<WorkerCgroupName> ParseWorkerCgroupName(std::string_view name);
 
 // Removes the empty worker cgroups that dead ctruns left next to `own_dir` (a WorkerCgroups::dir()):
 // its siblings named like it (ctrun-<pid>, with the same -ns<inode> suffix) whose pid is not alive

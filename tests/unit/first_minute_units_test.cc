@@ -139,6 +139,20 @@ TEST(Cgroup, FindsTheCgroup2MountAndOwnDirectory) {
   EXPECT_FALSE(ParseCgroup2Path("4:memory:/x\n").has_value());
 }
 
+TEST(Cgroup, AWorkersCgroupNameIsCtrunDashPidWithAnOptionalNamespaceSuffix) {
+  const auto plain = ParseWorkerCgroupName("ctrun-4242");
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->pid, 4242);
+  EXPECT_EQ(plain->suffix, "");
+  const auto ns = ParseWorkerCgroupName("ctrun-7-ns4026532281");
+  ASSERT_TRUE(ns.has_value());
+  EXPECT_EQ(ns->pid, 7);
+  EXPECT_EQ(ns->suffix, "-ns4026532281");
+  for (const char* other : {"ctrun-", "ctrun-x1", "ctrun-0", "ctrun--3", "ctrun", "rank-0", "xctrun-5", "/sys/fs/cgroup/ctrun-5",
+                            "ctrun-99999999999999999999"})
+    EXPECT_FALSE(ParseWorkerCgroupName(other).has_value()) << other;
+}
+
 TEST(ParseAddress, TakesNamesIpv4AndIpv6WithOrWithoutBracketsButNoPort) {
   EXPECT_EQ(*ParseAddress("[::1]"), "::1");
   EXPECT_EQ(*ParseAddress("::1"), "::1");
