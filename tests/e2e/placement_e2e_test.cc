@@ -184,6 +184,12 @@ TEST(PlacementE2E, DebugRankWaitsForADebuggerOnThePrintedPort) {
   EXPECT_EQ(EnvValue(ReadFileOr(d / "env.1"), "RANK"), "1");
 }
 
+// Whether `pid` is stopped ('T'), waited for.
+bool WaitStopped(long pid) {
+  return WaitFor(
+      [&] { return ReadFileOr("/proc/" + std::to_string(pid) + "/stat").find(") T ") != std::string::npos; }, 10s);
+}
+
 TEST(PlacementE2E, DebugRankWithoutGdbserverStopsBeforeExec) {
   TempDir d;
   BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=2", "--debug-rank=0"}, {"--env-file", d / "env"}),
@@ -191,12 +197,7 @@ TEST(PlacementE2E, DebugRankWithoutGdbserverStopsBeforeExec) {
   const long pid = StoppedBeforeExecPid(d / "err");
   ASSERT_GT(pid, 0) << ReadFileOr(d / "err");
   // Stopped ('T') before exec: it has not run the worker; rank 1 has.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const std::string stat = ReadFileOr("/proc/" + std::to_string(pid) + "/stat");
-        return stat.find(") T ") != std::string::npos;
-      },
-      10s));
+  ASSERT_TRUE(WaitStopped(pid));
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(d / "env.1"); }, 20s));
   EXPECT_FALSE(std::filesystem::exists(d / "env.0"));
   ::kill(static_cast<pid_t>(pid), SIGCONT);  // what a debugger's continue does
@@ -218,6 +219,8 @@ TEST(PlacementE2E, ADebuggedRankWhoseExecFailsLaterIsToldWhy) {
   const long pid = StoppedBeforeExecPid(d / "err");
   ASSERT_GT(pid, 0) << ReadFileOr(d / "err");
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(d / "env.1"); }, 20s));  // rank 1 ran
+  // The line comes when the fork returns; a SIGCONT before the child's SIGSTOP would be lost.
+  ASSERT_TRUE(WaitStopped(pid));
   std::filesystem::remove(worker);
   ::kill(static_cast<pid_t>(pid), SIGCONT);
   EXPECT_NE(p.Wait(30s), 0);
