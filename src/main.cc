@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/death_cleanup.h"
 #include "agent/dry_run.h"
 #include "agent/job_outcome.h"
 #include "agent/launch_checks.h"

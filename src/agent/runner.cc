@@ -2,18 +2,17 @@
 
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 
 #include "agent/agent.h"
+#include "agent/death_cleanup.h"
 #include "agent/job_outcome.h"
 #include "agent/job_terminal.h"
 #include "agent/launch_checks.h"
@@ -635,24 +634,6 @@ warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
 }
 
 }  // namespace
-
-int RunAgentDeathCleanup(const std::vector<std::string>& args) {
-  // Not "ctrun...": `pkill -9 ctrun` matches process names (see process/watchdog.h).
-  ::prctl(PR_SET_NAME, "ct-watchdog");
-  if (args.size() != 2) return 2;
-  const std::string& cgroup = args[0];
-  const std::string& run_dir = args[1];
-  if (!cgroup.empty()) {
-    // Only a workers' cgroup is emptied: this mode kills what is in the directory.
-    if (!ParseWorkerCgroupName(std::filesystem::path(cgroup).filename().string())) return 2;
-    // How long to wait for the cgroup to empty after cgroup.kill (a process in D state dies
-    // only when its I/O ends) before leaving the directory.
-    constexpr std::chrono::seconds kCgroupEmptyBudget{10};
-    RemoveWorkerCgroup(cgroup, kCgroupEmptyBudget);
-  }
-  if (!run_dir.empty()) logs::RemoveTreesMadeAhead(run_dir);
-  return 0;
-}
 
 RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   std::vector<int> handled = config.signals_to_handle;

@@ -32,13 +32,4 @@ struct RunContext {
 // exit_code is ctrun's, see README "Exit codes"). The caller reports it (report/run_end.h).
 RunOutcome RunJob(const LaunchConfig& config, const RunContext& context);
 
-// What the watchdog of a SIGKILLed ctrun cleans up once it has killed the workers' groups
-// (process/watchdog.h), in a process of its own: args = {workers' cgroup sub-tree or "",
-// run directory whose next-attempt trees made ahead go, or ""}. The cgroup is emptied through
-// cgroup.kill (everything a worker started, whatever its group or session), awaited (bounded) and
-// removed. Names the process `ct-watchdog`. Returns 0, or 2 for arguments not of that form (a
-// cgroup directory not named ctrun-...).
-// ctrun's cleanup mode (`ctrun --ct-watchdog-cleanup CGROUP RUN_DIR`) is this call.
-int RunAgentDeathCleanup(const std::vector<std::string>& args);
-
 }  // namespace ctrun
