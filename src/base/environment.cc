@@ -1,5 +1,7 @@
 #include "base/environment.h"
 
+#include <unordered_set>
+
 extern char** environ;
 
 namespace ctrun {
@@ -7,13 +9,14 @@ namespace ctrun {
 Environment Environment::FromEntries(const std::vector<std::string>& entries) {
   Environment env;
   env.vars_.reserve(entries.size());
+  std::unordered_set<std::string_view> seen;  // not a scan per entry: environments can be huge
+  seen.reserve(entries.size());
   for (const std::string& kv : entries) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    std::string name = kv.substr(0, eq);
-    if (env.index_.count(name)) continue;  // the first entry wins, as with getenv
-    env.index_.emplace(name, env.vars_.size());
-    env.vars_.emplace_back(std::move(name), kv.substr(eq + 1));
+    const std::string_view name(kv.data(), eq);
+    if (!seen.insert(name).second) continue;  // the first entry wins, as with getenv
+    env.vars_.emplace_back(std::string(name), kv.substr(eq + 1));
   }
   return env;
 }
@@ -24,33 +27,37 @@ Environment Environment::FromProcess() {
   return FromEntries(entries);
 }
 
+size_t Environment::Find(std::string_view name) const {
+  for (size_t i = 0; i < vars_.size(); ++i)
+    if (vars_[i].first == name) return i;
+  return vars_.size();
+}
+
 const std::string* Environment::Get(std::string_view name) const {
-  auto it = index_.find(std::string(name));
-  return it == index_.end() ? nullptr : &vars_[it->second].second;
+  const size_t i = Find(name);
+  return i == vars_.size() ? nullptr : &vars_[i].second;
 }
 
 void Environment::Set(std::string_view name, std::string value) {
-  std::string key(name);
-  if (auto it = index_.find(key); it != index_.end()) {
-    vars_[it->second].second = std::move(value);
+  if (const size_t i = Find(name); i != vars_.size()) {
+    vars_[i].second = std::move(value);
     return;
   }
-  index_.emplace(key, vars_.size());
-  vars_.emplace_back(std::move(key), std::move(value));
+  vars_.emplace_back(std::string(name), std::move(value));
 }
 
 void Environment::Unset(std::string_view name) {
-  auto it = index_.find(std::string(name));
-  if (it == index_.end()) return;
-  vars_.erase(vars_.begin() + static_cast<std::ptrdiff_t>(it->second));
-  index_.clear();
-  for (size_t i = 0; i < vars_.size(); ++i) index_.emplace(vars_[i].first, i);
+  if (const size_t i = Find(name); i != vars_.size()) vars_.erase(vars_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 std::vector<std::string> Environment::Entries() const {
   std::vector<std::string> out;
   out.reserve(vars_.size());
-  for (const auto& [name, value] : vars_) out.push_back(name + "=" + value);
+  for (const auto& [name, value] : vars_) {
+    std::string& kv = out.emplace_back();
+    kv.reserve(name.size() + 1 + value.size());
+    kv.append(name).append(1, '=').append(value);
+  }
   return out;
 }
 

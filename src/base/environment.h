@@ -5,11 +5,13 @@
 //  - when a name occurs more than once the first entry wins, as with getenv(3), so a value seen
 //    here is the value any getenv in ctrun sees; the others are dropped;
 //  - Entries() gives back one "NAME=VALUE" per name, ready for execve.
+// Lookups scan the entries: an environment holds tens of names, and every worker's is a copy of
+// ctrun's with twenty set on top, so a copy without an index to rebuild is what matters (the
+// agent makes one per worker per attempt: bench/core/worker_env_bench.cc).
 #pragma once
 
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -32,8 +34,9 @@ class Environment {
   size_t size() const { return vars_.size(); }
 
  private:
+  // The position of `name` in vars_, or vars_.size().
+  size_t Find(std::string_view name) const;
   std::vector<std::pair<std::string, std::string>> vars_;
-  std::unordered_map<std::string, size_t> index_;  // name -> position in vars_
 };
 
 }  // namespace ctrun
