@@ -101,6 +101,23 @@ TEST(Environment, ReadOnceFirstEntryWinsOrderKept) {
   EXPECT_EQ(env.Entries(), (std::vector<std::string>{"A=1", "B=z", "C=", "=empty", "D=4"}));
 }
 
+TEST(Environment, UnsetKeepsTheOthersInOrderAndNamesMatchWhole) {
+  Environment env = Environment::FromEntries({"AB=1", "A=2", "ABC=3", "B=4"});
+  EXPECT_EQ(*env.Get("A"), "2");
+  EXPECT_FALSE(env.Has("AB="));
+  EXPECT_FALSE(env.Has("ABCD"));
+  env.Unset("A");
+  env.Unset("missing");
+  EXPECT_FALSE(env.Has("A"));
+  EXPECT_EQ(*env.Get("ABC"), "3");
+  env.Set("A", "5");  // a name set again after its removal goes last
+  EXPECT_EQ(env.Entries(), (std::vector<std::string>{"AB=1", "ABC=3", "B=4", "A=5"}));
+  EXPECT_EQ(env.size(), 4u);
+  const Environment copy = env;  // copies are independent
+  env.Set("B", "6");
+  EXPECT_EQ(*copy.Get("B"), "4");
+}
+
 TEST(Environment, FromProcessMatchesGetenv) {
   Environment env = Environment::FromProcess();
   ASSERT_NE(::getenv("PATH"), nullptr);
