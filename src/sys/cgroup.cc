@@ -115,7 +115,11 @@ std::optional<WorkerCgroupName> ParseWorkerCgroupName(std::string_view name) {
   long pid = 0;
   if (digits == 0 || std::from_chars(rest.data(), rest.data() + digits, pid).ec != std::errc{} || pid <= 0)
     return std::nullopt;
-  return WorkerCgroupName{pid, rest.substr(digits)};
+  const std::string_view suffix = rest.substr(digits);
+  const std::string_view ns = suffix.substr(std::min<size_t>(3, suffix.size()));
+  const bool ns_suffix = suffix.substr(0, 3) == "-ns" && !ns.empty() && ns.find_first_not_of("0123456789") == ns.npos;
+  if (!suffix.empty() && !ns_suffix) return std::nullopt;
+  return WorkerCgroupName{pid, suffix};
 }
 
 void RemoveStaleWorkerCgroups(const std::string& own_dir) {

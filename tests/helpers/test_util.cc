@@ -92,21 +92,24 @@ char ProcState(pid_t pid) {
 }
 
 // What a command that ran past its timeout was doing: every process below it (pid, state, kernel
-// wait channel, command line) and, where eu-stack is installed, every thread's stack (bounded),
+// wait channel, command line) and every thread's stack through eu-stack, else gdb (bounded),
 // appended to its stderr so that a rare hang in a test run explains itself.
 std::string DescribeHungTree(pid_t root) {
   std::vector<pid_t> pids = LiveDescendants(root);
   pids.insert(pids.begin(), root);
   std::string out = "\n--- timed out; the processes below pid " + std::to_string(root) + ":\n";
-  const bool eu_stack = access("/usr/bin/eu-stack", X_OK) == 0;
+  std::string stacks;  // the command, less the pid
+  if (access("/usr/bin/eu-stack", X_OK) == 0) stacks = "timeout 10 /usr/bin/eu-stack -p ";
+  else if (access("/usr/bin/gdb", X_OK) == 0)
+    stacks = "timeout 20 /usr/bin/gdb -batch -nx -ex 'thread apply all bt 24' -p ";
   for (pid_t p : pids) {
     const std::string proc = "/proc/" + std::to_string(p);
     std::string cmd = ReadFileOr(proc + "/cmdline");
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     const char state = ProcState(p);
     out += "pid " + std::to_string(p) + " state " + (state ? std::string(1, state) : "?") + " wchan " + ReadFileOr(proc + "/wchan") + ": " + cmd + "\n";
-    if (!eu_stack) continue;
-    const std::string c = "timeout 10 /usr/bin/eu-stack -p " + std::to_string(p) + " 2>&1";
+    if (stacks.empty()) continue;
+    const std::string c = stacks + std::to_string(p) + " 2>&1";
     if (FILE* f = popen(c.c_str(), "r")) {
       char buf[4096];
       size_t n;

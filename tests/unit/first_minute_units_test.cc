@@ -149,7 +149,7 @@ TEST(Cgroup, AWorkersCgroupNameIsCtrunDashPidWithAnOptionalNamespaceSuffix) {
   EXPECT_EQ(ns->pid, 7);
   EXPECT_EQ(ns->suffix, "-ns4026532281");
   for (const char* other : {"ctrun-", "ctrun-x1", "ctrun-0", "ctrun--3", "ctrun", "rank-0", "xctrun-5", "/sys/fs/cgroup/ctrun-5",
-                            "ctrun-99999999999999999999"})
+                            "ctrun-99999999999999999999", "ctrun-5junk", "ctrun-5-ns", "ctrun-5-nsx", "ctrun-5-ns7x"})
     EXPECT_FALSE(ParseWorkerCgroupName(other).has_value()) << other;
 }
 
