@@ -20,8 +20,11 @@ namespace {
 // A forked watchdog: the same contract as the ct-watchdog program (process/watchdog_helper.c),
 // in this process's copy of the agent.
 [[noreturn]] void WatchdogMain(int rfd, const WatchdogCleanup& cleanup) {
-  // The signals first: until they are ignored, a ^C or killpg(ctrun) takes this child.
+  // The signals and the name first: until the signals are ignored, a ^C or killpg(ctrun) takes
+  // this child; while it is called "ctrun", so does `pkill -9 ctrun`, which matches process names
+  // and must leave the watchdog to do its job (it took both, and the workers' children ran on).
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
+  ::prctl(PR_SET_NAME, "ct-watchdog");
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   // The pipe moves above fds 0-2 first (ctrun started with them closed can have it there), or
   // /dev/null would replace it below.
@@ -42,9 +45,6 @@ namespace {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Not "ctrun...": `pkill -9 ctrun` matches process names, and must leave the watchdog to do
-  // its job (it took both, and the workers' children ran on).
-  ::prctl(PR_SET_NAME, "ct-watchdog");
 
   static PgidSet groups;  // static: zero-initialised BSS, not 512 KiB of stack
   bool clean = false;
