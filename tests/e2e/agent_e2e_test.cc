@@ -469,11 +469,7 @@ TEST(CtrunE2E, RestartsStillStartWorkersAfterTheWatchdogWasKilled) {
   ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s));
   pid_t watchdog = 0;
   // A forked watchdog (no ct-watchdog program) takes its name a moment after the fork.
-  ASSERT_TRUE(WaitFor([&] {
-    for (pid_t c : LiveDescendants(p.pid()))
-      if (ReadFileOr("/proc/" + std::to_string(c) + "/comm") == "ct-watchdog\n") watchdog = c;
-    return watchdog != 0;
-  }, 10s));
+  ASSERT_TRUE(WaitFor([&] { return (watchdog = ctrun::testing::WatchdogBelow(p.pid())) != 0; }, 10s));
   ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
   ASSERT_TRUE(WaitFor([&] { return ReadFileOr(d / "err").find("the watchdog") != std::string::npos; }, 5s));
   std::ofstream(go).put('x');

@@ -229,6 +229,12 @@ std::vector<pid_t> LiveDescendants(pid_t ancestor) {
   return out;
 }
 
+pid_t WatchdogBelow(pid_t ctrun) {
+  for (pid_t p : LiveDescendants(ctrun))
+    if (ReadFileOr("/proc/" + std::to_string(p) + "/comm") == "ct-watchdog\n") return p;
+  return 0;
+}
+
 std::string ReadFileOr(const std::string& path, const std::string& fallback) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return fallback;

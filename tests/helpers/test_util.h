@@ -66,6 +66,9 @@ bool ProcessAlive(pid_t pid);  // exists and is not a zombie
 pid_t ParentOf(pid_t pid);     // its parent's pid; 0 when it is gone or a zombie
 // The live processes below `ancestor` (children, grandchildren, ...), read from /proc now.
 std::vector<pid_t> LiveDescendants(pid_t ancestor);
+// ctrun's watchdog among the live processes below `ctrun` (its name is ct-watchdog, the
+// program's from its exec, a forked one's a moment after the fork); 0 when there is none yet.
+pid_t WatchdogBelow(pid_t ctrun);
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
 std::vector<std::string> SplitLines(const std::string& s);
 // The workers' cgroup directory a --log-level=debug ctrun named ("workers run in cgroup DIR");
