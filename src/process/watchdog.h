@@ -66,7 +66,6 @@ class PgidSet {
   Word bits_[kWords] = {};
 };
 
-
 // Registers process group `pgid` with the watchdog that reads the pipe whose write end is
 // `watchdog_fd` (Watchdog::fd()). Async-signal-safe (one write of a message shorter than
 // PIPE_BUF, atomic among all writers), so a child may call it between fork and exec. A failed

@@ -4,10 +4,10 @@
  * the development VM cost 3-4 ms of an 8-worker launch (README, Benchmarks); an exec'd program
  * costs the agent only its clone.
  *
- * It is freestanding (no C library: raw system calls, the kernel's own headers; x86-64 only) because its start-up is on
- * every launch's critical path: a static glibc program of the same few lines took 1.6 ms per
- * spawn on that VM, this one 0.6 ms. CMake builds it only where this file compiles; elsewhere
- * ctrun forks the watchdog as before.
+ * It is freestanding (no C library: raw system calls, the kernel's own headers; x86-64 only)
+ * because its start-up is on every launch's critical path: a static glibc program of the same
+ * few lines took 1.6 ms per spawn on that VM, this one 0.6 ms. CMake builds it only where this
+ * file compiles; elsewhere ctrun forks the watchdog as before.
  *
  * Contract with ctrun (process/watchdog.cc, Watchdog::Start):
  *   fd 0-2  /dev/null

@@ -109,15 +109,18 @@ void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget
 }
 
 std::optional<WorkerCgroupName> ParseWorkerCgroupName(std::string_view name) {
-  if (name.substr(0, kWorkerCgroupPrefix.size()) != kWorkerCgroupPrefix) return std::nullopt;
+  const auto leading_digits = [](std::string_view s) { return std::min(s.find_first_not_of("0123456789"), s.size()); };
+  if (!name.starts_with(kWorkerCgroupPrefix)) return std::nullopt;
   const std::string_view rest = name.substr(kWorkerCgroupPrefix.size());
-  const size_t digits = std::min(rest.find_first_not_of("0123456789"), rest.size());
+  const size_t digits = leading_digits(rest);
   long pid = 0;
   if (digits == 0 || std::from_chars(rest.data(), rest.data() + digits, pid).ec != std::errc{} || pid <= 0)
     return std::nullopt;
+  // Nothing after the pid, or -ns<digits>.
   const std::string_view suffix = rest.substr(digits);
-  const std::string_view ns = suffix.substr(std::min<size_t>(3, suffix.size()));
-  const bool ns_suffix = suffix.substr(0, 3) == "-ns" && !ns.empty() && ns.find_first_not_of("0123456789") == ns.npos;
+  constexpr std::string_view kNs = "-ns";
+  const bool ns_suffix = suffix.starts_with(kNs) && suffix.size() > kNs.size() &&
+                         leading_digits(suffix.substr(kNs.size())) == suffix.size() - kNs.size();
   if (!suffix.empty() && !ns_suffix) return std::nullopt;
   return WorkerCgroupName{pid, suffix};
 }
