@@ -75,7 +75,10 @@ TEST(Security, StandaloneListensOnLoopbackOnly) {
   const std::string marker = NewJobMarker();
   BackgroundProcess job(Ctrun({"--standalone", "--nproc_per_node=2"}, {"--env-file", dir / "env", "--wait-file", dir / "go"}),
                         {MarkerEnv(marker), "TMPDIR=" + dir.path()}, dir / "out", dir / "err");
-  ASSERT_TRUE(WaitFor([&] { return !ReadEnvFile(dir / "env.1")["MASTER_PORT"].empty(); }, 20s)) << ReadFileOr(dir / "err");
+  // Both ranks' files: rank 0's is read below, and the ranks write theirs in no set order.
+  ASSERT_TRUE(WaitFor([&] {
+    return !ReadEnvFile(dir / "env.0")["MASTER_PORT"].empty() && !ReadEnvFile(dir / "env.1")["MASTER_PORT"].empty();
+  }, 20s)) << ReadFileOr(dir / "err");
   const auto listening = ListeningAddresses(SocketInodes(job.pid()));
   EXPECT_FALSE(listening.empty()) << "ctrun hosts the workers' store: it should listen";
   for (const std::string& l : listening) EXPECT_TRUE(IsLoopbackHex(l)) << "ctrun listens on " << l;
