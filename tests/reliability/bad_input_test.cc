@@ -352,7 +352,7 @@ TEST(BadStoreMessage, EveryMalformedMessageClosesItsConnectionAndTheJobGoesOn) {
   for (const StoreRow& row : rows) {
     int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0) << row.name;
-    ASSERT_EQ(::write(fd, row.bytes.data(), row.bytes.size()), static_cast<ssize_t>(row.bytes.size()));
+    ASSERT_EQ(::send(fd, row.bytes.data(), row.bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(row.bytes.size()));
     const bool closed = ClosedByServer(fd, 5000);
     ::close(fd);
     EXPECT_TRUE(closed) << row.name << ": the store kept the connection";
@@ -368,7 +368,8 @@ TEST(BadStoreMessage, EveryMalformedMessageClosesItsConnectionAndTheJobGoesOn) {
   {
     int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, rows[0].bytes.data(), rows[0].bytes.size()), static_cast<ssize_t>(rows[0].bytes.size()));
+    ASSERT_EQ(::send(fd, rows[0].bytes.data(), rows[0].bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(rows[0].bytes.size()));
     EXPECT_TRUE(ClosedByServer(fd, 5000)) << "the repeat";
     ::close(fd);
     EXPECT_EQ(store_lines().size(), lines_before) << "the repeat was warned about again";

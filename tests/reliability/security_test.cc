@@ -121,7 +121,7 @@ TEST(Security, MultiNodeStoreRefusesClientsWithoutTheTokenAndWorkersNeverSeeIt) 
   for (const std::string& msg : {legacy_set, wrong_auth}) {
     const int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
+    ASSERT_EQ(::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL), static_cast<ssize_t>(msg.size()));
     EXPECT_TRUE(ClosedWithin(fd, 5s)) << "the rendezvous store kept a client without the token";
     ::close(fd);
   }
