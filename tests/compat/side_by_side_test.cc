@@ -160,16 +160,16 @@ TEST(SideBySide, WorkersSeeTorchrunsEnvironmentArgvAndWorkingDirectory) {
 
 TEST(SideBySide, LogDirectoryAndTeedLinesAreTorchruns) {
   if (!HaveTorchrun()) GTEST_SKIP() << "no torch";
-  TempDir t, c;
+  TempDir t, c, sync_t, sync_c;
   // Rank 1 exits 3 in attempt 0; attempt 1 succeeds. Both streams go to files, stdout is also
   // tee'd to the console.
-  auto args = [](const std::string& log_dir) {
+  auto args = [](const std::string& log_dir, const std::string& sync_dir) {
     return std::vector<std::string>{"--nproc_per_node=2", "--max_restarts=1", "--log_dir", log_dir, "--redirects",
-                                    "3", "--tee", "1", Script("say_and_fail.py"), "1"};
+                                    "3", "--tee", "1", Script("say_and_fail.py"), "1", sync_dir};
   };
-  const RunResult tr = RunCommand(Torchrun(args(t.path())), SharedEnv(), 180s);
+  const RunResult tr = RunCommand(Torchrun(args(t.path(), sync_t.path())), SharedEnv(), 180s);
   ASSERT_EQ(tr.exit_code, 0) << tr.err;
-  const RunResult cr = RunCommand(Ctrun(args(c.path())), SharedEnv(), 120s);
+  const RunResult cr = RunCommand(Ctrun(args(c.path(), sync_c.path())), SharedEnv(), 120s);
   ASSERT_EQ(cr.exit_code, 0) << cr.err;
 
   const auto files_t = LogFiles(t.path()), files_c = LogFiles(c.path());
@@ -184,10 +184,13 @@ TEST(SideBySide, LogDirectoryAndTeedLinesAreTorchruns) {
 
 TEST(SideBySide, FailureSummaryHasTorchrunsLines) {
   if (!HaveTorchrun()) GTEST_SKIP() << "no torch";
-  const std::vector<std::string> args{"--nproc_per_node=2", Script("say_and_fail.py"), "1"};
-  const RunResult tr = RunCommand(Torchrun(args), SharedEnv(), 180s);
+  TempDir sync_t, sync_c;
+  auto args = [](const std::string& sync_dir) {
+    return std::vector<std::string>{"--nproc_per_node=2", Script("say_and_fail.py"), "1", sync_dir};
+  };
+  const RunResult tr = RunCommand(Torchrun(args(sync_t.path())), SharedEnv(), 180s);
   EXPECT_EQ(tr.exit_code, 1) << tr.err;  // torchrun exits 1 on every failure
-  const RunResult cr = RunCommand(Ctrun(args), SharedEnv(), 120s);
+  const RunResult cr = RunCommand(Ctrun(args(sync_c.path())), SharedEnv(), 120s);
   EXPECT_EQ(cr.exit_code, 3) << cr.err;  // ctrun passes the root cause's code on
 
   // ctrun's summary is torchrun's with lines of its own added (cause, hint) and a traceback line
