@@ -22,7 +22,10 @@
 // across restarts to tell a crash loop from progress. When FD is set it wins over FILE (an FD that
 // is closed or not a pipe, FIFO or socket counts as unset). The fd is made CLOEXEC, so a child
 // process inherits the variable but not the fd; when the child's own open() reuses the number,
-// the fd check keeps beats out of that file. Errors
+// the fd check keeps beats out of that file. A process forked (without exec) from the one that
+// read the variables inherits the fd but is not the rank: there heartbeat() returns 0 and
+// heartbeat_enabled() false, so a data loader or helper cannot keep a hung rank looking alive
+// (a worker forked by ctrun --warm's server reads its own variables afresh). Errors
 // (EBADF, ENOSPC, a closed reader) disable beats for the rest of the process silently: heartbeats
 // must never kill training. Thread-safe.
 // The launcher decides how long a worker may go without a beat; a worker should beat at least once
@@ -32,6 +35,9 @@
 #include <cstdint>
 
 namespace ctrun::worker {
+
+// The variable that names the inherited fd (above).
+inline constexpr char kHeartbeatFdVariable[] = "CTRUN_HEARTBEAT_FD";
 
 // Returns the beat counter (1, 2, ...) of the beat written, or 0 when heartbeats are disabled or
 // the beat was dropped.

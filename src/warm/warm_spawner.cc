@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ctrun/heartbeat.h"
 #include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
 #include "process/watchdog.h"
@@ -239,7 +240,12 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmL
   UniqueFd ours(sv[0]), theirs(sv[1]);
   std::vector<std::string> args;
   const std::vector<std::string> env = CommonEnv(specs);
+  // The workers' heartbeat fd number is the server's control socket (kServerFd): the server has
+  // no heartbeat channel, and a worker library that asked for one before main would take the
+  // control socket for it (made non-blocking, beats written into it).
   std::vector<std::string> server_env = env;
+  const std::string heartbeat = std::string(worker::kHeartbeatFdVariable) + "=";
+  std::erase_if(server_env, [&](const std::string& e) { return e.starts_with(heartbeat); });
   if (launch.native) {
     // The binary as the first worker, told to serve (include/ctrun/warm_main.h).
     args = specs[0].argv;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "base/unique_fd.h"
+#include "worker/heartbeat_internal.h"
 #include "sys/posix_util.h"
 
 namespace ctrun::worker {
@@ -27,6 +29,11 @@ enum class Mode { kOff, kFd, kSocket, kFile };
 
 struct State {
   std::mutex mu;
+  // The process that read the variables (0: none yet). A process forked from it (a data loader,
+  // a helper) inherits the channel but is not the rank: its beats would keep a hung rank looking
+  // alive, so it sends none. Read before `mu`: a fork while another thread held the lock leaves it
+  // held for ever in the child.
+  std::atomic<pid_t> owner{0};
   bool initialized = false;
   Mode mode = Mode::kOff;
   int fd = -1;          // kFd: the inherited fd (not owned: the launcher gave it to us)
@@ -55,7 +62,8 @@ Mode InheritedFdMode(int fd) {
 
 void Init(State& s) {
   s.initialized = true;
-  if (const char* fd_env = std::getenv("CTRUN_HEARTBEAT_FD"); fd_env && *fd_env) {
+  s.owner.store(::getpid(), std::memory_order_release);
+  if (const char* fd_env = std::getenv(kHeartbeatFdVariable); fd_env && *fd_env) {
     int fd = -1;
     auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
     // An unusable fd is treated as an absent one, as a closed fd always was.
@@ -81,8 +89,15 @@ uint64_t NowUnixNs() {
                                    .count());
 }
 
+// True in a process forked from the one that set the channel up.
+bool ForkedFromOwner(const State& s) {
+  const pid_t owner = s.owner.load(std::memory_order_acquire);
+  return owner != 0 && owner != ::getpid();
+}
+
 bool Enabled() {
   State& s = GetState();
+  if (ForkedFromOwner(s)) return false;
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   return s.mode != Mode::kOff;
@@ -96,10 +111,21 @@ uint64_t heartbeat() { return Beat(std::nullopt); }
 uint64_t heartbeat(uint64_t step) { return Beat(step); }
 bool heartbeat_enabled() { return Enabled(); }
 
+void ForgetHeartbeatChannel() {
+  State& s = GetState();
+  s.owner.store(0, std::memory_order_release);
+  s.initialized = false;
+  s.mode = Mode::kOff;
+  s.fd = -1;
+  (void)s.file.release();  // not closed: the worker's own fds (PlaceFds) may sit at its number now
+  s.counter = 0;
+}
+
 namespace {
 
 uint64_t Beat(std::optional<uint64_t> step) {
   State& s = GetState();
+  if (ForkedFromOwner(s)) return 0;
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   if (s.mode == Mode::kOff) return 0;

@@ -41,6 +41,7 @@
 #include "base/unique_fd.h"
 #include "ctrun/warm_main.h"
 #include "sys/fd_passing.h"
+#include "worker/heartbeat_internal.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -232,6 +233,7 @@ Spec BecomeWorker(UniqueFd sock, const SignalState& signals, void (*after_fork)(
   for (size_t i = 0; i < env.size(); ++i) g_worker_environ[i] = ::strdup(env[i].get<std::string>().c_str());
   g_worker_environ[env.size()] = nullptr;
   environ = g_worker_environ;
+  ForgetHeartbeatChannel();
   Spec out;
   out.argv = spec["argv"].get<std::vector<std::string>>();
   if (out.argv.empty()) FailedStart("empty argv");

@@ -15,6 +15,7 @@
 //   WARM_FAKE_STATIC_THREAD=1  start a thread that sleeps (breaks the one-thread rule)
 //   WARM_FAKE_STATIC_DLOPEN=P  dlopen P (a stand-in libcuda.so.1: the CUDA rule)
 //   WARM_FAKE_STATIC_EXIT=N    _exit(N) when started as the server (one that dies before it is ready)
+//   WARM_FAKE_STATIC_BEAT=1    ask heartbeat_enabled() (the server reads its variables: none)
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,6 +54,7 @@ const bool kStaticInit = [] {
   if (const char* v = std::getenv("WARM_FAKE_STATIC_THREAD"); v && *v == '1')
     std::thread([] { std::this_thread::sleep_for(std::chrono::seconds(60)); }).detach();
   if (const char* v = std::getenv("WARM_FAKE_STATIC_DLOPEN")) ::dlopen(v, RTLD_NOW);
+  if (const char* v = std::getenv("WARM_FAKE_STATIC_BEAT"); v && *v == '1') (void)ctrun::worker::heartbeat_enabled();
   return true;
 }();
 

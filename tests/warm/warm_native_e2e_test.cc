@@ -90,6 +90,21 @@ TEST_F(WarmNative, WorkerLooksExactlyLikeAColdOne) {
   EXPECT_EQ(CountOf(w.out, "no newline, no fflush"), 2) << w.out;
 }
 
+// The heartbeat library read its variables in the server, before main (where there are none):
+// each forked worker reads its own again, as an exec'd one does, and its beats go out.
+TEST_F(WarmNative, HeartbeatsWorkWhenTheServerAskedForThemBeforeMain) {
+  RunResult w = RunCommand(Ctrun(2, 0, {"--heartbeat-timeout=60", "--warm"}, Fake(dir_.path())),
+                           {"WARM_FAKE_STATIC_BEAT=1"}, 60s);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  ASSERT_TRUE(StartedWarm(w)) << w.err;
+  EXPECT_EQ(w.err.find("start cold"), std::string::npos) << w.err;  // the server lived to serve
+  for (int rank = 0; rank < 2; ++rank) {
+    const json seen = ReadObservation(dir_.path(), 0, rank);
+    ASSERT_TRUE(seen.is_object()) << "rank " << rank;
+    EXPECT_EQ(seen["heartbeat"], true) << "rank " << rank;
+  }
+}
+
 TEST_F(WarmNative, ExitCodesErrorFilesAndAbortsAsCold) {
   for (const bool warm : {false, true}) {
     std::vector<std::string> flags;

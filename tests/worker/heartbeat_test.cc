@@ -66,6 +66,26 @@ TEST(Heartbeat, FdModeWritesOneLinePerBeat) {
   }
 }
 
+// A process the worker forks (a data loader, a helper) inherits the channel but is not the rank:
+// its beats would keep a hung rank looking alive. Only the worker's own beats arrive.
+TEST(Heartbeat, AForkedChildOfTheWorkerSendsNoBeats) {
+  TempDir dir;
+  const std::string path = dir / "hb.fifo";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat-fork", WORKER_HELPER},
+                      {"CTRUN_HEARTBEAT_FD=9"});
+  const std::string beats = Drain(reader);
+  ::close(reader);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "child 0 0\nparent 2\n");
+  const auto lines = ctrun::testing::SplitLines(beats);
+  ASSERT_EQ(lines.size(), 2u) << beats;
+  EXPECT_TRUE(std::regex_match(lines[0], std::regex("1 [0-9]+"))) << lines[0];
+  EXPECT_TRUE(std::regex_match(lines[1], std::regex("2 [0-9]+"))) << lines[1];
+}
+
 // A regular file is never a launcher's channel: it is what a child process that inherited the
 // variable but not the (CLOEXEC) fd finds at that number after its own first open().
 TEST(Heartbeat, RegularFileFdIsNotWrittenTo) {

@@ -5,8 +5,14 @@
 //                                prints "saved <s>" (line-buffered). Killed by the test.
 //   snapshot-open DIR            opens a SnapshotStore on DIR (fsync on; creates it), exits 0.
 //   heartbeat N                  calls ctrun::heartbeat() N times, prints the last counter.
+//   heartbeat-fork               beats, forks a child that beats and prints what heartbeat()
+//                                and heartbeat_enabled() returned there ("child 0 0"), beats
+//                                again once the child is gone and prints the counter ("parent 2").
 //   throw                        installs the terminate handler and throws std::runtime_error.
 //   record MESSAGE               record_error(MESSAGE) with a backtrace; exit 0 if written.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +48,21 @@ int main(int argc, char** argv) {
     uint64_t last = 0;
     for (int i = 0; i < std::atoi(argv[2]); ++i) last = ctrun::heartbeat();
     std::printf("%llu\n", static_cast<unsigned long long>(last));
+    return 0;
+  }
+  if (mode == "heartbeat-fork") {
+    (void)ctrun::heartbeat();
+    std::fflush(stdout);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const uint64_t beat = ctrun::heartbeat();
+      std::printf("child %llu %d\n", static_cast<unsigned long long>(beat), ctrun::worker::heartbeat_enabled() ? 1 : 0);
+      std::fflush(stdout);
+      ::_exit(0);
+    }
+    int status = 0;
+    if (child < 0 || ::waitpid(child, &status, 0) != child) return 1;
+    std::printf("parent %llu\n", static_cast<unsigned long long>(ctrun::heartbeat()));
     return 0;
   }
   if (mode == "throw") {
