@@ -117,7 +117,8 @@ TEST(SideBySide, WorkersSeeTorchrunsEnvironmentArgvAndWorkingDirectory) {
     const nlohmann::json seen_t = Seen(t.path(), rank), seen_c = Seen(c.path(), rank);
     ASSERT_TRUE(seen_t.is_object() && seen_c.is_object());
     // argv[1] is the output directory, which differs; ${local_rank} is expanded alike.
-    auto argv_t = seen_t["argv"].get<std::vector<std::string>>(), argv_c = seen_c["argv"].get<std::vector<std::string>>();
+    auto argv_t = seen_t["argv"].get<std::vector<std::string>>();
+    auto argv_c = seen_c["argv"].get<std::vector<std::string>>();
     ASSERT_EQ(argv_t.size(), 5u);
     ASSERT_EQ(argv_c.size(), 5u);
     argv_t.erase(argv_t.begin() + 1);
