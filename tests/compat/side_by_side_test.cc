@@ -159,6 +159,38 @@ TEST(SideBySide, WorkersSeeTorchrunsEnvironmentArgvAndWorkingDirectory) {
   }
 }
 
+// `-m MODULE` (the module found through PYTHONPATH) and `--no_python PROGRAM`: the same argv.
+TEST(SideBySide, ModuleAndNoPythonEntrypointsGetTorchrunsArgv) {
+  if (!HaveTorchrun()) GTEST_SKIP() << "no torch";
+  std::vector<std::string> env = SharedEnv();
+  env.push_back(std::string("PYTHONPATH=") + COMPAT_DIR);
+  using Entry = std::vector<std::string>;
+  for (const Entry& entry : {Entry{"-m", "env_dump"}, Entry{"--no_python", kPython, Script("env_dump.py")}}) {
+    SCOPED_TRACE(entry[0]);
+    TempDir t, c;
+    auto args = [&](const std::string& dir) {
+      std::vector<std::string> a{"--nproc_per_node=1"};
+      a.insert(a.end(), entry.begin(), entry.end());
+      a.insert(a.end(), {dir, "b", "${local_rank}"});
+      return a;
+    };
+    const RunResult tr = RunCommand(Torchrun(args(t.path())), env, 180s);
+    ASSERT_EQ(tr.exit_code, 0) << tr.err;
+    const RunResult cr = RunCommand(Ctrun(args(c.path())), env, 120s);
+    ASSERT_EQ(cr.exit_code, 0) << cr.err;
+    const nlohmann::json seen_t = Seen(t.path(), 0), seen_c = Seen(c.path(), 0);
+    ASSERT_TRUE(seen_t.is_object() && seen_c.is_object());
+    auto argv_t = seen_t["argv"].get<std::vector<std::string>>();
+    auto argv_c = seen_c["argv"].get<std::vector<std::string>>();
+    ASSERT_EQ(argv_t.size(), 4u);
+    ASSERT_EQ(argv_c.size(), 4u);
+    EXPECT_EQ(argv_t[0], Script("env_dump.py"));
+    argv_t.erase(argv_t.begin() + 1);  // the output directory
+    argv_c.erase(argv_c.begin() + 1);
+    EXPECT_EQ(argv_c, argv_t);
+  }
+}
+
 TEST(SideBySide, LogDirectoryAndTeedLinesAreTorchruns) {
   if (!HaveTorchrun()) GTEST_SKIP() << "no torch";
   TempDir t, c, sync_t, sync_c;
