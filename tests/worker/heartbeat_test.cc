@@ -15,6 +15,7 @@ namespace {
 
 using ctrun::testing::ReadFileOr;
 using ctrun::testing::RunCommand;
+using ctrun::testing::RunResult;
 using ctrun::testing::TempDir;
 
 TEST(Heartbeat, NoOpWithoutLauncherRequest) {
@@ -44,46 +45,46 @@ std::string Drain(int fd) {
   return out;
 }
 
-TEST(Heartbeat, FdModeWritesOneLinePerBeat) {
+struct FifoRun {
+  RunResult run;
+  std::vector<std::string> beats;  // the lines the helper wrote to its channel
+};
+
+// Runs the helper in `mode` with CTRUN_HEARTBEAT_FD=9 on a FIFO whose read end the test holds
+// (ctrun gives a socket; a pipe or FIFO works the same). Opening the read end non-blocking lets
+// the shell's open for writing proceed at once; a few short lines fit the pipe buffer.
+FifoRun RunOnFifo(const std::string& mode) {
   TempDir dir;
   const std::string path = dir / "hb.fifo";
-  // The helper inherits fd 9 -> a FIFO whose read end the test holds (ctrun gives a socket; a
-  // pipe or FIFO works the same). Opening the read end non-blocking lets the shell's open for
-  // writing proceed at once; 3 short lines fit the pipe buffer.
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  FifoRun out;
+  if (::mkfifo(path.c_str(), 0600) != 0) return out;
   const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  ASSERT_GE(reader, 0);
-  auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat 3", WORKER_HELPER},
-               {"CTRUN_HEARTBEAT_FD=9"});
-  const std::string beats = Drain(reader);
+  if (reader < 0) return out;
+  out.run = RunCommand({"/bin/sh", "-c", "exec 9>" + path + "; exec \"$0\" " + mode, WORKER_HELPER},
+                       {"CTRUN_HEARTBEAT_FD=9"});
+  out.beats = ctrun::testing::SplitLines(Drain(reader));
   ::close(reader);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "3\n");
-  auto lines = ctrun::testing::SplitLines(beats);
-  ASSERT_EQ(lines.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_TRUE(std::regex_match(lines[i], std::regex(std::to_string(i + 1) + " [0-9]+"))) << lines[i];
-  }
+  return out;
+}
+
+TEST(Heartbeat, FdModeWritesOneLinePerBeat) {
+  const FifoRun r = RunOnFifo("heartbeat 3");
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  EXPECT_EQ(r.run.out, "3\n");
+  ASSERT_EQ(r.beats.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(std::regex_match(r.beats[i], std::regex(std::to_string(i + 1) + " [0-9]+"))) << r.beats[i];
 }
 
 // A process the worker forks (a data loader, a helper) inherits the channel but is not the rank:
 // its beats would keep a hung rank looking alive. Only the worker's own beats arrive.
 TEST(Heartbeat, AForkedChildOfTheWorkerSendsNoBeats) {
-  TempDir dir;
-  const std::string path = dir / "hb.fifo";
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  ASSERT_GE(reader, 0);
-  auto r = RunCommand({"/bin/sh", "-c", std::string("exec 9>") + path + "; exec \"$0\" heartbeat-fork", WORKER_HELPER},
-                      {"CTRUN_HEARTBEAT_FD=9"});
-  const std::string beats = Drain(reader);
-  ::close(reader);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "child 0 0\nparent 2\n");
-  const auto lines = ctrun::testing::SplitLines(beats);
-  ASSERT_EQ(lines.size(), 2u) << beats;
-  EXPECT_TRUE(std::regex_match(lines[0], std::regex("1 [0-9]+"))) << lines[0];
-  EXPECT_TRUE(std::regex_match(lines[1], std::regex("2 [0-9]+"))) << lines[1];
+  const FifoRun r = RunOnFifo("heartbeat-fork");
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  EXPECT_EQ(r.run.out, "child 0 0\nparent 2\n");
+  ASSERT_EQ(r.beats.size(), 2u);
+  EXPECT_TRUE(std::regex_match(r.beats[0], std::regex("1 [0-9]+"))) << r.beats[0];
+  EXPECT_TRUE(std::regex_match(r.beats[1], std::regex("2 [0-9]+"))) << r.beats[1];
 }
 
 // A regular file is never a launcher's channel: it is what a child process that inherited the
