@@ -29,11 +29,12 @@ enum class Mode { kOff, kFd, kSocket, kFile };
 
 struct State {
   std::mutex mu;
-  // The process that read the variables (0: none yet). A process forked from it (a data loader,
-  // a helper) inherits the channel but is not the rank: its beats would keep a hung rank looking
-  // alive, so it sends none. Read before `mu`: a fork while another thread held the lock leaves it
-  // held for ever in the child.
-  std::atomic<pid_t> owner{0};
+  // Set in a process forked from the one that read the variables (a data loader, a helper): it
+  // inherits the channel but is not the rank, and its beats would keep a hung rank looking alive,
+  // so it sends none. Set by a pthread_atfork child handler (no system call per beat) and read
+  // before `mu`: a fork while another thread held the lock leaves it held for ever in the child.
+  std::atomic<bool> forked{false};
+  bool atfork_registered = false;
   bool initialized = false;
   Mode mode = Mode::kOff;
   int fd = -1;          // kFd: the inherited fd (not owned: the launcher gave it to us)
@@ -62,7 +63,8 @@ Mode InheritedFdMode(int fd) {
 
 void Init(State& s) {
   s.initialized = true;
-  s.owner.store(::getpid(), std::memory_order_release);
+  if (!s.atfork_registered)
+    s.atfork_registered = ::pthread_atfork(nullptr, nullptr, [] { GetState().forked.store(true); }) == 0;
   if (const char* fd_env = std::getenv(kHeartbeatFdVariable); fd_env && *fd_env) {
     int fd = -1;
     auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
@@ -90,10 +92,7 @@ uint64_t NowUnixNs() {
 }
 
 // True in a process forked from the one that set the channel up.
-bool ForkedFromOwner(const State& s) {
-  const pid_t owner = s.owner.load(std::memory_order_acquire);
-  return owner != 0 && owner != ::getpid();
-}
+bool ForkedFromOwner(const State& s) { return s.forked.load(std::memory_order_relaxed); }
 
 bool Enabled() {
   State& s = GetState();
@@ -113,7 +112,7 @@ bool heartbeat_enabled() { return Enabled(); }
 
 void ForgetHeartbeatChannel() {
   State& s = GetState();
-  s.owner.store(0, std::memory_order_release);
+  s.forked.store(false);
   s.initialized = false;
   s.mode = Mode::kOff;
   s.fd = -1;
