@@ -9,7 +9,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 #include <string>
 #include <vector>
 
