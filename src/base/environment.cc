@@ -50,6 +50,12 @@ void Environment::Unset(std::string_view name) {
   if (const size_t i = Find(name); i != vars_.size()) vars_.erase(vars_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
+void EraseEntries(std::vector<std::string>* entries, std::string_view name) {
+  std::erase_if(*entries, [name](const std::string& e) {
+    return e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).starts_with(name);
+  });
+}
+
 std::vector<std::string> Environment::Entries() const {
   std::vector<std::string> out;
   out.reserve(vars_.size());

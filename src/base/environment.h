@@ -39,4 +39,8 @@ class Environment {
   std::vector<std::pair<std::string, std::string>> vars_;
 };
 
+// Removes every entry of `name` ("NAME=...") from a list of execve entries, such as a SpawnSpec's
+// env; the others keep their order.
+void EraseEntries(std::vector<std::string>* entries, std::string_view name);
+
 }  // namespace ctrun

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 
+#include "base/environment.h"
 #include "ctrun/heartbeat.h"
 #include "sys/posix_util.h"
 
@@ -64,9 +65,8 @@ void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) 
     c = Channel{};
     return;
   }
-  const std::string var = std::string(worker::kHeartbeatFdVariable) + "=";
-  std::erase_if(spec->env, [&](const std::string& e) { return e.rfind(var, 0) == 0; });
-  spec->env.push_back(var + std::to_string(kHeartbeatFd));
+  EraseEntries(&spec->env, worker::kHeartbeatFdVariable);
+  spec->env.push_back(std::string(worker::kHeartbeatFdVariable) + "=" + std::to_string(kHeartbeatFd));
   spec->extra_fd = sv[1];
   spec->extra_fd_target = kHeartbeatFd;
 }

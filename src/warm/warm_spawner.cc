@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/environment.h"
 #include "ctrun/heartbeat.h"
 #include "ctrun/warm_main.h"
 #include "process/stdio_plumbing.h"
@@ -244,8 +245,7 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmL
   // no heartbeat channel, and a worker library that asked for one before main would take the
   // control socket for it (made non-blocking, beats written into it).
   std::vector<std::string> server_env = env;
-  const std::string heartbeat = std::string(worker::kHeartbeatFdVariable) + "=";
-  std::erase_if(server_env, [&](const std::string& e) { return e.starts_with(heartbeat); });
+  EraseEntries(&server_env, worker::kHeartbeatFdVariable);
   if (launch.native) {
     // The binary as the first worker, told to serve (include/ctrun/warm_main.h).
     args = specs[0].argv;

@@ -101,6 +101,12 @@ TEST(Environment, ReadOnceFirstEntryWinsOrderKept) {
   EXPECT_EQ(env.Entries(), (std::vector<std::string>{"A=1", "B=z", "C=", "=empty", "D=4"}));
 }
 
+TEST(Environment, EraseEntriesRemovesEveryEntryOfTheWholeNameOnly) {
+  std::vector<std::string> entries{"A=1", "AB=2", "A=3", "A", "B=A=4", "A="};
+  EraseEntries(&entries, "A");
+  EXPECT_EQ(entries, (std::vector<std::string>{"AB=2", "A", "B=A=4"}));
+}
+
 TEST(Environment, UnsetKeepsTheOthersInOrderAndNamesMatchWhole) {
   Environment env = Environment::FromEntries({"AB=1", "A=2", "ABC=3", "B=4"});
   EXPECT_EQ(*env.Get("A"), "2");
