@@ -91,12 +91,9 @@ uint64_t NowUnixNs() {
                                    .count());
 }
 
-// True in a process forked from the one that set the channel up.
-bool ForkedFromOwner(const State& s) { return s.forked.load(std::memory_order_relaxed); }
-
 bool Enabled() {
   State& s = GetState();
-  if (ForkedFromOwner(s)) return false;
+  if (s.forked.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   return s.mode != Mode::kOff;
@@ -124,7 +121,7 @@ namespace {
 
 uint64_t Beat(std::optional<uint64_t> step) {
   State& s = GetState();
-  if (ForkedFromOwner(s)) return 0;
+  if (s.forked.load(std::memory_order_relaxed)) return 0;
   std::lock_guard lock(s.mu);
   if (!s.initialized) Init(s);
   if (s.mode == Mode::kOff) return 0;
