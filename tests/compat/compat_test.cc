@@ -16,13 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* kPython = "/usr/bin/python3";
-
-bool HaveTorch() {
-  static int have = -1;
-  if (have < 0) have = RunCommand({kPython, "-c", "import torch.distributed"}, {}, 60s).exit_code == 0;
-  return have == 1;
-}
+bool HaveTorch() { return PythonCanImport("torch.distributed"); }
 
 std::string Script(const std::string& name) { return std::string(COMPAT_DIR) + "/" + name; }
 

@@ -24,11 +24,7 @@ namespace fs = std::filesystem;
 const char* kPython = "/usr/bin/python3";
 const std::string kRunId = "side-by-side";
 
-bool HaveTorchrun() {
-  static int have = -1;
-  if (have < 0) have = RunCommand({kPython, "-c", "import torch.distributed.run"}, {}, 60s).exit_code == 0;
-  return have == 1;
-}
+bool HaveTorchrun() { return PythonCanImport("torch.distributed.run"); }
 
 std::string Script(const std::string& name) { return std::string(COMPAT_DIR) + "/" + name; }
 

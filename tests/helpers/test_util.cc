@@ -154,6 +154,15 @@ RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std
   return r;
 }
 
+bool PythonCanImport(const std::string& module) {
+  static std::map<std::string, bool> known;
+  auto it = known.find(module);
+  if (it == known.end())
+    it = known.emplace(module, RunCommand({"/usr/bin/python3", "-c", "import " + module}, {}, std::chrono::seconds(60))
+                                       .exit_code == 0).first;
+  return it->second;
+}
+
 BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                      const std::string& out_path, const std::string& err_path) {
   int out_fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);

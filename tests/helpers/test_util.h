@@ -45,6 +45,10 @@ struct RunResult {
 RunResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+// Whether /usr/bin/python3 (Debian's, where python3-torch lives) can import `module`; asked once
+// per module and test process. Tests that run real PyTorch skip without it.
+bool PythonCanImport(const std::string& module);
+
 // A child started in the background (own process group) with stdout/stderr to files.
 class BackgroundProcess {
  public:

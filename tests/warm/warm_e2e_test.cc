@@ -511,10 +511,7 @@ TEST_F(Warm, VariablesTheScriptSetsBeforeImportingTorchApplyAsCold) {
 }
 
 TEST_F(Warm, TrainPyColdAndWarmEndBitIdenticalAfterAMidEpochCrash) {
-  {
-    RunResult probe = RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}, {}, 60s);
-    if (probe.exit_code != 0) GTEST_SKIP() << "Debian python3-torch not importable: " << probe.err;
-  }
+  if (!ctrun::testing::PythonCanImport("torch.distributed")) GTEST_SKIP() << "Debian python3-torch not importable";
   // 3 ranks: with 2 the sum of two contributions is the same in any order and would hide a
   // layout-dependent reduction. 512 samples / 3 ranks / 16 = 11 steps per epoch; the crash at step
   // 14 is neither a snapshot (every 5) nor an epoch boundary.

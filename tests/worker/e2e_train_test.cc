@@ -123,10 +123,7 @@ TEST_F(TrainDeterminism, CppTrainIsBitIdenticalWithInjectedFailuresAndAnExternal
 }
 
 TEST_F(TrainDeterminism, PythonTrainIsBitIdenticalWithInjectedFailures) {
-  {
-    RunResult probe = RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}, {}, 60s);
-    if (probe.exit_code != 0) GTEST_SKIP() << "Debian python3-torch not importable: " << probe.err;
-  }
+  if (!ctrun::testing::PythonCanImport("torch.distributed")) GTEST_SKIP() << "Debian python3-torch not importable";
   const std::vector<std::string> train = Concat({"/usr/bin/python3", TRAIN_PY}, kTrainArgs);
   RunResult ref = RunCommand(Ctrun(2, 0, Concat(train, {"--out", dir_ / "ref.txt"})), {}, 150s);
   ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;

@@ -265,11 +265,7 @@ TEST_P(NetnsLinkCut, SurvivorsFinishAsASmallerJobAndTheCutOffAgentEnds) {
 INSTANTIATE_TEST_SUITE_P(Where, NetnsLinkCut, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "AtTheBridge" : "OnTheNode"; });
 
-bool HaveTorch() {
-  static int have = -1;
-  if (have < 0) have = RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}, {}, seconds(60)).exit_code == 0;
-  return have == 1;
-}
+bool HaveTorch() { return ctrun::testing::PythonCanImport("torch.distributed"); }
 
 // Real PyTorch: one gloo world across two namespaces, bootstrapped through node rank 0's agent
 // store at its namespace address. Gloo would pick the address the host name resolves to (a
