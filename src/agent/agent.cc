@@ -423,11 +423,6 @@ void Agent::OnSignal(int sig) {
     stop_reason_ = StopReason::kSignal;
     stop_signal_ = sig;
     EmitStop(stop_reason_, sig);
-    if (restart_pending_) {  // every worker is gone already; the restart waits no more
-      restart_pending_ = false;
-      Finish(128 + sig);
-      return;
-    }
     SignalLiveGroupsToStop(sig);
     return;
   }
@@ -812,11 +807,11 @@ void Agent::FinishAttempt() {
         const health::RestartDecision d =
             restart_policy_.OnFailedAttempt(health_ ? health_->AttemptMaxStep() : std::nullopt);
         if (!d.crash_loop) {
+          state_ = AgentState::kBackoff;
           if (d.delay <= Duration::zero()) {
             Restart();
             return;
           }
-          state_ = AgentState::kBackoff;
           events_->Emit(events::kBackoff, {{"delay_s", std::chrono::duration<double>(d.delay).count()},
                                            {"restart_count", restart_count_ + 1}});
           hooks_.Log(1, "restarting in " + health::FormatSeconds(d.delay) + " (--restart-backoff)");
@@ -850,15 +845,16 @@ void Agent::Restart() {
 }
 
 // The previous attempt's processes are gone from the GPUs (bounded wait in the hooks) before the
-// next attempt starts; a signal meanwhile ends the run.
+// next attempt starts; a signal or the deadline meanwhile ends the run.
 void Agent::RestartWhenReady() {
   std::vector<pid_t> previous;
   for (const auto& w : workers_) previous.push_back(w.pid);
   restart_pending_ = true;
   hooks_.BeforeRestart(previous, [this](Status s) {
-    if (!restart_pending_) return;  // a signal ended the run meanwhile
+    if (!restart_pending_) return;  // a signal or the deadline ended the run meanwhile
     restart_pending_ = false;
     if (!s.ok()) {
+      setup_failed_ = true;  // exit 1, this message as the outcome (the failure stays in the summary)
       end_message_ = s.message();
       hooks_.Log(2, s.message());
       Finish(1);
@@ -952,6 +948,7 @@ void Agent::Finish(int code) {
   if (deadline_timer_) timers_.CancelTimer(*deadline_timer_);
   deadline_timer_.reset();
   exit_code_ = code;
+  restart_pending_ = false;  // a BeforeRestart answer that comes after this starts nothing
   state_ = AgentState::kDone;
 }
 

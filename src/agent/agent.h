@@ -132,6 +132,9 @@ struct FailureRecord {
   std::string never_started;  // its exec failed after ctrun stopped waiting for it
 };
 
+// kBackoff: between two attempts of a single-node job, every worker of the failed one gone:
+// the --restart-backoff delay, then the wait for the GPUs' release (BeforeRestart). A signal or
+// the deadline there ends the run; a late exit (a worker given up on in D state) changes nothing.
 enum class AgentState { kIdle, kRendezvous, kRunning, kStopping, kBackoff, kDone };
 
 class Agent final : public rdzv::RendezvousListener {

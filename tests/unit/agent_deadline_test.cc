@@ -93,6 +93,25 @@ TEST_F(AgentDeadlineTest, ADeadlineDuringAFailureTeardownEndsTheRunInsteadOfRest
   EXPECT_EQ(spawner.specs.size(), 4u) << "no restart after the deadline";
 }
 
+// The deadline passes while the restart waits for the GPUs (every worker of the failed attempt
+// gone): the run ends with 124 there, and the wait's late answer starts no attempt.
+TEST_F(AgentDeadlineTest, ADeadlineWhileTheRestartWaitsForTheGpusEndsTheRun) {
+  config.max_restarts = 3;
+  hooks.defer_restart = true;
+  Start();
+  timers.Advance(Seconds(9));
+  Exit(Pid(1), ExitStatus::Exited(5));
+  for (int i : {0, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_EQ(agent->state(), AgentState::kBackoff);
+  timers.Advance(Seconds(1));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 124);
+  EXPECT_TRUE(agent->running_at_deadline().empty());
+  hooks.pending_restart(Status::Ok());
+  EXPECT_EQ(spawner.specs.size(), 4u) << "no restart after the deadline";
+  EXPECT_EQ(DecideJobOutcome(*agent, {}).exit_code, 124);
+}
+
 TEST_F(AgentDeadlineTest, NoDeadlineTimerWithoutTheFlagOrAfterTheEnd) {
   config.max_run_time.reset();
   Start();

@@ -1,5 +1,6 @@
 // Agent state machine, driven with a fake spawner and a fake clock: no fork, no sleep.
 #include "agent/agent.h"
+#include "agent/job_outcome.h"
 
 #include <gtest/gtest.h>
 
@@ -468,6 +469,37 @@ TEST_F(AgentTest, RestartRefusedByTheHookEndsTheRun) {
   EXPECT_EQ(agent->exit_code(), 1);
   EXPECT_EQ(agent->end_message(), "not restarting: pid 7 (GPU 0, state D)");
   EXPECT_EQ(spawner.specs.size(), 4u);
+  // The README's exit code 1 ("it would not restart on GPUs the previous attempt still holds"),
+  // decided where every exit code is: not the failed worker's code.
+  const RunOutcome o = DecideJobOutcome(*agent, {WorkerFailure{}});
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.kind, OutcomeKind::kSetupError);
+  EXPECT_EQ(o.root_cause, "not restarting: pid 7 (GPU 0, state D)");
+}
+
+// A worker given up on after SIGKILL (D state) exits while the restart waits for the GPUs: the
+// attempt ended once, so its exit neither counts the failure again nor ends the run.
+TEST_F(AgentTest, AWorkerGivenUpOnThatExitsWhileTheRestartWaitsEndsNothing) {
+  config.max_restarts = 1;
+  config.shutdown_timeout = 1;
+  hooks.defer_restart = true;
+  MakeAgent().Start();
+  spawner.unkillable.insert(Pid(3));
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  timers.Advance(std::chrono::seconds(1));
+  timers.Advance(Agent::kFinalWait);
+  ASSERT_EQ(agent->state(), AgentState::kBackoff) << "waiting for the GPUs";
+  ASSERT_EQ(hooks.failed_attempts.size(), 1u);
+  spawner.alive_groups.erase(Pid(3));
+  agent->OnChildExit(Pid(3), ExitStatus::Signaled(SIGKILL));
+  EXPECT_FALSE(agent->done());
+  EXPECT_EQ(hooks.failed_attempts.size(), 1u) << "the attempt ended once";
+  EXPECT_EQ(agent->restart_count(), 1);
+  hooks.pending_restart(Status::Ok());
+  EXPECT_EQ(spawner.specs.size(), 8u);
+  EXPECT_EQ(agent->state(), AgentState::kRunning);
+  EXPECT_EQ(agent->restart_count(), 1);
 }
 
 TEST_F(AgentTest, SignalWhileWaitingToRestartEndsTheRunAtOnce) {
@@ -479,6 +511,23 @@ TEST_F(AgentTest, SignalWhileWaitingToRestartEndsTheRunAtOnce) {
   agent->OnSignal(SIGINT);
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->exit_code(), 128 + SIGINT);
+  hooks.pending_restart(Status::Ok());  // late: ignored
+  EXPECT_EQ(spawner.specs.size(), 4u);
+}
+
+// The same wait after a --restart-backoff delay: a signal ends the run there too.
+TEST_F(AgentTest, SignalWhileWaitingForTheGpusAfterTheBackoffEndsTheRunAtOnce) {
+  config.max_restarts = 1;
+  config.restart_backoff = 2;
+  hooks.defer_restart = true;
+  MakeAgent().Start();
+  Exit(Pid(0), ExitStatus::Exited(1));
+  for (int i : {1, 2, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  timers.Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(hooks.pending_restart) << "the backoff is over; the GPUs are awaited";
+  agent->OnSignal(SIGTERM);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 128 + SIGTERM);
   hooks.pending_restart(Status::Ok());  // late: ignored
   EXPECT_EQ(spawner.specs.size(), 4u);
 }
