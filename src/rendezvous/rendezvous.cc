@@ -210,8 +210,12 @@ void Rendezvous::ReactWhileJoining() {
     if (listener_) listener_->OnRoundReady(MakeRound());
     return;
   }
-  if (s.phase == Phase::kJoin && member && static_cast<int>(s.members.size()) >= options_.params.min_nodes)
-    ArmLastCall();
+  if (s.phase == Phase::kJoin) {
+    if (member && static_cast<int>(s.members.size()) >= options_.params.min_nodes)
+      ArmLastCall();
+    else
+      DisarmLastCall();  // below MIN again (a member left or was lost): MIN reached anew arms anew
+  }
   if (s.phase == Phase::kRun && s.IsWaiting(self_id_) && said_waiting_round_ != s.round) {
     said_waiting_round_ = s.round;
     if (listener_)
@@ -299,6 +303,12 @@ void Rendezvous::ArmLastCall() {
     last_call_timer_.reset();
     Enqueue(Transition::Complete(round));
   });
+}
+
+void Rendezvous::DisarmLastCall() {
+  if (last_call_timer_) timers_.CancelTimer(*last_call_timer_);
+  last_call_timer_.reset();
+  last_call_round_ = UINT64_MAX;
 }
 
 // This node is refused: it writes so into the log (the job's nodes name it, and a job that never

@@ -14,7 +14,7 @@
 //   -> OnJobEnd        the outcome every agent agrees on, or a rendezvous error of this agent
 //   Leave()            the agent got a terminating signal: leave without closing the job
 // Timers: join_timeout per Join (-> OnJobEnd with kExitRendezvous), last_call once a joining round
-// has min nodes, and the log's liveness deadline for the next kWatchedPeers nodes (-> kLost).
+// has min nodes (again, if it fell below), and the log's liveness deadline for the next kWatchedPeers nodes (-> kLost).
 #pragma once
 
 #include <deque>
@@ -113,7 +113,8 @@ class Rendezvous {
   void Enqueue(Transition t);
   void Fatal(const std::string& what);
   void End(JobEnd end);
-  void ArmLastCall();
+  void ArmLastCall();     // once per round, when MIN is reached
+  void DisarmLastCall();  // the round fell below MIN again
   void OnJoinTimeout();
   void Refuse(uint64_t index, std::string why);
   void SayRefusal(const Refusal& r);

@@ -306,6 +306,28 @@ TEST_F(RendezvousTest, LastCallCompletesAnElasticRoundAboveMin) {
   EXPECT_EQ(a.rounds[0].num_nodes, 2);
 }
 
+// A round that falls below MIN before its last call and reaches MIN again gets a last call of
+// its own: the one armed first found too few members and completed nothing.
+TEST_F(RendezvousTest, ARoundThatFallsBelowMinAndReachesItAgainCompletesAfterAFreshLastCall) {
+  options_.params = Params{2, 4, 0, false};
+  options_.last_call = Seconds(2);
+  auto nodes = Start(2);
+  Node& a = *nodes[0];
+  Node& b = *nodes[1];
+  timers_.Advance(Seconds(1));
+  // Node 2 stalls (SIGSTOP, a network cut) past its liveness deadline: it sees nothing of the
+  // log until its own overdue last call runs, which finds it dropped, and it joins again.
+  server_->waiters.erase(2);
+  testing::LoseNode(*server_, timers_, "2");
+  Settle();
+  timers_.Advance(Seconds(1));
+  EXPECT_TRUE(a.rounds.empty()) << "one node is below MIN";
+  timers_.Advance(Seconds(2));
+  ASSERT_EQ(a.rounds.size(), 1u) << "the round waited for a last call that had passed";
+  ASSERT_EQ(b.rounds.size(), 1u);
+  EXPECT_EQ(a.rounds[0].num_nodes, 2);
+}
+
 TEST_F(RendezvousTest, LostNodeLeavesTheOthersRunningAsASmallerJobWithoutCounting) {
   options_.params = Params{2, 4, 0, false};
   options_.last_call = Seconds(1);
