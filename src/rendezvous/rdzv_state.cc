@@ -443,7 +443,9 @@ std::string Encode(const State& s) {
     j["refused"] = ParamsToJson(s.refused->params);
     j["refused"]["id"] = s.refused->id;
   }
-  return j.dump();
+  // A cause's text comes from the workers' side (an argv0, an error file's message) and may not
+  // be UTF-8: replaced, never thrown on.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 StatusOr<State> Decode(std::string_view text) {

@@ -283,6 +283,24 @@ TEST(RdzvState, LossWhileJoiningLetsTheOthersComplete) {
   EXPECT_EQ(MemberIds(s), (std::vector<std::string>{"a", "c"}));
 }
 
+// "cannot execute ./tr\xe9in" (a Latin-1 file name that is missing on one node) is a fatal cause
+// every node must read, not an exception out of the rendezvous.
+TEST(RdzvState, ACauseThatIsNotUtf8IsEncodedWithReplacementCharacters) {
+  Params p = Elastic(1, 2, 0);
+  State s = JoinAll(State{}, p, {Node("a")});
+  s = Must(Apply(s, Transition::Complete(0), p));
+  Cause c = Failure(0, 127);
+  c.what = "cannot execute ./tr\xe9in";
+  c.fatal = true;
+  s = Must(Apply(s, Transition::Fail(0, "a", c), p));
+  std::string text;
+  ASSERT_NO_THROW(text = Encode(s));
+  auto back = Decode(text);
+  ASSERT_TRUE(back.ok()) << back.message();
+  ASSERT_TRUE(back->cause);
+  EXPECT_EQ(back->cause->what, "cannot execute ./tr\xef\xbf\xbdin");
+}
+
 TEST(RdzvState, EncodeDecodeRoundTrip) {
   Params p = Elastic(2, 4, 3);
   State s = JoinAll(State{}, p, {Node("a", 4, -1), Node("b", 2, -1), Node("c")});
