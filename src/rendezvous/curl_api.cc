@@ -56,4 +56,15 @@ StatusOr<const CurlApi*> LoadCurl() {
 
 const CurlApi& Curl() { return **LoadCurl(); }
 
+CURLcode RestrictToHttp(const CurlApi& api, CURL* easy) {
+#if LIBCURL_VERSION_NUM >= 0x075500
+  const CURLcode rc = api.easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (rc != CURLE_UNKNOWN_OPTION) return rc;
+#endif
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  return api.easy_setopt(easy, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#pragma GCC diagnostic pop
+}
+
 }  // namespace ctrun::rdzv

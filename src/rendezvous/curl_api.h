@@ -38,4 +38,9 @@ StatusOr<const CurlApi*> LoadCurl();
 // The loaded table; only after LoadCurl() succeeded.
 const CurlApi& Curl();
 
+// Restricts `easy` to http and https with the option the loaded libcurl knows: the headers may be
+// newer than the library (CURLOPT_PROTOCOLS_STR is 7.85's; Ubuntu 22.04 and RHEL 8/9 ship older
+// ones, which answer CURLE_UNKNOWN_OPTION), so the older bit mask is the fallback.
+CURLcode RestrictToHttp(const CurlApi& api, CURL* easy);
+
 }  // namespace ctrun::rdzv

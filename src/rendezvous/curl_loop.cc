@@ -210,9 +210,7 @@ Status CurlLoop::Configure(Transfer& t, const HttpRequest& r) {
     if (rc == CURLE_OK) rc = c;
   };
   set(Curl().easy_setopt(e, CURLOPT_URL, r.url.c_str()));
-#if LIBCURL_VERSION_NUM >= 0x075500
-  set(Curl().easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https"));
-#endif
+  set(RestrictToHttp(Curl(), e));
   set(Curl().easy_setopt(e, CURLOPT_PROXY, ""));  // never via http_proxy & co: etcd is cluster-internal
   set(Curl().easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1)));
   set(Curl().easy_setopt(e, CURLOPT_POST, 1L));
