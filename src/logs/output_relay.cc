@@ -175,11 +175,9 @@ OutputRelay::StreamState* OutputRelay::Find(int local_rank, Stream stream) {
 
 Status OutputRelay::AddStream(int local_rank, Stream stream, UniqueFd read_end, Sinks sinks) {
   if (!read_end) return Status::Error("AddStream: invalid fd");
-  if (StreamState* old = Find(local_rank, stream)) {
-    if (old->registered) loop_.RemoveFd(old->fd.get());
-    old->registered = false;
-    Close(*old, /*notify=*/false);
-  }
+  // The previous attempt's stream, still open: its worker is gone, but its last words may still
+  // be in the pipe (paused behind a slow console, or the restart came in the same loop turn).
+  if (StreamState* old = Find(local_rank, stream)) DrainAndClose(*old);
   if (!SetNonBlocking(read_end.get(), true)) return Status::Errno("fcntl O_NONBLOCK", errno);
   auto s = std::make_unique<StreamState>(opt_.max_line);
   struct stat fd_stat {};
@@ -355,19 +353,15 @@ void OutputRelay::CatchUp(int local_rank) {
   }
 }
 
-void OutputRelay::DropWorker(int local_rank) {
-  for (int k = 0; k < 2; ++k) {
-    StreamState* s = Find(local_rank, static_cast<Stream>(k));
-    if (s == nullptr) continue;
-    // What is in the pipe now is all that will be read; bounded so a busy writer cannot hold us.
-    bool open = true;
-    for (int i = 0; i < 64 && open; ++i) {
-      ssize_t n = RetryOnEintr([&] { return ::read(s->fd.get(), scratch_.get(), scratch_size_); });
-      if (n <= 0) break;
-      Process(*s, std::string_view(scratch_.get(), static_cast<size_t>(n)));
-    }
-    Close(*s, /*notify=*/false);
+void OutputRelay::DrainAndClose(StreamState& s) {
+  // What is in the pipe now is all that will be read; bounded so a busy writer (a descendant
+  // still holding the pipe) cannot hold us.
+  for (int i = 0; i < 64; ++i) {
+    ssize_t n = RetryOnEintr([&] { return ::read(s.fd.get(), scratch_.get(), scratch_size_); });
+    if (n <= 0) break;
+    Process(s, std::string_view(scratch_.get(), static_cast<size_t>(n)));
   }
+  Close(s, /*notify=*/false);
 }
 
 size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt, TimePoint console_deadline) {
@@ -394,7 +388,7 @@ size_t OutputRelay::FlushAll(TimePoint deadline, int interrupt, TimePoint consol
       if (it != streams_.end()) ReadOnce(*it->second);
     }
   }
-  while (!streams_.empty()) DropWorker(streams_.begin()->first.first);
+  while (!streams_.empty()) DrainAndClose(*streams_.begin()->second);
   size_t lost = 0;
   for (ConsoleWriter* w : {out_.get(), err_.get()}) {
     if (w == nullptr) continue;

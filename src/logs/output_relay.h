@@ -89,8 +89,10 @@ class OutputRelay {
   OutputRelay(const OutputRelay&) = delete;
   OutputRelay& operator=(const OutputRelay&) = delete;
 
-  // Takes the read end of a worker's pipe. A still-open stream of the same rank and kind is
-  // dropped first (DropWorker semantics). Adding stderr resets that rank's StderrTail.
+  // Takes the read end of a worker's pipe. A still-open stream of the same rank and kind (the
+  // previous attempt's) is read first, as far as it holds bytes now (bounded), then closed: none
+  // of a crashed worker's last words is lost at a restart. Adding stderr resets that rank's
+  // StderrTail.
   Status AddStream(int local_rank, Stream stream, UniqueFd read_end, Sinks sinks);
 
   // Called on every read that got bytes from one of the rank's streams (hang detection's
@@ -100,9 +102,6 @@ class OutputRelay {
   void SetOnWorkerDrained(std::function<void(int local_rank)> fn) { on_drained_ = std::move(fn); }
   bool WorkerDrained(int local_rank) const;  // true when the rank has no open stream
 
-  // Reads what is available now from the rank's streams, flushes partial lines and closes them
-  // (for pipes held open by orphaned grandchildren). Does not call the drained callback.
-  void DropWorker(int local_rank);
   // Reads what the rank's streams hold now, as the loop would (up to EOF, which closes the stream,
   // or EAGAIN; stopping at the console's high water): for a worker that has just exited, whose
   // every write is in its pipes already, so that its last lines reach the console before ctrun's
@@ -134,6 +133,8 @@ class OutputRelay {
   void ShowPending(int local_rank, Stream stream);
   void Process(StreamState& s, std::string_view data);
   void Close(StreamState& s, bool notify);
+  // Reads what the stream holds now (bounded, never blocks), then closes it without notifying.
+  void DrainAndClose(StreamState& s);
   void PauseFor(ConsoleWriter* w);
   void ResumeFor(ConsoleWriter* w);
   bool ReadOnce(StreamState& s);  // false at EOF/error (stream closed)

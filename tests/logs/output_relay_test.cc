@@ -422,6 +422,31 @@ TEST(OutputRelay, FlushAllHonoursItsDeadlineAndFlushesPartials) {
   EXPECT_EQ(relay.StderrTail(1, console.tmp / "out"), "[r0] line\n[r0] no newline\n[r0] second\n");
 }
 
+// The next attempt's stream replaces a rank's stream that still holds the crashed worker's last
+// bytes (not read yet: the console was over its high water, or the restart came in the same loop
+// turn): they reach the console and the rank's file first, none is dropped with the old pipe.
+TEST(OutputRelay, ReplacingAStreamFirstReadsWhatTheOldPipeStillHolds) {
+  FileConsole console;
+  EventLoop loop;
+  OutputRelay relay(loop, console.opt);
+  Pipe crashed;
+  Sinks with_file = ConsoleSink(1);
+  with_file.file.reset(::open((console.tmp / "stderr.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStderr, std::move(crashed.r), std::move(with_file)).ok());
+  const std::string last = "Traceback (most recent call last):\nRuntimeError: boom\nno newline";
+  WriteAll(crashed.w.get(), last.data(), last.size());
+  crashed.w.reset();
+  Pipe next;
+  ASSERT_TRUE(relay.AddStream(1, Stream::kStderr, std::move(next.r), ConsoleSink(1)).ok());
+  WriteAll(next.w.get(), "attempt 1\n", 10);
+  next.w.reset();
+  ASSERT_TRUE(RunUntil(loop, [&] { return relay.WorkerDrained(1); }, 5s));
+  EXPECT_EQ(console.Err(), "[r1] Traceback (most recent call last):\n[r1] RuntimeError: boom\n[r1] no newline\n"
+                           "[r1] attempt 1\n");
+  EXPECT_EQ(Slurp(console.tmp / "stderr.log"), last);
+  EXPECT_EQ(relay.StderrTail(1), "attempt 1\n");
+}
+
 // A stopping signal cuts the final wait for a console whose reader is away: what the relay still
 // held is given up at once (counted), and the next line, ctrun's own, goes out before it, on a
 // line of its own although the last write ended inside a worker's line.
