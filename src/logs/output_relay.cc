@@ -342,7 +342,7 @@ bool OutputRelay::WorkerDrained(int local_rank) const {
 
 void OutputRelay::CatchUp(int local_rank) {
   for (int k = 0; k < 2; ++k) {
-    // Bounded like DropWorker's reads: a descendant still writing cannot hold the loop here.
+    // Bounded like DrainAndClose's reads: a descendant still writing cannot hold the loop here.
     for (int i = 0; i < 64; ++i) {
       StreamState* s = Find(local_rank, static_cast<Stream>(k));  // gone once EOF closed it
       if (s == nullptr || (s->writer != nullptr && s->writer->over_high_water())) break;
