@@ -155,6 +155,10 @@ class PosixSpawner final : public Spawner {
                         // the spawn thread the way an exec on a hung file system does
     kVforkStoppedAtEntry,  // tests: kVforkEvenStopped, but the child stops as it begins, while it
                            // may still share the agent's fd table (a child the kernel is slow to run)
+    kVforkSlowClone,       // tests: kVfork, but the spawn thread waits twice the exec wait before
+                           // each clone (a clone3 the kernel holds, on cgroup_mutex say)
+    kVforkHungExec,        // tests: kVfork, but every vfork-style child stops as it begins, as an
+                           // exec on a hung file system holds it (its exec stays unconfirmed)
   };
   explicit PosixSpawner(Duration exec_wait = kDefaultExecWait, Method method = Method::kVfork)
       : exec_wait_(exec_wait), method_(method) {}

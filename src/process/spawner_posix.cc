@@ -22,6 +22,7 @@
 #include <memory>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "process/spawner.h"
 #include "process/exec_pipe.h"
@@ -169,7 +170,7 @@ struct ChildPlan {
   int extra_fd = -1, extra_target = 3;
   const CpuMask* affinity = nullptr;
   bool stop_before_exec = false;
-  bool stop_at_entry = false;  // with stop_before_exec: stop first of all instead (tests)
+  bool stop_at_entry = false;  // tests: stop first of all (as a child the kernel is slow to run, or a hung exec)
   // Made with CLONE_FILES (a vfork-style child whose descriptors all lie below the high-fd line):
   // first of all it takes a table of its own with the agent's low fds alone (sys/high_fd.h).
   bool unshare_files = false;
@@ -391,6 +392,7 @@ struct PosixSpawner::VforkBatch {
   bool closed = false;         // no child comes any more: the job ends when all are cloned
   bool cancelled = false;      // the agent gave up waiting: clone nothing more
   bool adopted = false;        // the agent took in_clone over (its exec hangs)
+  Duration clone_delay{};      // tests (Method::kVforkSlowClone): a wait before each clone
 
   void Add(std::unique_ptr<ChildImage> image) {
     {
@@ -420,6 +422,7 @@ struct PosixSpawner::VforkBatch {
         if (cancelled || next == children.size()) return;
         c = in_clone = children[next++];
       }
+      if (clone_delay > Duration::zero()) std::this_thread::sleep_for(clone_delay);
       VforkCloneArgs args;
       args.cgroup_dir_fd = c->cgroup_dir_fd;
       args.pidfd = &c->pidfd;
@@ -595,7 +598,8 @@ class PosixSpawner::Batch final : public SpawnBatch {
     if (!PrepareChild(spec, ignored_, image.get(), &results_[i].error)) return;  // ok stays false
     if (owner_.VforkEligible(spec) && StartVfork()) {
       image->plan.cgroup_procs_fd = -1;  // made in its cgroup or none (VforkEligible)
-      image->plan.stop_at_entry = owner_.method_ == Method::kVforkStoppedAtEntry && spec.stop_before_exec;
+      image->plan.stop_at_entry = (owner_.method_ == Method::kVforkStoppedAtEntry && spec.stop_before_exec) ||
+                                  owner_.method_ == Method::kVforkHungExec;
       vfork_index_.push_back(i);
       vfork_->Add(std::move(image));
       return;
@@ -614,7 +618,9 @@ class PosixSpawner::Batch final : public SpawnBatch {
       results_[i].ok = owner_.Fork(*image, clone_into_cgroup, &pending_[i], &results_[i].error);
     const TimePoint deadline = owner_.ExecDeadline();
     for (size_t i = 0; i < results_.size(); ++i)
-      if (results_[i].ok) results_[i].ok = owner_.Collect(pending_[i], deadline, &results_[i].process, &results_[i].error);
+      if (results_[i].ok)
+        results_[i].ok = owner_.Collect(pending_[i], i == held_ ? held_deadline_ : deadline, &results_[i].process,
+                                        &results_[i].error);
     *results = std::move(results_);
   }
 
@@ -630,6 +636,7 @@ class PosixSpawner::Batch final : public SpawnBatch {
       vfork_failed_ = true;
       return false;
     }
+    if (owner_.method_ == Method::kVforkSlowClone) batch->clone_delay = 2 * owner_.exec_wait_;
     vfork_ = std::move(batch);
     thread_->Post([batch = vfork_] { batch->CloneAll(); });
     return true;
@@ -641,19 +648,33 @@ class PosixSpawner::Batch final : public SpawnBatch {
   // before 5.7) or reports why it cannot (EAGAIN, ENOMEM).
   void AdoptVforked() {
     vfork_->Close();
-    const bool finished = thread_->Wait(owner_.ExecDeadline());
+    const TimePoint deadline = owner_.ExecDeadline();
+    const bool finished = thread_->Wait(deadline);
     VforkBatch& batch = *vfork_;
     std::lock_guard<std::mutex> lock(batch.mu);
     batch.cancelled = true;
     for (size_t k = 0; k < batch.children.size(); ++k) {
       ChildImage& c = *batch.children[k];
       const size_t i = vfork_index_[k];
-      if (!finished && &c == batch.in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) > 0) {
+      if (!finished && &c == batch.in_clone && __atomic_load_n(&c.pid, __ATOMIC_RELAXED) <= 0) {
+        // Its clone has not made the child yet (the kernel holds it): never fork the image a
+        // second time while the clone still reads it. The job kills the child if the clone makes
+        // one after all (cancelled, not adopted), and closes the image's descriptors.
+        results_[i].error.err = ETIMEDOUT;
+        results_[i].error.shell_code = 1;
+        results_[i].error.message = "cannot start " + c.argv0 + ": the kernel did not create the process within " +
+                                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(owner_.exec_wait_).count()) +
+                                    " ms";
+        continue;
+      }
+      if (!finished && &c == batch.in_clone) {
         // Not exec'd yet (a hung exec, or a child the kernel has not run on a busy machine): a
         // started worker whose exec is unconfirmed, like a forked one's.
         batch.adopted = true;
         Adopt(c, c.pid, c.pidfd, &pending_[i]);
         results_[i].ok = true;
+        held_ = i;  // its exec wait is spent: Collect only looks, it does not wait a second one
+        held_deadline_ = deadline;
         continue;
       }
       if (!c.cloned || c.clone_result < 0) {
@@ -680,6 +701,8 @@ class PosixSpawner::Batch final : public SpawnBatch {
   std::vector<std::pair<size_t, ChildImage*>> forked_;  // (index, image) to fork at Finish
   std::vector<std::unique_ptr<ChildImage>> own_;        // the images never meant for the spawn thread
   std::vector<size_t> vfork_index_;                    // vfork batch child -> index
+  size_t held_ = SIZE_MAX;                             // the child adopted in its clone, if any
+  TimePoint held_deadline_{};                          // the exec wait AdoptVforked spent on it
   std::shared_ptr<VforkBatch> vfork_;
   SpawnThread* thread_ = nullptr;
   bool vfork_failed_ = false;

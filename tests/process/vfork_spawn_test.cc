@@ -280,6 +280,61 @@ TEST(VforkSpawn, AChildStillSharingTheAgentsFdTablePastTheExecWaitKeepsItsDescri
   }
 }
 
+// An exec that hangs (the child holds the spawn thread) costs the exec wait once: the batch does
+// not wait a second time for the confirmation it already waited for. The worker comes back
+// started, its exec unconfirmed, and runs on once its exec goes through.
+TEST(VforkSpawn, AHungExecCostsTheExecWaitOnce) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp(1500ms, PosixSpawner::Method::kVforkHungExec);
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", "exit 4"};
+  SpawnedProcess proc;
+  SpawnError err;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 1400ms);
+  EXPECT_LT(took, 2700ms) << "the exec wait was spent twice";
+  EXPECT_FALSE(proc.exec_confirmed);
+  ASSERT_TRUE(WaitFor([&] { return ProcState(proc.pid) == 'T'; }, 5s)) << ProcState(proc.pid);
+  ASSERT_EQ(::kill(proc.pid, SIGCONT), 0);
+  int st;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 4) << "status " << st;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+// The kernel holds a clone, before the child exists, past the exec wait: that worker is a start
+// error, never forked a second time from the image the clone still reads (the fork would have
+// raced the clone over its descriptors and its plan); the children after it are forked, and the
+// child the held clone makes at last is killed and reaped as a stranger.
+TEST(VforkSpawn, ACloneHeldPastTheExecWaitIsAStartErrorNotASecondChild) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  PosixSpawner sp(200ms, PosixSpawner::Method::kVforkSlowClone);
+  std::vector<SpawnSpec> specs(2);
+  specs[0].argv = {"/bin/sh", "-c", "echo one"};
+  specs[1].argv = {"/bin/sh", "-c", "echo two"};
+  for (auto& spec : specs) spec.stdout_target = StdioTarget::Pipe();
+  std::vector<SpawnResult> results;
+  sp.SpawnMany(specs, &results);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_EQ(results[0].error.message, "cannot start /bin/sh: the kernel did not create the process within 200 ms");
+  EXPECT_EQ(results[0].error.shell_code, 1);
+  ASSERT_TRUE(results[1].ok) << results[1].error.message;
+  const auto [out, st] = FirstOutputAndStatus(results[1].process);
+  EXPECT_EQ(out, "two\n");
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+  // The held clone goes through 400 ms after it began; its child is killed by the spawn thread.
+  pid_t stranger = 0;
+  int sst = 0;
+  ASSERT_TRUE(WaitFor([&] { return (stranger = ::waitpid(-1, &sst, WNOHANG)) > 0; }, 10s));
+  EXPECT_TRUE(WIFSIGNALED(sst) && WTERMSIG(sst) == SIGKILL) << "status " << sst;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
 // A held child killed while it holds the thread: nothing is left behind.
 TEST(VforkSpawn, AHeldChildKilledByItsOwnerIsReapedAndTheThreadIsFreed) {
   if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
