@@ -313,7 +313,7 @@ TEST(VforkSpawn, ACloneHeldPastTheExecWaitIsAStartErrorNotASecondChild) {
   if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
   PosixSpawner sp(200ms, PosixSpawner::Method::kVforkSlowClone);
   std::vector<SpawnSpec> specs(2);
-  specs[0].argv = {"/bin/sh", "-c", "echo one"};
+  specs[0].argv = {"/bin/sh", "-c", "sleep 30"};  // ends by the spawn thread's SIGKILL only
   specs[1].argv = {"/bin/sh", "-c", "echo two"};
   for (auto& spec : specs) spec.stdout_target = StdioTarget::Pipe();
   std::vector<SpawnResult> results;
