@@ -500,6 +500,9 @@ void EtcdClient::AttemptWatch(WatchId id) {
   }
   Json create = KeyRange(w.request.key, w.request.prefix);
   if (w.next_revision > 0) create["start_revision"] = std::to_string(w.next_revision);
+  // An idle watch (a round that runs for hours) learns now and then that nothing happened up to
+  // a revision, so a reconnect resumes there and not at its creation, which compaction removes.
+  create["progress_notify"] = true;
   w.endpoint = current_;
   w.token_used = token_;
   w.buffer.clear();
@@ -546,7 +549,9 @@ bool EtcdClient::OnWatchMessage(WatchId id, const std::string& line) {
       RetryWatch(w, "etcd watch stream error: " + m.text, m.token_error);
       return false;
     case Kind::kCanceled:
-      if (m.compact_revision > 0) {
+      if (m.compact_revision > 0 && w.request.on_compacted) {
+        EndCompactedWatch(id);
+      } else if (m.compact_revision > 0) {
         FailWatch(id, Status::Error("etcd watch on " + w.request.key + ": revision " + std::to_string(w.next_revision) +
                                     " was compacted (oldest kept: " + std::to_string(m.compact_revision) + ")"));
       } else if (Has(m.text, "permission denied")) {
@@ -621,14 +626,22 @@ void EtcdClient::RetryWatch(WatchState& w, std::string why, bool auth_failed) {
   w.timer = loop_->AddTimerAfter(delay, [this, id] { AttemptWatch(id); });
 }
 
-void EtcdClient::FailWatch(WatchId id, Status why) {
+std::unique_ptr<EtcdClient::WatchState> EtcdClient::RemoveWatch(WatchId id) {
   auto it = watches_.find(id);
-  if (it == watches_.end()) return;
+  if (it == watches_.end()) return nullptr;
   std::unique_ptr<WatchState> w = std::move(it->second);
   watches_.erase(it);
   if (w->timer) loop_->CancelTimer(w->timer);
   if (w->transfer) curl_.Cancel(w->transfer);
-  w->on_events(std::move(why));
+  return w;
+}
+
+void EtcdClient::EndCompactedWatch(WatchId id) {
+  if (std::unique_ptr<WatchState> w = RemoveWatch(id)) w->request.on_compacted();
+}
+
+void EtcdClient::FailWatch(WatchId id, Status why) {
+  if (std::unique_ptr<WatchState> w = RemoveWatch(id)) w->on_events(std::move(why));
 }
 
 }  // namespace ctrun::rdzv

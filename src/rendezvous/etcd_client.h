@@ -74,6 +74,11 @@ struct EtcdWatchRequest {
   std::string key;
   bool prefix = false;
   int64_t start_revision = 0;  // 0: from now
+  // A watch resumes where it left off (after a cut stream, a leader change, a restarted member);
+  // when etcd has compacted that revision away, the events in between are gone. With this set,
+  // the watch then ends by calling it (not on_events): the watcher reads what it watches again
+  // (a Range) and watches anew from there. Without it, the watch ends with an error.
+  std::function<void()> on_compacted;
 };
 
 class EtcdClient {
@@ -150,7 +155,9 @@ class EtcdClient {
   void OnWatchEnd(uint64_t id, HttpResult result);
   void RetryWatch(WatchState& w, std::string why, bool auth_failed = false);
   void DeliverEvents(WatchId id, std::vector<EtcdWatchEvent> events);
+  std::unique_ptr<WatchState> RemoveWatch(WatchId id);  // with its timer and stream; null if unknown
   void FailWatch(uint64_t id, Status why);
+  void EndCompactedWatch(WatchId id);  // request.on_compacted instead of an error
 
   void KeepAliveTick(KeepAliveId id);
 

@@ -119,6 +119,13 @@ void EtcdLog::Wait(uint64_t index, Callback<std::string> done) {
     EtcdWatchRequest w;
     w.key = EntryKey(index);
     w.start_revision = r->revision + 1;
+    // Resumed past a compaction (after a cut stream): the put may be among the lost events, so
+    // the entry is read again and watched from that read.
+    w.on_compacted = [this, gen, index] {
+      if (gen != wait_gen_) return;
+      wait_watch_ = 0;
+      Wait(index, std::move(wait_done_));
+    };
     wait_watch_ = client_->Watch(std::move(w), [this, gen](StatusOr<std::vector<EtcdWatchEvent>> events) {
       if (gen != wait_gen_) return;
       if (!events.ok()) {
@@ -245,16 +252,28 @@ void EtcdLog::StartMembersWatch() {
   client_->Range(std::move(req), [this](StatusOr<EtcdRangeResult> r) {
     if (!r.ok()) return Broken("etcd member watch", r.status());
     const std::string prefix = AliveKey("");
-    for (const EtcdKeyValue& kv : r->kvs) present_.insert(kv.key.substr(prefix.size()));
+    std::set<std::string> now;
+    for (const EtcdKeyValue& kv : r->kvs) now.insert(kv.key.substr(prefix.size()));
+    // Read again after a compaction: a key gone since the last read went by a delete event
+    // that was compacted away, and counts as that delete.
+    std::vector<EtcdWatchEvent> gone;
+    for (const std::string& id : present_)
+      if (!now.count(id)) gone.push_back(EtcdWatchEvent{EtcdEventType::kDelete, EtcdKeyValue{prefix + id}});
+    present_.insert(now.begin(), now.end());
     snapshot_ = true;
-    for (const std::string& id : present_) MarkPresent(id);
+    for (const std::string& id : now) MarkPresent(id);
     EtcdWatchRequest w;
     w.key = prefix;
     w.prefix = true;
     w.start_revision = r->revision + 1;
+    w.on_compacted = [this] {
+      members_watch_ = 0;
+      StartMembersWatch();
+    };
     members_watch_ = client_->Watch(std::move(w), [this](StatusOr<std::vector<EtcdWatchEvent>> events) {
       OnAliveEvents(std::move(events));
     });
+    if (!gone.empty()) OnAliveEvents(std::move(gone));  // last: reporting may destroy this log
   });
 }
 

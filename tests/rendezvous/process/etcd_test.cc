@@ -649,6 +649,60 @@ TEST_F(EtcdTest, ClientRecoversWhenEtcdRestartsWithItsData) {
   EXPECT_TRUE(lost.empty()) << "the lease did not survive the restart";
 }
 
+// The watches resume at the revision they last knew; an etcd that compacted past it (one shared
+// with other jobs, auto-compaction on) cancels them. The log then reads again what it watches
+// and goes on: its Wait still gets the entry appended during the outage, and the member watch
+// still reports a member that goes afterwards.
+TEST_F(EtcdTest, LogWatchesSurviveACompactionPastTheRevisionTheyResumeAt) {
+  ASSERT_TRUE(StartCluster());
+  auto writer = Log("compact");
+  auto reader = Log("compact");
+  auto doomed = Log("compact");
+  LivenessOptions live;
+  live.interval = 500ms;
+  live.deadline = 5s;
+  std::vector<std::string> lost;
+  reader->SetOnLost([&](const std::string& id) { lost.push_back(id); });
+  writer->StartLiveness("writer", live);
+  doomed->StartLiveness("doomed", live);
+  reader->WatchMembers({"writer", "doomed"});
+  ASSERT_TRUE(Head(*writer, "init").ok());
+  ASSERT_TRUE(Append(*writer, 1, "before").ok());
+  std::optional<StatusOr<std::string>> got;
+  reader->Wait(2, [&](StatusOr<std::string> v) { got.emplace(std::move(v)); });
+  RunFor(loop_, 300ms);  // both watches are open, at revisions nothing after them will touch
+
+  // Other jobs' keys move the revision on; everything before it is compacted away.
+  int64_t revision = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto put = Put(writer->client(), "other-job/" + std::to_string(i), "x");
+    ASSERT_TRUE(put.ok()) << put.message();
+    revision = *put;
+  }
+  long status = 0;
+  auto compacted = ctrun::testing::BlockingPost(cluster_->endpoint(0) + "/v3/kv/compaction",
+                                "{\"revision\":\"" + std::to_string(revision) + "\",\"physical\":true}",
+                                cluster_->client_tls(), &status);
+  ASSERT_TRUE(compacted && status == 200) << status << " " << compacted.value_or("");
+
+  // The watches' streams are cut; they come back at revisions that are gone now.
+  cluster_->Kill(0);
+  std::optional<StatusOr<AppendResult>> put;
+  writer->Append(2, "during-outage", [&](StatusOr<AppendResult> r) { put.emplace(std::move(r)); });
+  RunFor(loop_, 500ms);
+  Status st = cluster_->Restart(0);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_TRUE(RunUntil(loop_, [&] { return got && put; }, 30s));
+  ASSERT_TRUE(put->ok()) << put->message();
+  ASSERT_TRUE(got->ok()) << got->message();
+  EXPECT_EQ(**got, "during-outage");
+
+  std::optional<Status> revoked;
+  doomed->RevokeLiveness([&](Status s) { revoked = s; });
+  ASSERT_TRUE(RunUntil(loop_, [&] { return revoked && !lost.empty(); }, 15s)) << "the member watch is gone";
+  EXPECT_EQ(lost, std::vector<std::string>{"doomed"});
+}
+
 // --- authentication and TLS ----------------------------------------------------------------------
 
 TEST_F(EtcdTest, UserPasswordAuthenticationAndTokenRenewal) {
