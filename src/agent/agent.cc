@@ -134,6 +134,15 @@ void Agent::OnJobEnd(const rdzv::JobEnd& end) {
 
 void Agent::FillRank(int i, RankInfo* r) const { *r = RankFor(config_, i, round_); }
 
+// --debug-rank R in this attempt's world (on any node): the other ranks wait for R in their
+// collectives, silent for as long as R sits at a breakpoint, so no rank is judged hung.
+bool Agent::DebuggedRankInJob() const {
+  if (!config_.debug_rank) return false;
+  RankInfo r;
+  FillRank(0, &r);
+  return *config_.debug_rank < r.world_size;
+}
+
 void Agent::StartAttempt() {
   failures_.clear();
   workers_.clear();
@@ -220,7 +229,7 @@ void Agent::StartAttempt() {
     workers_.push_back(w);
     hooks_.OnWorkerStarted(i, w.rank, r.process);
   }
-  if (health_) health_->AttemptStarted(n);
+  if (health_) health_->AttemptStarted(n, /*judge=*/!DebuggedRankInJob());
   if (first_error) {
     // No restart loop on a missing or non-executable entrypoint: the next try would fail alike.
     // The workers that did start are killed; they are not failures of their own.
@@ -745,6 +754,7 @@ void Agent::ResumeWorkers(Duration suspended_for) {
   for (const auto& w : workers_)
     if (!w.group_gone) spawner_.SignalGroup(w.pid, SIGCONT);
   if (suspended_for <= Duration::zero()) return;
+  if (health_) health_->Resumed(suspended_for);  // standing still is not silence
   // The deadlines move with the suspension; the handlers are the ones armed before.
   if (grace_timer_) {
     timers_.CancelTimer(*grace_timer_);

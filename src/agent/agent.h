@@ -242,6 +242,7 @@ class Agent final : public rdzv::RendezvousListener {
   void JoinRendezvous();
   void FinishMultiNodeAttempt();
   void FillRank(int local_rank, RankInfo* rank) const;
+  bool DebuggedRankInJob() const;
   void BeginStopping(StopReason reason, int sig);
   void OnGraceExpired();
   void OnFinalWaitExpired();

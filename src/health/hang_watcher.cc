@@ -19,12 +19,12 @@ HangWatcher::HangWatcher(TimerQueue& timers, HangWatchOptions options, OnHang on
 
 HangWatcher::~HangWatcher() { Stop(); }
 
-void HangWatcher::Start(int nranks) {
+void HangWatcher::Start(int nranks, bool judge) {
   Stop();
   ranks_.assign(static_cast<size_t>(nranks), Rank{});
   max_step_.reset();
   started_ = timers_.Now();
-  watching_ = options_.any();
+  watching_ = judge && options_.any();
   if (!watching_) return;
   for (int i = 0; i < nranks; ++i) {
     Rank& r = ranks_[static_cast<size_t>(i)];
@@ -65,6 +65,16 @@ void HangWatcher::Beat(int local_rank, std::optional<uint64_t> step) {
 
 void HangWatcher::Output(int local_rank) {
   if (Rank* r = Find(local_rank)) r->last_output = timers_.Now();
+}
+
+void HangWatcher::Resumed(Duration suspended_for) {
+  if (!watching_ || suspended_for <= Duration::zero()) return;
+  // The lazy timers fire at the old deadlines, find the new ones later and re-arm there.
+  started_ += suspended_for;
+  for (Rank& r : ranks_) {
+    if (r.beats > 0) r.last_beat += suspended_for;
+    r.last_output += suspended_for;
+  }
 }
 
 void HangWatcher::RankExited(int local_rank) {

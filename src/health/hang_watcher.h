@@ -52,8 +52,12 @@ class HangWatcher {
   HangWatcher(const HangWatcher&) = delete;
   HangWatcher& operator=(const HangWatcher&) = delete;
 
-  // A new attempt of nranks workers, all started now: arms every deadline. Forgets the last one.
-  void Start(int nranks);
+  // A new attempt of nranks workers, all started now: arms every deadline (judge false: none; the
+  // beats still count for steps). Forgets the last one.
+  void Start(int nranks, bool judge = true);
+  // Nothing ran for `suspended_for` (the job was stopped): every deadline moves by it, so the
+  // time the job stood still is not silence.
+  void Resumed(Duration suspended_for);
   // A heartbeat from a rank; step: the step it carried (nullopt when unreadable).
   void Beat(int local_rank, std::optional<uint64_t> step);
   // Output (any bytes) from a rank.

@@ -71,9 +71,9 @@ void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) 
   spec->extra_fd_target = kHeartbeatFd;
 }
 
-void HealthMonitor::AttemptStarted(int nranks) {
+void HealthMonitor::AttemptStarted(int nranks, bool judge) {
   for (Channel& c : channels_) c.worker_end.reset();  // the workers hold their copies now
-  watcher_.Start(nranks);
+  watcher_.Start(nranks, judge);
 }
 
 void HealthMonitor::OnReadable(int local_rank) {

@@ -39,7 +39,8 @@ class HealthMonitor final : public Monitor {
 
   void SetOnHang(OnHang on_hang) override { on_hang_ = std::move(on_hang); }
   void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) override;
-  void AttemptStarted(int nranks) override;
+  void AttemptStarted(int nranks, bool judge) override;
+  void Resumed(Duration suspended_for) override { watcher_.Resumed(suspended_for); }
   void WorkerExited(int local_rank) override { watcher_.RankExited(local_rank); }
   void StopWatching() override { watcher_.Stop(); }
   std::optional<uint64_t> AttemptMaxStep() override;

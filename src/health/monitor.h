@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "health/native_stack.h"
 #include "process/spawn_spec.h"
 
@@ -31,8 +32,11 @@ class Monitor {
   // Before a worker of attempt `attempt` is spawned: gives it its heartbeat channel (an
   // environment variable and SpawnSpec::extra_fd) when heartbeats are in use.
   virtual void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) = 0;
-  // The attempt's nranks workers were spawned: the deadlines start now.
-  virtual void AttemptStarted(int nranks) = 0;
+  // The attempt's nranks workers were spawned: the deadlines start now. judge false: no verdict in
+  // this attempt (beats and steps are still read), for a job with a rank under a debugger.
+  virtual void AttemptStarted(int nranks, bool judge) = 0;
+  // The whole job stood still (Ctrl-Z, then fg) for `suspended_for`: every deadline moves by it.
+  virtual void Resumed(Duration suspended_for) = 0;
   virtual void WorkerExited(int local_rank) = 0;
   // The attempt is being stopped: no more verdicts (steps already seen are kept).
   virtual void StopWatching() = 0;

@@ -8,8 +8,9 @@
 // (gdbserver starts the program stopped at its first instruction and waits for a debugger on
 // PORT), or, without gdbserver, with SpawnSpec::stop_before_exec (SIGSTOP just before exec;
 // attach with gdb -p PID and continue). Such a rank is marked UnderDebugger(): no ctrun deadline
-// meant for hung or silent workers (heartbeat, output, hang detection) may apply to it, since it
-// sits at a breakpoint for as long as its user likes. ctrun's stop path (signals, the grace
+// meant for hung or silent workers (heartbeat, output, hang detection) may apply while it is in
+// the job, to it or to the ranks that wait for it in collectives, since it sits at a breakpoint
+// for as long as its user likes (the agent starts such attempts without judging). ctrun's stop path (signals, the grace
 // period, SIGKILL) still applies: the job can always be stopped.
 #pragma once
 

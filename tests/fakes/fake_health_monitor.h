@@ -16,15 +16,16 @@ class FakeHealthMonitor final : public health::Monitor {
     prepared.push_back({attempt, local_rank});
     spec->env.push_back("CTRUN_HEARTBEAT_FD=3");
   }
-  void AttemptStarted(int nranks) override {
+  void AttemptStarted(int nranks, bool judge) override {
     ++attempts;
-    watching = true;
+    watching = judge;
     started_ranks = nranks;
     max_step = next_attempt_steps.empty() ? std::nullopt : next_attempt_steps.front();
     if (!next_attempt_steps.empty()) next_attempt_steps.erase(next_attempt_steps.begin());
   }
   void WorkerExited(int local_rank) override { exited.push_back(local_rank); }
   void StopWatching() override { watching = false; }
+  void Resumed(Duration suspended_for) override { resumed.push_back(suspended_for); }
   std::optional<uint64_t> AttemptMaxStep() override { return max_step; }
   void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override {
     captures.push_back({local_rank, pgid});
@@ -63,6 +64,7 @@ class FakeHealthMonitor final : public health::Monitor {
   int attempts = 0;
   int started_ranks = 0;
   bool watching = false;
+  std::vector<Duration> resumed;  // Resumed calls, in order
   std::optional<uint64_t> max_step;
   std::vector<std::optional<uint64_t>> next_attempt_steps;  // max step of each coming attempt
 

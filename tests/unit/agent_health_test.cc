@@ -331,6 +331,30 @@ TEST_F(AgentHealthTest, ASignalDuringTheBackOffEndsTheRunAtOnce) {
   EXPECT_EQ(timers.pending(), 0u);
 }
 
+// Ctrl-Z, then fg: the hang deadlines move by the time the job stood still, as the agent's own do.
+TEST_F(AgentHealthTest, ResumingTheJobMovesTheHangDeadlines) {
+  MakeAgent().Start();
+  agent->SuspendWorkers();
+  agent->ResumeWorkers(std::chrono::seconds(60));
+  EXPECT_EQ(monitor.resumed, std::vector<Duration>{std::chrono::seconds(60)});
+}
+
+// --debug-rank: the rank sits at a breakpoint and the others wait for it in their collectives,
+// so no rank of the job is judged hung; beats still count. A rank outside the job's world (a
+// smaller elastic round) changes nothing.
+TEST_F(AgentHealthTest, NoHangVerdictsWhileARankOfTheJobIsUnderADebugger) {
+  config.debug_rank = 1;
+  MakeAgent().Start();
+  EXPECT_EQ(monitor.attempts, 1);
+  EXPECT_FALSE(monitor.watching);
+}
+
+TEST_F(AgentHealthTest, ADebugRankOutsideTheWorldLeavesHangDetectionOn) {
+  config.debug_rank = 2;  // nproc_per_node 2: ranks 0 and 1
+  MakeAgent().Start();
+  EXPECT_TRUE(monitor.watching);
+}
+
 // Ctrl-Z during a back-off: ctrun is stopped, no timer runs, but the loop's clock goes on. The
 // back-off counts only the time the job was not suspended, as the grace period does.
 TEST_F(AgentHealthTest, TheBackOffDoesNotRunWhileTheJobIsSuspended) {

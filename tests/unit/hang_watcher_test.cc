@@ -54,6 +54,37 @@ TEST_F(HangWatcherTest, FirstBeatHasItsOwnLongerDeadline) {
   EXPECT_EQ(verdicts[0].why, "hung: no first heartbeat within 60 s");
 }
 
+// Ctrl-Z, 30 s, fg: the job stood still, nobody was silent. Every deadline moves by the time it
+// stood still (the timers that fell due meanwhile find the later deadline and re-arm), and the
+// first beat's deadline and the output deadline too.
+TEST_F(HangWatcherTest, TheTimeTheJobStoodStillIsNotSilence) {
+  HangWatchOptions o = Beats(5, 60);
+  o.output = Seconds(20);
+  Make(o).Start(2);
+  timers.Advance(Seconds(1));
+  watcher->Beat(0, 7);  // rank 1 has not beaten yet
+  timers.Advance(Seconds(2));
+  timers.Jump(Seconds(100));
+  watcher->Resumed(Seconds(100));
+  timers.Advance(Duration::zero());
+  EXPECT_TRUE(verdicts.empty()) << verdicts.front().why;
+  timers.Advance(Seconds(2.999));  // rank 0's beat deadline: 1 + 5 + 100 s
+  EXPECT_TRUE(verdicts.empty());
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 0);
+  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 5.0 s (last beat at step 7)");
+}
+
+TEST_F(HangWatcherTest, NoVerdictInAnAttemptStartedWithoutJudging) {
+  Make(Beats(5, 60)).Start(2, /*judge=*/false);
+  watcher->Beat(1, 3);
+  timers.Advance(Seconds(600));
+  EXPECT_TRUE(verdicts.empty());
+  EXPECT_FALSE(watcher->watching());
+  EXPECT_EQ(watcher->max_step(), 3u) << "steps still count";
+}
+
 TEST_F(HangWatcherTest, SilenceAfterBeatsIsAHangWithTheLastStep) {
   Make(Beats(5, 60)).Start(1);
   for (uint64_t step = 1; step <= 1200; ++step) {
