@@ -40,8 +40,7 @@ std::map<std::string, std::string> Placeholders(const LaunchConfig& config, cons
     p["MASTER_PORT"] = kFreePort;
   }
   const bool no_files = config.log_dir && *config.log_dir == "/dev/null";
-  p["TORCHELASTIC_ERROR_FILE"] =
-      no_files ? "/dev/null" : "<log dir>/attempt_0/" + std::to_string(local_rank) + "/error.json";
+  p["TORCHELASTIC_ERROR_FILE"] = no_files ? "" : "<log dir>/attempt_0/" + std::to_string(local_rank) + "/error.json";
   return p;
 }
 

@@ -230,7 +230,9 @@ StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) {
   p.attempt = attempt;
   if (!files_enabled()) {
     p.dir = p.filtered_stdout = p.filtered_stderr = kDevNull;
-    p.ranks.assign(static_cast<size_t>(nproc), RankPaths{kDevNull, kDevNull, kDevNull, kDevNull});
+    // TORCHELASTIC_ERROR_FILE is empty, as under torchrun: a worker then records no error file
+    // (a writer that replaced /dev/null with its JSON file would break the machine).
+    p.ranks.assign(static_cast<size_t>(nproc), RankPaths{kDevNull, kDevNull, kDevNull, ""});
     return p;
   }
   p.dir = run_dir_ + "/attempt_" + std::to_string(attempt);

@@ -40,7 +40,7 @@ struct RankPaths {
   std::string dir;         // <attempt>/<local_rank>, or /dev/null
   std::string stdout_log;  // <dir>/stdout.log
   std::string stderr_log;  // <dir>/stderr.log
-  std::string error_file;  // <dir>/error.json: the value of TORCHELASTIC_ERROR_FILE
+  std::string error_file;  // <dir>/error.json: the value of TORCHELASTIC_ERROR_FILE ("" without files)
 };
 
 struct AttemptPaths {

@@ -13,7 +13,7 @@ AttemptPaths Paths(int n, bool files = true) {
   for (int r = 0; r < n; ++r) {
     std::string d = files ? p.dir + "/" + std::to_string(r) : kDevNull;
     p.ranks.push_back(files ? RankPaths{d, d + "/stdout.log", d + "/stderr.log", d + "/error.json"}
-                            : RankPaths{d, d, d, d});
+                            : RankPaths{d, d, d, ""});  // as LogDir::PrepareAttempt
   }
   return p;
 }
@@ -194,7 +194,7 @@ TEST(OutputPlan, DevNullLogDir) {
   c.redirects = "3";
   c.tee = "0:1";
   auto p = Plan(c, 2, false);
-  EXPECT_EQ(p[0].error_file, "/dev/null");
+  EXPECT_EQ(p[0].error_file, "");
   EXPECT_EQ(p[0].out.target.kind, Kind::kPipe);  // tee: console only
   EXPECT_TRUE(p[0].out.tee_file.empty());
   EXPECT_EQ(p[1].out.target.kind, Kind::kDevNull);
