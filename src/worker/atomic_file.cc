@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "base/unique_fd.h"
 #include "sys/posix_util.h"
@@ -16,6 +18,32 @@ namespace {
 
 std::string ErrnoText(const std::string& what, const std::string& path, int err) {
   return what + " " + path + ": " + std::strerror(err);
+}
+
+// The temp paths this process is writing now.
+std::mutex g_in_flight_mu;
+std::set<std::string>& InFlight() {
+  static std::set<std::string>* s = new std::set<std::string>;  // never destroyed: atexit order
+  return *s;
+}
+
+struct InFlightEntry {
+  std::string path;
+  explicit InFlightEntry(std::string p) : path(std::move(p)) {
+    std::lock_guard lock(g_in_flight_mu);
+    InFlight().insert(path);
+  }
+  ~InFlightEntry() {
+    std::lock_guard lock(g_in_flight_mu);
+    InFlight().erase(path);
+  }
+};
+
+// A path whose existing entry must not be replaced by a file.
+bool NotReplaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  return !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode);
 }
 
 bool WriteFully(int fd, const void* data, size_t n) {
@@ -80,13 +108,19 @@ std::string make_dirs(const std::string& dir, bool durable) {
 std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
                               bool durable) {
   static std::atomic<unsigned> counter{0};
+  if (NotReplaceable(path)) return ErrnoText("replace", path, EEXIST) + " (not a regular file)";
   const std::string dir = dir_of(path);
-  const std::string tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + std::to_string(::getpid()) +
-                          "-" + std::to_string(counter.fetch_add(1));
-  UniqueFd fd(RetryOnEintr([&] {
-    return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  }));
+  std::string tmp;
+  UniqueFd fd;
+  // A name taken can only be a dead writer's with our pid: the next number is free of it.
+  for (int tries = 0; tries < 64 && !fd; ++tries) {
+    tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + std::to_string(::getpid()) + "-" +
+          std::to_string(counter.fetch_add(1));
+    fd.reset(RetryOnEintr([&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); }));
+    if (!fd && errno != EEXIST) break;
+  }
   if (!fd) return ErrnoText("create", tmp, errno);
+  InFlightEntry in_flight(tmp);
   auto fail = [&](const std::string& what) {
     int err = errno;
     fd.reset();
@@ -110,6 +144,11 @@ std::string write_file_atomic(const std::string& path, std::initializer_list<Con
   }
   if (durable) return fsync_dir(dir);
   return {};
+}
+
+bool temp_in_flight(const std::string& tmp) {
+  std::lock_guard lock(g_in_flight_mu);
+  return InFlight().count(tmp) > 0;
 }
 
 std::string read_whole_file(const std::string& path, std::vector<std::byte>* out) {

@@ -7,6 +7,9 @@
 // across a crash. With durable=false the two fsyncs are skipped (rename is still atomic for other
 // processes). On failure the temp file is removed and the error text ("write <tmp>: No space
 // left on device") is returned; success returns an empty string. All fds are RAII and CLOEXEC.
+// A `path` that exists and is not a regular file or a symlink (a device such as /dev/null, a
+// FIFO, a directory) is refused, never replaced. A temp name left by a dead writer that had this
+// process's pid (a restarted container's fresh pid namespace) is stepped over, not failed on.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,9 @@ inline constexpr const char* kTempPrefix = ".tmp-";
 
 std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
                               bool durable = true);
+// Whether `tmp` (a full temp path) is being written by write_file_atomic in this process now:
+// a temp file with this process's pid that is not is a dead writer's.
+bool temp_in_flight(const std::string& tmp);
 // Whole file into *out; returns an error text, or empty on success.
 std::string read_whole_file(const std::string& path, std::vector<std::byte>* out);
 // fsync of a directory; error text or empty.

@@ -261,8 +261,11 @@ SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(optio
     pid_t pid = 0;
     auto [p, ec2] = std::from_chars(name.data() + dash2 + 1, name.data() + dash, pid);
     if (ec2 != std::errc() || pid <= 0) continue;
-    if (pid == ::getpid() || ::kill(pid, 0) == 0) continue;  // a live writer (or us): leave it
-    ::unlink((options_.dir + "/" + name).c_str());
+    const std::string path = options_.dir + "/" + name;
+    // A live writer: leave it. Our own pid is ours only while we write it; otherwise it is a
+    // dead writer's that had our pid (a restarted container's fresh pid namespace).
+    if (pid == ::getpid() ? temp_in_flight(path) : ::kill(pid, 0) == 0) continue;
+    ::unlink(path.c_str());
   }
 }
 

@@ -16,6 +16,7 @@
 #include "crc32c.h"
 #include "ctrun/snapshot_store.h"
 #include "helpers/test_util.h"
+#include "atomic_file.h"
 #include "worker/pattern.h"
 
 namespace ctrun::worker {
@@ -283,6 +284,39 @@ TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {
   EXPECT_TRUE(std::filesystem::exists(live));  // its writer may still be running
   EXPECT_EQ(store.load_latest().snapshot->step, 1u);
   EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{1});
+}
+
+// A container restarted in a fresh pid namespace: the rank's new process often has the pid of
+// the one that was killed mid-save. Its temp file is a dead writer's all the same (this process
+// writes nothing yet), and the first save of the same step does not trip over its name.
+TEST(SnapshotStore, ATempFileOfADeadWriterWithOurPidIsRemovedAndNotInTheWay) {
+  TempDir dir;
+  const std::string ours = std::to_string(::getpid());
+  std::vector<std::string> stale;
+  for (int n = 0; n < 8; ++n)
+    stale.push_back(dir / (".tmp-snapshot-00000000000000000004.ctsnap-" + ours + "-" + std::to_string(n)));
+  for (const auto& s : stale) std::ofstream(s) << "partial";
+  SnapshotStore store(Opts(dir.path()));
+  for (const auto& s : stale) EXPECT_FALSE(std::filesystem::exists(s)) << s;
+  for (const auto& s : stale) std::ofstream(s) << "partial";  // and if they came back meanwhile
+  store.save(4, Bytes("four"));
+  EXPECT_EQ(store.load_latest().snapshot->step, 4u);
+}
+
+// The atomic write never replaces what is not a file: a FIFO (or /dev/null, as root) at the
+// path is refused and stays what it was.
+TEST(AtomicFile, ANonRegularFileAtThePathIsRefusedNotReplaced) {
+  TempDir dir;
+  const std::string fifo = dir / "error.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string data = "{}";
+  const std::string err = write_file_atomic(fifo, {{data.data(), data.size()}});
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator{}), 1)
+      << "a temp file was left";
 }
 
 TEST(SnapshotStore, AsyncSaveIsDurableAfterWaitAndKeepsOrder) {
