@@ -86,16 +86,20 @@ class NvmlDriver final : public GpuDriver {
     std::vector<GpuProcess> out;
     for (auto query : {api_.compute_procs, api_.graphics_procs}) {
       if (!query) continue;
-      std::vector<NvmlProcessInfo> infos(16);
-      unsigned count = static_cast<unsigned>(infos.size());
+      // Twice the room the count says: a driver that fills larger entries than it should (see
+      // LoadNvml) must not write past the buffer.
+      unsigned room = 16;
+      std::vector<NvmlProcessInfo> infos(2 * room);
+      unsigned count = room;
       NvmlReturn r = query(h, &count, infos.data());
       if (r == kNvmlInsufficientSize) {  // more than 16: ask again with room for them
-        infos.resize(count + 8);
-        count = static_cast<unsigned>(infos.size());
+        room = count + 8;
+        infos.assign(2 * static_cast<size_t>(room), NvmlProcessInfo{});
+        count = room;
         r = query(h, &count, infos.data());
       }
       if (r != kNvmlSuccess) return Status::Error("NVML cannot list the processes on GPU " + std::to_string(index));
-      for (unsigned i = 0; i < count && i < infos.size(); ++i)
+      for (unsigned i = 0; i < count && i < room; ++i)
         out.push_back({static_cast<pid_t>(infos[i].pid), infos[i].used_gpu_memory});
     }
     return out;
@@ -137,10 +141,14 @@ std::unique_ptr<GpuDriver> LoadNvml() {
                   Resolve(lib, &api.handle, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}) &&
                   Resolve(lib, &api.uuid, {"nvmlDeviceGetUUID"}) &&
                   Resolve(lib, &api.pci, {"nvmlDeviceGetPciInfo_v3"}) &&
+                  // _v2 first: drivers 535.43-535.86 fill _v3 with 32-byte entries (the later
+                  // nvmlProcessInfo_v3_t) where the header says 24, so every entry after the
+                  // first would be read at the wrong place; _v2's 24-byte entries are the same
+                  // in every driver that has it.
                   Resolve(lib, &api.compute_procs,
-                          {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+                          {"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3"});
   Resolve(lib, &api.graphics_procs,
-          {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"});
+          {"nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v3"});
   Resolve(lib, &api.max_mig, {"nvmlDeviceGetMaxMigDeviceCount"});
   Resolve(lib, &api.mig_handle, {"nvmlDeviceGetMigDeviceHandleByIndex"});
   if (!ok || api.init() != kNvmlSuccess) {
