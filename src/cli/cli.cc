@@ -64,7 +64,8 @@ constexpr std::array kOptions = {
               "Rendezvous settings: join_timeout (600), last_call_timeout (30), "
               "keep_alive_interval (5), keep_alive_max_attempt (3), read_timeout (60), is_host, "
               "close_timeout, timeout (static: the join timeout, 900), etcd_prefix, protocol, cacert, cert, key "
-              "(or etcd-v2's ca_cert, ssl_cert, ssl_cert_key), username."},
+              "(or etcd-v2's ca_cert, ssl_cert, ssl_cert_key), username, rank (taken, unused: --node_rank "
+              "decides, as in torchrun)."},
     OptionDef{"standalone", 0, Kind::kFlag, "PET_STANDALONE", "", "", Group::kNodes,
               "Single-node job: the workers' store listens on a free loopback port (MASTER_ADDR "
               "127.0.0.1, or --local-addr) and the run id is random unless --rdzv-id is given. "

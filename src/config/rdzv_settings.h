@@ -24,6 +24,7 @@ struct RdzvSettings {
                                        // store listens); c10d: the store; etcd: one or more
   // --rdzv_conf keys, with torchrun's defaults (seconds).
   double join_timeout = 600;           // join_timeout (static: timeout, 900 when not given, as torchrun)
+  double timeout = 0;                  // timeout as given (0: not): the static backend's join timeout
   double last_call_timeout = 30;       // last_call_timeout
   double close_timeout = 30;           // close_timeout (accepted; ctrun closes at once)
   double keep_alive_interval = 5;      // keep_alive_interval

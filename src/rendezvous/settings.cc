@@ -75,7 +75,9 @@ bool SameFile(const std::string& a, const std::string& b) {
 const std::map<std::string, Setter>& Keys() {
   static const std::map<std::string, Setter> keys = {
       {"join_timeout", SecondsField(&RdzvSettings::join_timeout)},
-      {"timeout", SecondsField(&RdzvSettings::join_timeout)},  // the static backend's name for it
+      {"timeout", SecondsField(&RdzvSettings::timeout)},  // the static backend's join timeout
+      // torchrun puts --node_rank there itself, over whatever was given: taken, not used.
+      {"rank", [](RdzvSettings*, const std::string&, const std::string&) -> Status { return {}; }},
       {"last_call_timeout", SecondsField(&RdzvSettings::last_call_timeout)},
       {"close_timeout", SecondsField(&RdzvSettings::close_timeout)},
       {"keep_alive_interval", SecondsField(&RdzvSettings::keep_alive_interval)},
@@ -186,9 +188,9 @@ Status ResolveEndpoints(LaunchConfig* c, RdzvSettings* s) {
     s->endpoints = {master};
     return {};
   }
-  if (c->rdzv_endpoint.empty())
-    return Status::Error("--rdzv_backend=" + c->rdzv_backend + " needs --rdzv_endpoint=HOST[:PORT]");
   const int def = s->backend == "etcd" ? kEtcdDefaultPort : kC10dDefaultPort;
+  // torchrun: no endpoint is localhost at the backend's port (a single machine's job).
+  if (c->rdzv_endpoint.empty()) c->rdzv_endpoint = "localhost:" + std::to_string(def);
   if (c->rdzv_endpoint.find("://") != std::string::npos)
     return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint +
                          ": give HOST[:PORT] without a scheme (for TLS to etcd: --rdzv_conf protocol=https)");
@@ -263,10 +265,13 @@ Status ResolveSettings(LaunchConfig* c) {
   if (s.backend != "static" && s.backend != "c10d" && s.backend != "etcd")
     return Status::Error("--rdzv_backend=" + c->rdzv_backend + ": unknown backend (static, c10d, etcd, etcd-v2)");
   if (Status st = ApplyConf(c->rdzv_conf, &s); !st.ok()) return st;
-  // torchrun's LaunchConfig sets rdzv_configs["timeout"] = 900 when none is given, and the static
-  // backend waits that long for the other nodes (c10d's join_timeout keeps its 600).
-  if (s.backend == "static" && !c->rdzv_conf.count("timeout") && !c->rdzv_conf.count("join_timeout"))
-    s.join_timeout = 900;
+  // As in torchrun, each backend reads one key: static `timeout` (its LaunchConfig sets 900 when
+  // none is given), c10d and etcd `join_timeout` (600), which ignore `timeout` (torchrun always
+  // passes its 900 there). A static job given only join_timeout waits that long.
+  if (s.backend == "static") {
+    if (c->rdzv_conf.count("timeout")) s.join_timeout = s.timeout;
+    else if (!c->rdzv_conf.count("join_timeout")) s.join_timeout = 900;
+  }
   if (s.backend == "static") {
     if (c->min_nodes != c->max_nodes)
       return Status::Error("--nnodes=" + std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes) +

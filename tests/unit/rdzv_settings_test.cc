@@ -103,6 +103,29 @@ TEST(ResolveSettings, StaticWaitsTorchrunsNineHundredSecondsUnlessTold) {
   EXPECT_EQ(c.rdzv.join_timeout, 600);
 }
 
+// Each backend reads its own key, as torchrun's do: c10d join_timeout (timeout is torchrun's
+// static one, which it always passes as 900 and c10d ignores), static timeout; a static job
+// given join_timeout alone waits that long.
+TEST(ResolveSettings, EachBackendReadsItsOwnTimeoutKey) {
+  LaunchConfig c = Multi("c10d", 1, 2);
+  c.rdzv_endpoint = "127.0.0.1:29400";
+  c.rdzv_conf = {{"join_timeout", "600"}, {"timeout", "2"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
+  EXPECT_EQ(c.rdzv.join_timeout, 600);
+  c = Multi("static", 2, 2);
+  c.rdzv_conf = {{"join_timeout", "600"}, {"timeout", "2"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.join_timeout, 2);
+  c = Multi("static", 2, 2);
+  c.rdzv_conf = {{"join_timeout", "45"}};
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_EQ(c.rdzv.join_timeout, 45);
+  c = Multi("static", 2, 2);
+  c.rdzv_conf = {{"rank", "1"}};  // torchrun's own key: accepted, --node_rank decides
+  ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
+  EXPECT_EQ(c.node_rank, 0);
+}
+
 // Restart flags of one node are not silently ignored in a multi-node job.
 TEST(ResolveSettings, MultiNodeSaysItIgnoresSingleNodeRestartFlags) {
   LaunchConfig c = Multi("static", 2, 2);
@@ -168,9 +191,18 @@ TEST(ResolveSettings, OneStaticNodeUsesTheEndpointWhichNeedsAPort) {
   EXPECT_NE(ResolveSettings(&c).message().find("timeout=abc"), std::string::npos);
 }
 
-TEST(ResolveSettings, C10dNeedsAnEndpointAndTakesTorchrunsConfKeys) {
+// No endpoint is torchrun's localhost at the backend's port: `--rdzv_backend=c10d` alone runs a
+// single machine's job, as under torchrun.
+TEST(ResolveSettings, C10dWithoutAnEndpointIsLocalhostAndTakesTorchrunsConfKeys) {
   LaunchConfig c = Multi("c10d", 1, 4);
-  EXPECT_NE(ResolveSettings(&c).message().find("needs --rdzv_endpoint"), std::string::npos);
+  ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
+  ASSERT_EQ(c.rdzv.endpoints.size(), 1u);
+  EXPECT_EQ(c.rdzv.endpoints[0].host, "localhost");
+  EXPECT_EQ(c.rdzv.endpoints[0].port, 29400);
+  c = Multi("etcd", 1, 4);
+  ASSERT_TRUE(ResolveSettings(&c).ok()) << ResolveSettings(&c).message();
+  EXPECT_EQ(c.rdzv.endpoints[0].port, 2379);
+  c = Multi("c10d", 1, 4);
   c.rdzv_endpoint = "head";
   c.rdzv_conf = {{"join_timeout", "30"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "1"},
                  {"keep_alive_max_attempt", "2"}, {"is_host", "0"}};
