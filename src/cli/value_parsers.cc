@@ -174,7 +174,10 @@ StatusOr<std::string> ParseAddress(std::string_view text) {
 }
 
 StatusOr<std::vector<int>> ParseIndexList(std::string_view text) {
+  // More than any machine has of GPUs or CPUs; bounds the work and the message of a typo.
+  constexpr int kMaxIndex = 65535;
   std::vector<int> out;
+  std::vector<bool> seen;
   if (text.empty()) return Status::Error("expected a list such as 0,2,3 or 0-3");
   while (true) {
     const size_t comma = text.find(',');
@@ -184,9 +187,12 @@ StatusOr<std::vector<int>> ParseIndexList(std::string_view text) {
     auto last = dash == std::string_view::npos ? first : ParseInt(item.substr(dash + 1));
     if (!first.ok() || !last.ok() || *first < 0 || *last < *first)
       return Status::Error("'" + std::string(item) + "' is not an index or a range like 0-3");
+    if (*last > kMaxIndex)
+      return Status::Error("'" + std::string(item) + "': indices go up to " + std::to_string(kMaxIndex));
+    if (seen.size() <= static_cast<size_t>(*last)) seen.resize(static_cast<size_t>(*last) + 1);
     for (int i = *first; i <= *last; ++i) {
-      if (std::find(out.begin(), out.end(), i) != out.end())
-        return Status::Error(std::to_string(i) + " is listed twice");
+      if (seen[static_cast<size_t>(i)]) return Status::Error(std::to_string(i) + " is listed twice");
+      seen[static_cast<size_t>(i)] = true;
       out.push_back(i);
     }
     if (comma == std::string_view::npos) break;

@@ -766,5 +766,16 @@ TEST(CliValueParsers, Port) {
   EXPECT_FALSE(ParsePort("-1").ok());
 }
 
+// A typo in --gpus (0-100000, 0-2147483646) is refused at once with the item as given, not
+// expanded (it took 1.35 s and printed 590 KB for 0-100000, and 2^31 steps for the other).
+TEST(ParseIndexList, HugeRangesAreRefusedAtOnce) {
+  EXPECT_EQ(ParseIndexList("0-100000").message(), "'0-100000': indices go up to 65535");
+  EXPECT_EQ(ParseIndexList("2,0-2147483646").message(), "'0-2147483646': indices go up to 65535");
+  auto ok = ParseIndexList("3,0-2,65535");
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  EXPECT_EQ(*ok, (std::vector<int>{3, 0, 1, 2, 65535}));
+  EXPECT_EQ(ParseIndexList("0-3,2").message(), "2 is listed twice");
+}
+
 }  // namespace
 }  // namespace ctrun
