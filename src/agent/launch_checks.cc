@@ -1,5 +1,6 @@
 #include "agent/launch_checks.h"
 
+#include <limits>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +70,10 @@ Status ResolveNproc(LaunchConfig* c, const GpuInventory& g, int cpus) {
       break;
   }
   if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");
+  if (static_cast<long long>(c->max_nodes) * c->nproc_per_node > std::numeric_limits<int>::max())
+    return Status::Error("--nnodes=" + std::to_string(c->max_nodes) + " with --nproc_per_node=" +
+                         std::to_string(c->nproc_per_node) + " makes more ranks than " +
+                         std::to_string(std::numeric_limits<int>::max()));
   return Status::Ok();
 }
 

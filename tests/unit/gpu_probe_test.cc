@@ -99,6 +99,18 @@ TEST(ResolveNproc, CountsCpuGpuAuto) {
   EXPECT_EQ(c.nproc_per_node, 6);
 }
 
+// 2147483647 nodes x 2 workers: the world size overflowed int (world_size=-2 in a dry run).
+TEST(ResolveNproc, ARankCountPastIntIsRefused) {
+  LaunchConfig c;
+  c.max_nodes = 2147483647;
+  c.nproc.kind = NprocSpec::Kind::kCount;
+  c.nproc.count = 2;
+  const Status s = ResolveNproc(&c, Gpus(0), 6);
+  EXPECT_EQ(s.message(), "--nnodes=2147483647 with --nproc_per_node=2 makes more ranks than 2147483647");
+  c.max_nodes = 1073741823;
+  EXPECT_TRUE(ResolveNproc(&c, Gpus(0), 6).ok());
+}
+
 TEST(CheckSupported, RefusesWhatIsNotImplementedWithAReason) {
   LaunchConfig c;
   EXPECT_TRUE(CheckSupported(c).ok());
