@@ -83,7 +83,8 @@ class DistributedSampler {
 
 void all_reduce_gradients(torch::nn::Module& module, c10d::ProcessGroup& pg);
 void broadcast_parameters(torch::nn::Module& module, c10d::ProcessGroup& pg);
-// A min/max/sum all-reduce of one int64 (for agreeing on a step, counting samples).
+// A min/max/sum all-reduce of one int64 (for agreeing on a step, counting samples). With NCCL the
+// value travels on the current CUDA device (set it per rank first, as for any NCCL collective).
 int64_t all_reduce_int(c10d::ProcessGroup& pg, int64_t value, c10d::ReduceOp op);
 
 }  // namespace ctrun::worker

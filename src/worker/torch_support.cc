@@ -79,7 +79,13 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
 }
 
 int64_t all_reduce_int(c10d::ProcessGroup& pg, int64_t value, c10d::ReduceOp op) {
-  std::vector<at::Tensor> t{torch::tensor({value}, torch::kInt64)};
+  at::Tensor v = torch::tensor({value}, torch::kInt64);
+#ifdef CTRUN_TORCH_HAS_NCCL
+  // NCCL reduces CUDA tensors only ("Tensors must be CUDA and dense"): the value travels on the
+  // current device, the one the rank chose (torch.cuda.set_device / c10::cuda::set_device).
+  if (dynamic_cast<c10d::ProcessGroupNCCL*>(&pg) != nullptr) v = v.to(torch::Device(torch::kCUDA));
+#endif
+  std::vector<at::Tensor> t{v};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
   pg.allreduce(t, o)->wait();
