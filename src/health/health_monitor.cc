@@ -1,5 +1,6 @@
 #include "health/health_monitor.h"
 
+#include <algorithm>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -79,9 +80,14 @@ void HealthMonitor::AttemptStarted(int nranks, bool judge) {
 void HealthMonitor::OnReadable(int local_rank) {
   const int fd = channels_[static_cast<size_t>(local_rank)].agent_end.get();
   for (;;) {
-    ssize_t n = RetryOnEintr([&] { return ::recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT); });
+    // MSG_TRUNC: the datagram's whole length, so a cut one is known as cut.
+    ssize_t n = RetryOnEintr([&] { return ::recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC); });
     if (n < 0) return;  // EAGAIN: all read
-    watcher_.Beat(local_rank, ParseBeat(std::string_view(buf_.data(), static_cast<size_t>(n))));
+    std::string_view got(buf_.data(), std::min(static_cast<size_t>(n), buf_.size()));
+    // A datagram longer than the buffer: its complete lines only (a number cut at the buffer's
+    // end, "12" of "12345", is not a step).
+    if (static_cast<size_t>(n) > buf_.size()) got = got.substr(0, got.rfind('\n') + 1);
+    watcher_.Beat(local_rank, ParseBeat(got));
     if (n == 0) return;  // an empty datagram (never an end of stream: level-triggered, we come back)
   }
 }
