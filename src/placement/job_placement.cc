@@ -3,6 +3,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <memory>
+
 #include "agent/launch_checks.h"
 #include "placement/hwloc_topology.h"
 
@@ -11,10 +14,18 @@ namespace {
 
 CpuList OwnAffinity() {
   CpuList out;
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
+  // A kernel built for more than CPU_SETSIZE (1024) CPUs refuses a smaller mask (EINVAL).
+  for (int ncpus = CPU_SETSIZE; ncpus <= (1 << 22); ncpus *= 2) {
+    std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set(CPU_ALLOC(ncpus), [](cpu_set_t* s) { CPU_FREE(s); });
+    if (!set) return out;
+    const size_t size = CPU_ALLOC_SIZE(ncpus);
+    if (::sched_getaffinity(0, size, set.get()) == 0) {
+      for (int c = 0; c < ncpus; ++c)
+        if (CPU_ISSET_S(c, size, set.get())) out.push_back(c);
+      return out;
+    }
+    if (errno != EINVAL) return out;
+  }
   return out;
 }
 
