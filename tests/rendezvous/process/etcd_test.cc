@@ -90,6 +90,38 @@ class EtcdTest : public ::testing::Test {
 
   double Since(TimePoint t) const { return ToSeconds(loop_.Now() - t); }
 
+  // The set-up of the outage tests: `writer` alive (500 ms refreshes, 5 s deadline) with `more`,
+  // a reader that watches them all, a log of init and entry 1, and the reader waiting for
+  // entry 2 (its watch open). Not movable: the callbacks hold its address.
+  struct WatchedLog {
+    std::unique_ptr<EtcdLog> writer, reader;
+    std::vector<std::unique_ptr<EtcdLog>> more;  // further live members, as named
+    std::vector<std::string> lost;                // what the reader reported lost
+    std::optional<StatusOr<std::string>> got;     // the reader's entry 2
+  };
+  ::testing::AssertionResult StartWatchedLog(const std::string& run_id, const std::vector<std::string>& more,
+                                             WatchedLog* w) {
+    w->writer = Log(run_id);
+    w->reader = Log(run_id);
+    LivenessOptions live;
+    live.interval = 500ms;
+    live.deadline = 5s;
+    w->reader->SetOnLost([w](const std::string& id) { w->lost.push_back(id); });
+    w->writer->StartLiveness("writer", live);
+    std::vector<std::string> members{"writer"};
+    for (const std::string& id : more) {
+      w->more.push_back(Log(run_id));
+      w->more.back()->StartLiveness(id, live);
+      members.push_back(id);
+    }
+    w->reader->WatchMembers(members);
+    if (!Head(*w->writer, "init").ok()) return ::testing::AssertionFailure() << "head";
+    if (!Append(*w->writer, 1, "before").ok()) return ::testing::AssertionFailure() << "append 1";
+    w->reader->Wait(2, [w](StatusOr<std::string> v) { w->got.emplace(std::move(v)); });
+    RunFor(loop_, 300ms);  // the wait is watching now
+    return ::testing::AssertionSuccess();
+  }
+
   EventLoop loop_;
   std::unique_ptr<EtcdCluster> cluster_;
 };
@@ -612,21 +644,11 @@ TEST_F(EtcdTest, ThreeMemberClusterKeepsServingWhenTheLeaderBehindTheClientsIsKi
 
 TEST_F(EtcdTest, ClientRecoversWhenEtcdRestartsWithItsData) {
   ASSERT_TRUE(StartCluster());
-  auto writer = Log("restart");
-  auto reader = Log("restart");
-  LivenessOptions live;
-  live.interval = 500ms;
-  live.deadline = 5s;
-  std::vector<std::string> lost;
-  reader->SetOnLost([&](const std::string& id) { lost.push_back(id); });
-  writer->StartLiveness("writer", live);
-  reader->WatchMembers({"writer"});
-  ASSERT_TRUE(Head(*writer, "init").ok());
-  ASSERT_TRUE(Append(*writer, 1, "before").ok());
-
-  std::optional<StatusOr<std::string>> got;
-  reader->Wait(2, [&](StatusOr<std::string> v) { got.emplace(std::move(v)); });
-  RunFor(loop_, 300ms);  // the wait is watching now
+  WatchedLog w;
+  ASSERT_TRUE(StartWatchedLog("restart", {}, &w));
+  auto& writer = w.writer;
+  auto& got = w.got;
+  const std::vector<std::string>& lost = w.lost;
 
   cluster_->Kill(0);
   std::optional<StatusOr<AppendResult>> put;
@@ -655,22 +677,12 @@ TEST_F(EtcdTest, ClientRecoversWhenEtcdRestartsWithItsData) {
 // still reports a member that goes afterwards.
 TEST_F(EtcdTest, LogWatchesSurviveACompactionPastTheRevisionTheyResumeAt) {
   ASSERT_TRUE(StartCluster());
-  auto writer = Log("compact");
-  auto reader = Log("compact");
-  auto doomed = Log("compact");
-  LivenessOptions live;
-  live.interval = 500ms;
-  live.deadline = 5s;
-  std::vector<std::string> lost;
-  reader->SetOnLost([&](const std::string& id) { lost.push_back(id); });
-  writer->StartLiveness("writer", live);
-  doomed->StartLiveness("doomed", live);
-  reader->WatchMembers({"writer", "doomed"});
-  ASSERT_TRUE(Head(*writer, "init").ok());
-  ASSERT_TRUE(Append(*writer, 1, "before").ok());
-  std::optional<StatusOr<std::string>> got;
-  reader->Wait(2, [&](StatusOr<std::string> v) { got.emplace(std::move(v)); });
-  RunFor(loop_, 300ms);  // both watches are open, at revisions nothing after them will touch
+  WatchedLog w;
+  ASSERT_TRUE(StartWatchedLog("compact", {"doomed"}, &w));  // watches open at revisions nothing will touch
+  auto& writer = w.writer;
+  auto& doomed = w.more[0];
+  auto& got = w.got;
+  const std::vector<std::string>& lost = w.lost;
 
   // Other jobs' keys move the revision on; everything before it is compacted away.
   int64_t revision = 0;
