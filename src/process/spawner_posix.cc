@@ -619,7 +619,7 @@ class PosixSpawner::Batch final : public SpawnBatch {
     const TimePoint deadline = owner_.ExecDeadline();
     for (size_t i = 0; i < results_.size(); ++i)
       if (results_[i].ok)
-        results_[i].ok = owner_.Collect(pending_[i], i == held_ ? held_deadline_ : deadline, &results_[i].process,
+        results_[i].ok = owner_.Collect(pending_[i], i == held_ ? TimePoint{} : deadline, &results_[i].process,
                                         &results_[i].error);
     *results = std::move(results_);
   }
@@ -648,8 +648,7 @@ class PosixSpawner::Batch final : public SpawnBatch {
   // before 5.7) or reports why it cannot (EAGAIN, ENOMEM).
   void AdoptVforked() {
     vfork_->Close();
-    const TimePoint deadline = owner_.ExecDeadline();
-    const bool finished = thread_->Wait(deadline);
+    const bool finished = thread_->Wait(owner_.ExecDeadline());
     VforkBatch& batch = *vfork_;
     std::lock_guard<std::mutex> lock(batch.mu);
     batch.cancelled = true;
@@ -673,8 +672,7 @@ class PosixSpawner::Batch final : public SpawnBatch {
         batch.adopted = true;
         Adopt(c, c.pid, c.pidfd, &pending_[i]);
         results_[i].ok = true;
-        held_ = i;  // its exec wait is spent: Collect only looks, it does not wait a second one
-        held_deadline_ = deadline;
+        held_ = i;  // its exec wait is spent: Collect only looks (a past deadline), it does not wait again
         continue;
       }
       if (!c.cloned || c.clone_result < 0) {
@@ -702,7 +700,6 @@ class PosixSpawner::Batch final : public SpawnBatch {
   std::vector<std::unique_ptr<ChildImage>> own_;        // the images never meant for the spawn thread
   std::vector<size_t> vfork_index_;                    // vfork batch child -> index
   size_t held_ = SIZE_MAX;                             // the child adopted in its clone, if any
-  TimePoint held_deadline_{};                          // the exec wait AdoptVforked spent on it
   std::shared_ptr<VforkBatch> vfork_;
   SpawnThread* thread_ = nullptr;
   bool vfork_failed_ = false;
