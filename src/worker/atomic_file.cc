@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "base/unique_fd.h"
@@ -113,14 +114,16 @@ std::string write_file_atomic(const std::string& path, std::initializer_list<Con
   std::string tmp;
   UniqueFd fd;
   // A name taken can only be a dead writer's with our pid: the next number is free of it.
+  std::optional<InFlightEntry> in_flight;  // from before the file exists: a store's start-up
+                                          // never takes it for a dead writer's
   for (int tries = 0; tries < 64 && !fd; ++tries) {
     tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + std::to_string(::getpid()) + "-" +
           std::to_string(counter.fetch_add(1));
+    in_flight.emplace(tmp);
     fd.reset(RetryOnEintr([&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); }));
     if (!fd && errno != EEXIST) break;
   }
   if (!fd) return ErrnoText("create", tmp, errno);
-  InFlightEntry in_flight(tmp);
   auto fail = [&](const std::string& what) {
     int err = errno;
     fd.reset();
