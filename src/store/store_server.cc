@@ -64,6 +64,7 @@ struct StoreServer::Conn {
   size_t out_off = 0;
   bool dirty = false;       // listed in dirty_
   bool paused = false;      // not read while out is over max_pending_output
+  bool reset = false;       // the socket has an error: queued requests still run, replies are dropped
   uint32_t interest = EPOLLIN;
   bool parked = false;      // in WAIT
   std::vector<std::string> awaited;  // keys still missing while parked
@@ -196,8 +197,17 @@ void StoreServer::OnConnEvent(ConnId id, uint32_t events) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn& c = *it->second;
-  // A paused connection is not read, so a hang-up would otherwise be reported forever.
-  if ((events & EPOLLERR) || ((events & EPOLLHUP) && c.paused)) {
+  if (events & EPOLLERR) {
+    // A reset leaves what arrived before it readable: a SET pipelined ahead of a peer's abortive
+    // close still lands, as with an orderly close. No reply can reach the peer, so none is kept,
+    // which also unpauses it. ReadFrom closes it once recv reports the error.
+    c.reset = true;
+    c.paused = false;
+    c.out.clear();
+    c.out_off = 0;
+    ReadFrom(c);
+  } else if ((events & EPOLLHUP) && c.paused) {
+    // A paused connection is not read, so a hang-up would otherwise be reported forever.
     Close(id, nullptr);
   } else {
     bool alive = true;
@@ -442,6 +452,7 @@ bool StoreServer::Execute(Conn& c, Request& req) {
 }
 
 void StoreServer::Send(Conn& c, std::string_view bytes) {
+  if (c.reset) return;
   c.out.append(bytes);
   if (!c.dirty) {
     c.dirty = true;

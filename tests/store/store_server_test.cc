@@ -298,6 +298,26 @@ TEST(StoreServer, PipelinedRequestsAllAnswered) {
   }
 }
 
+// A client that closes with replies unread sends a reset, not a FIN. The requests it sent before
+// still run, as they do after an orderly close; the reset and the data arrive in one event here
+// because the client acts while the server's loop thread is held.
+TEST(StoreServer, RequestsQueuedBeforeAResetStillRun) {
+  ServerThread st;
+  auto raw = RawConnect(st.port());
+  ASSERT_TRUE(raw);
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  const std::string req = Hex("00 0100000000000000 6b 0200000000000000 7676");  // SET k vv
+  st.RunOnLoop([&] {
+    ASSERT_TRUE(SendAll(raw.get(), req));
+    linger hard{1, 0};
+    ASSERT_EQ(::setsockopt(raw.get(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard), 0);
+    raw.reset();  // RST
+  });
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 0; }));
+  auto c = MustConnect(st.port());
+  EXPECT_EQ(*c->Get("k"), "vv");
+}
+
 TEST(StoreServer, ClientRetriesUntilTheServerListens) {
   int port;
   {
