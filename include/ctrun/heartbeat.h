@@ -20,12 +20,14 @@
 // (a restarted worker starts again at 1). Pass the training step (global, resumed from the
 // checkpoint) when there is one: ctrun reports the last step of a hung rank and compares steps
 // across restarts to tell a crash loop from progress. When FD is set it wins over FILE (an FD that
-// is closed or not a pipe, FIFO or socket counts as unset). The fd is made CLOEXEC, so a child
-// process inherits the variable but not the fd; when the child's own open() reuses the number,
-// the fd check keeps beats out of that file. A process forked (without exec) from the one that
-// read the variables inherits the fd but is not the rank: there heartbeat() returns 0 and
+// is closed or not a pipe, FIFO or socket counts as unset). The fd is made CLOEXEC when the
+// library is loaded (before main, not at the first beat), so a child process inherits the
+// variable but not the fd; when the child's own open() reuses the number, the fd check keeps
+// beats out of that file. A process forked (without exec) from the worker, before or after its
+// first beat, inherits the fd but is not the rank: there heartbeat() returns 0 and
 // heartbeat_enabled() false, so a data loader or helper cannot keep a hung rank looking alive
-// (a worker forked by ctrun --warm's server reads its own variables afresh). Errors
+// (a worker forked by ctrun --warm's server reads its own variables afresh). On a stream socket a
+// line the socket takes only in part is finished before the next one, so lines never merge. Errors
 // (EBADF, ENOSPC, a closed reader) disable beats for the rest of the process silently: heartbeats
 // must never kill training. Thread-safe.
 // The launcher decides how long a worker may go without a beat; a worker should beat at least once

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "base/unique_fd.h"
 #include "worker/heartbeat_internal.h"
@@ -40,6 +41,10 @@ struct State {
   int fd = -1;          // kFd: the inherited fd (not owned: the launcher gave it to us)
   UniqueFd file;        // kFile: our own fd, CLOEXEC
   uint64_t counter = 0;
+  // kSocket on a stream socket: the tail of a line the socket took only in part. It goes out
+  // before the next line, so the reader never sees two lines glued into one.
+  char unsent[64] = {};
+  size_t unsent_len = 0;
 };
 
 State& GetState() {
@@ -61,23 +66,41 @@ Mode InheritedFdMode(int fd) {
   return Mode::kOff;
 }
 
-void Init(State& s) {
-  s.initialized = true;
+// The channel CTRUN_HEARTBEAT_FD names, with its mode; {-1, kOff} when it is unset or unusable
+// (an unusable fd is treated as an absent one, as a closed fd always was).
+std::pair<int, Mode> InheritedChannel() {
+  const char* fd_env = std::getenv(kHeartbeatFdVariable);
+  if (!fd_env || !*fd_env) return {-1, Mode::kOff};
+  int fd = -1;
+  auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
+  if (ec != std::errc() || *p != '\0' || fd < 0) return {-1, Mode::kOff};
+  const Mode mode = InheritedFdMode(fd);
+  return {mode == Mode::kOff ? -1 : fd, mode};
+}
+
+// Keeps the channel from the processes this one starts (dataloaders, compilers), and a fork from
+// beating for the rank, from the moment the process starts rather than from its first beat: a
+// worker may start its helpers before it beats. Reads the environment but keeps nothing, so the
+// first beat still reads the variables as they are then.
+void GuardChannel() {
+  State& s = GetState();
   if (!s.atfork_registered)
     s.atfork_registered = ::pthread_atfork(nullptr, nullptr, [] { GetState().forked.store(true); }) == 0;
-  if (const char* fd_env = std::getenv(kHeartbeatFdVariable); fd_env && *fd_env) {
-    int fd = -1;
-    auto [p, ec] = std::from_chars(fd_env, fd_env + std::strlen(fd_env), fd);
-    // An unusable fd is treated as an absent one, as a closed fd always was.
-    if (const Mode mode = ec == std::errc() && *p == '\0' && fd >= 0 ? InheritedFdMode(fd) : Mode::kOff;
-        mode != Mode::kOff) {
-      // Keep it away from our own children (dataloaders, compilers) and never block training.
-      ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-      s.fd = fd;
-      s.mode = mode;
-      return;
-    }
+  if (const auto [fd, mode] = InheritedChannel(); mode != Mode::kOff)
+    ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+}
+
+// Runs when the program (or the shared library) is loaded, while it has one thread.
+[[gnu::constructor]] void GuardChannelAtLoad() { GuardChannel(); }
+
+void Init(State& s) {
+  s.initialized = true;
+  GuardChannel();
+  if (const auto [fd, mode] = InheritedChannel(); mode != Mode::kOff) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // never block training
+    s.fd = fd;
+    s.mode = mode;
+    return;
   }
   if (const char* path = std::getenv("CTRUN_HEARTBEAT_FILE"); path && *path) {
     s.file = UniqueFd(RetryOnEintr([&] { return ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); }));
@@ -115,9 +138,29 @@ void ForgetHeartbeatChannel() {
   s.fd = -1;
   (void)s.file.release();  // not closed: the worker's own fds (PlaceFds) may sit at its number now
   s.counter = 0;
+  s.unsent_len = 0;
+  GuardChannel();  // the worker's own channel, as an exec'd worker's is guarded at load
 }
 
 namespace {
+
+// One send on the socket channel: the bytes taken, or -1 when none were (a full socket drops the
+// beat; any other error means the agent is gone, and beats stop quietly).
+ssize_t SendSome(State& s, const char* data, size_t len) {
+  const ssize_t w = RetryOnEintr([&] { return ::send(s.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT); });
+  if (w < 0 && errno != EAGAIN && errno != ENOBUFS) s.mode = Mode::kOff;
+  return w;
+}
+
+// True once no part of an earlier line is waiting to go out.
+bool SendUnsent(State& s) {
+  if (s.unsent_len == 0) return true;
+  const ssize_t w = SendSome(s, s.unsent, s.unsent_len);
+  if (w <= 0) return false;
+  s.unsent_len -= static_cast<size_t>(w);
+  std::memmove(s.unsent, s.unsent + w, s.unsent_len);
+  return s.unsent_len == 0;
+}
 
 uint64_t Beat(std::optional<uint64_t> step) {
   State& s = GetState();
@@ -129,10 +172,16 @@ uint64_t Beat(std::optional<uint64_t> step) {
   const unsigned long long shown = step.value_or(n);
   char buf[64];
   if (s.mode == Mode::kSocket) {
+    if (!SendUnsent(s)) return 0;
     int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));
-    ssize_t w = RetryOnEintr([&] { return ::send(s.fd, buf, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT); });
-    if (w < 0 && errno != EAGAIN && errno != ENOBUFS) s.mode = Mode::kOff;  // agent gone: stop quietly
-    return w < 0 ? 0 : n;
+    const ssize_t w = SendSome(s, buf, static_cast<size_t>(len));
+    if (w < 0) return 0;  // dropped whole
+    if (w < len) {        // a stream socket took part of it: the rest goes first next time
+      s.unsent_len = static_cast<size_t>(len - w);
+      std::memcpy(s.unsent, buf + w, s.unsent_len);
+      return 0;
+    }
+    return n;
   }
   if (s.mode == Mode::kFd) {
     int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));

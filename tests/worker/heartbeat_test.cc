@@ -1,5 +1,7 @@
 // Heartbeats: off by default; FILE and FD modes write the documented records.
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -85,6 +87,92 @@ TEST(Heartbeat, AForkedChildOfTheWorkerSendsNoBeats) {
   ASSERT_EQ(r.beats.size(), 2u);
   EXPECT_TRUE(std::regex_match(r.beats[0], std::regex("1 [0-9]+"))) << r.beats[0];
   EXPECT_TRUE(std::regex_match(r.beats[1], std::regex("2 [0-9]+"))) << r.beats[1];
+}
+
+// The same for helpers a worker starts before its first beat: a forked one sends no beats, and an
+// exec'd one does not inherit the channel.
+TEST(Heartbeat, HelpersStartedBeforeTheFirstBeatDoNotGetTheChannel) {
+  const FifoRun r = RunOnFifo("heartbeat-early");
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  EXPECT_EQ(r.run.out, "exec closed\nchild 0 0\nparent 1\n");
+  ASSERT_EQ(r.beats.size(), 1u);
+  EXPECT_TRUE(std::regex_match(r.beats[0], std::regex("1 [0-9]+"))) << r.beats[0];
+}
+
+// (The worker library's tests see only its public headers: a minimal owner for fds.)
+struct Fd {
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd; }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int fd;
+};
+
+// A stream socket may take part of a line when its buffer fills (the reader is behind). The rest
+// goes out before the next line: every complete line the reader gets is one whole beat, never two
+// glued together. The worker fills the socket (a TCP loopback one with small buffers, where sends
+// are cut), the test drains it, and the worker beats on.
+TEST(Heartbeat, StreamSocketLinesNeverMerge) {
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int send_buffer = 4096, receive_buffer = 1024;
+  ASSERT_EQ(::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  Fd writer(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::setsockopt(writer.get(), SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof send_buffer), 0);
+  ASSERT_EQ(::connect(writer.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  Fd reader(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_GE(reader.get(), 0);
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
+  Fd to_w(to_child[1]), to_r(to_child[0]), from_w(from_child[1]), from_r(from_child[0]);
+  const int beats = 20000;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(to_r.get(), 0);
+    ::dup2(from_w.get(), 1);
+    ::dup2(writer.get(), 9);
+    ::setenv("CTRUN_HEARTBEAT_FD", "9", 1);
+    ::execl(WORKER_HELPER, WORKER_HELPER, "heartbeat-pause", std::to_string(beats).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  writer.reset();
+  to_r.reset();
+  from_w.reset();
+  char said[16] = {};
+  ASSERT_GT(::read(from_r.get(), said, sizeof said - 1), 0);
+  ASSERT_STREQ(said, "paused\n");
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(reader.get(), buf, sizeof buf, MSG_DONTWAIT)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ASSERT_EQ(::write(to_w.get(), "\n", 1), 1);
+  for (ssize_t n; (n = ::recv(reader.get(), buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::vector<std::string> lines = ctrun::testing::SplitLines(got.substr(0, got.rfind('\n') + 1));
+  ASSERT_GT(lines.size(), 10u);
+  long long last = 0;
+  for (const std::string& line : lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, std::regex("([0-9]+) [0-9]{19}"))) << line;
+    const long long step = std::stoll(m[1]);
+    EXPECT_GT(step, last) << line;
+    EXPECT_LE(step, 2 * beats) << line;
+    last = step;
+  }
 }
 
 // A regular file is never a launcher's channel: it is what a child process that inherited the

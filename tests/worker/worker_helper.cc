@@ -5,6 +5,10 @@
 //                                prints "saved <s>" (line-buffered). Killed by the test.
 //   snapshot-open DIR            opens a SnapshotStore on DIR (fsync on; creates it), exits 0.
 //   heartbeat N                  calls ctrun::heartbeat() N times, prints the last counter.
+//   heartbeat-early              before any beat, runs a shell that says whether it inherited the
+//                                channel ("exec closed"), forks a child that beats ("child 0 0"),
+//                                then beats ("parent 1").
+//   heartbeat-pause N            N beats, prints "paused", reads a line from stdin, N beats.
 //   heartbeat-fork               beats, forks a child that beats and prints what heartbeat()
 //                                and heartbeat_enabled() returned there ("child 0 0"), beats
 //                                again once the child is gone and prints the counter ("parent 2").
@@ -53,6 +57,32 @@ int main(int argc, char** argv) {
   if (mode == "heartbeat-fork") {
     (void)ctrun::heartbeat();
     std::fflush(stdout);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const uint64_t beat = ctrun::heartbeat();
+      std::printf("child %llu %d\n", static_cast<unsigned long long>(beat), ctrun::worker::heartbeat_enabled() ? 1 : 0);
+      std::fflush(stdout);
+      ::_exit(0);
+    }
+    int status = 0;
+    if (child < 0 || ::waitpid(child, &status, 0) != child) return 1;
+    std::printf("parent %llu\n", static_cast<unsigned long long>(ctrun::heartbeat()));
+    return 0;
+  }
+  if (mode == "heartbeat-pause" && argc >= 3) {  // N beats, "paused", waits for a line, N beats
+    const int n = std::atoi(argv[2]);
+    for (int i = 0; i < n; ++i) (void)ctrun::heartbeat();
+    std::printf("paused\n");
+    std::fflush(stdout);
+    char line[8];
+    if (!std::fgets(line, sizeof line, stdin)) return 1;
+    for (int i = 0; i < n; ++i) (void)ctrun::heartbeat();
+    return 0;
+  }
+  if (mode == "heartbeat-early") {  // helpers started before the first beat
+    std::fflush(stdout);
+    if (std::system("if [ -e /proc/$$/fd/$CTRUN_HEARTBEAT_FD ]; then echo exec inherited; else echo exec closed; fi") != 0)
+      return 1;
     const pid_t child = ::fork();
     if (child == 0) {
       const uint64_t beat = ctrun::heartbeat();
