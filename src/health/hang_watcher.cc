@@ -77,6 +77,14 @@ void HangWatcher::Resumed(Duration suspended_for) {
   }
 }
 
+void HangWatcher::IgnoreBeats(int local_rank) {
+  Rank* r = Find(local_rank);
+  if (!r) return;
+  r->beats_watched = false;
+  if (r->beat_timer) timers_.CancelTimer(*r->beat_timer);
+  r->beat_timer.reset();
+}
+
 void HangWatcher::RankExited(int local_rank) {
   if (Rank* r = Find(local_rank)) CancelRank(*r);
 }
@@ -114,7 +122,7 @@ void HangWatcher::ArmOutput(int local_rank, TimePoint deadline) {
 
 void HangWatcher::OnBeatTimer(int local_rank) {
   Rank& r = ranks_[static_cast<size_t>(local_rank)];
-  if (!watching_ || !r.active) return;
+  if (!watching_ || !r.active || !r.beats_watched) return;
   const TimePoint now = timers_.Now();
   const TimePoint deadline = BeatDeadline(r);
   if (now < deadline) {
@@ -145,6 +153,7 @@ void HangWatcher::OnOutputTimer(int local_rank) {
 bool HangWatcher::SilentFor(const Rank& r, Channel channel, Duration at_least) const {
   const TimePoint now = timers_.Now();
   if (channel == Channel::kOutput) return now - r.last_output >= at_least;
+  if (!r.beats_watched) return false;
   return now - (r.beats == 0 ? started_ : r.last_beat) >= at_least;
 }
 

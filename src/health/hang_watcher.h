@@ -55,6 +55,9 @@ class HangWatcher {
   // A new attempt of nranks workers, all started now: arms every deadline (judge false: none; the
   // beats still count for steps). Forgets the last one.
   void Start(int nranks, bool judge = true);
+  // The rank has no heartbeat channel this attempt (it could not be created): its heartbeat
+  // deadline is off and it is never counted silent on that channel. Call after Start().
+  void IgnoreBeats(int local_rank);
   // Nothing ran for `suspended_for` (the job was stopped): every deadline moves by it, so the
   // time the job stood still is not silence.
   void Resumed(Duration suspended_for);
@@ -76,6 +79,7 @@ class HangWatcher {
  private:
   struct Rank {
     bool active = false;
+    bool beats_watched = true;
     uint64_t beats = 0;
     std::optional<uint64_t> last_step;
     TimePoint last_beat{};

@@ -5,6 +5,10 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "base/environment.h"
 #include "ctrun/heartbeat.h"
@@ -57,24 +61,40 @@ void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) 
   }
   if (channels_.size() <= static_cast<size_t>(local_rank)) channels_.resize(static_cast<size_t>(local_rank) + 1);
   Channel& c = channels_[static_cast<size_t>(local_rank)];
+  // Whatever the launcher's own environment said is not this worker's channel.
+  EraseEntries(&spec->env, worker::kHeartbeatFdVariable);
   int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return;  // this rank runs without beats
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    NoChannel(local_rank, std::string("socketpair: ") + std::strerror(errno));
+    return;
+  }
   c.agent_end = UniqueFd(sv[0]);
   c.worker_end = UniqueFd(sv[1]);
   SetNonBlocking(sv[0], true);
-  if (!loop_.AddFd(sv[0], EPOLLIN, [this, local_rank](uint32_t) { OnReadable(local_rank); }).ok()) {
+  if (Status st = loop_.AddFd(sv[0], EPOLLIN, [this, local_rank](uint32_t) { OnReadable(local_rank); }); !st.ok()) {
     c = Channel{};
+    NoChannel(local_rank, st.message());
     return;
   }
-  EraseEntries(&spec->env, worker::kHeartbeatFdVariable);
   spec->env.push_back(std::string(worker::kHeartbeatFdVariable) + "=" + std::to_string(kHeartbeatFd));
   spec->extra_fd = sv[1];
   spec->extra_fd_target = kHeartbeatFd;
 }
 
+// The rank runs without beats this attempt. AttemptStarted then turns its heartbeat deadline off
+// (its output deadline, if any, still holds): without a channel its silence is not a hang.
+void HealthMonitor::NoChannel(int local_rank, const std::string& why) {
+  spdlog::warn("local rank {}: cannot create its heartbeat channel ({}); its heartbeats are not watched "
+               "in this attempt", local_rank, why);
+}
+
 void HealthMonitor::AttemptStarted(int nranks, bool judge) {
   for (Channel& c : channels_) c.worker_end.reset();  // the workers hold their copies now
   watcher_.Start(nranks, judge);
+  if (options_.heartbeat <= Duration::zero()) return;
+  for (int i = 0; i < nranks; ++i)
+    if (static_cast<size_t>(i) >= channels_.size() || !channels_[static_cast<size_t>(i)].agent_end)
+      watcher_.IgnoreBeats(i);
 }
 
 void HealthMonitor::OnReadable(int local_rank) {

@@ -1,7 +1,9 @@
 // HealthMonitor: the real health::Monitor, on the agent's EventLoop.
 //
 // Heartbeat channel: with a heartbeat timeout, each worker gets one end of an AF_UNIX datagram
-// socketpair as fd 3 and CTRUN_HEARTBEAT_FD=3 (any inherited value is replaced). Each datagram is
+// socketpair as fd 3 and CTRUN_HEARTBEAT_FD=3 (any inherited value is replaced; when the pair cannot
+// be created, EMFILE, the variable is removed, a warning says so, and that rank's heartbeat
+// deadline is off for the attempt). Each datagram is
 // a beat; it holds one or more lines "<step>[ <anything>]\n" and the step of the last line counts
 // (a line whose first field is not a number is still a beat, without a step). The worker's end is
 // blocking, so a Python worker's os.write never fails; the agent reads its ends until the next
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <memory>
 #include <vector>
@@ -56,6 +59,7 @@ class HealthMonitor final : public Monitor {
     UniqueFd worker_end;  // closed once the worker is spawned
   };
   void CloseChannels();
+  void NoChannel(int local_rank, const std::string& why);
   void OnReadable(int local_rank);
 
   EventLoop& loop_;

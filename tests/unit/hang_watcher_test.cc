@@ -54,6 +54,41 @@ TEST_F(HangWatcherTest, FirstBeatHasItsOwnLongerDeadline) {
   EXPECT_EQ(verdicts[0].why, "hung: no first heartbeat within 60 s");
 }
 
+// A rank whose heartbeat channel could not be created never beats: it is neither judged by
+// beats nor named as silent with another rank; its output deadline still holds.
+TEST_F(HangWatcherTest, ARankWithoutAChannelIsNotJudgedByBeats) {
+  HangWatchOptions o = Beats(5, 10);
+  o.output = Seconds(100);
+  Make(o).Start(3);
+  watcher->IgnoreBeats(1);
+  const TimePoint t0 = timers.Now();
+  for (int i = 0; i < 4; ++i) {  // ranks 0 and 2 beat for 8 s; rank 1 never beats
+    timers.Advance(Seconds(2));
+    watcher->Beat(0, std::nullopt);
+    watcher->Beat(2, std::nullopt);
+  }
+  watcher->Output(0);
+  watcher->Output(2);
+  timers.Advance(Seconds(5));  // rank 0 and 2 beat last at 8 s: the verdict is at 13 s
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 0);
+  EXPECT_EQ(verdicts[0].at, t0 + Seconds(13));
+  EXPECT_EQ(verdicts[0].also_silent, (std::vector<int>{2}));  // not 1
+  Make(o).Start(2);
+  watcher->IgnoreBeats(1);
+  const TimePoint t1 = timers.Now();
+  for (int i = 0; i < 60; ++i) {
+    timers.Advance(Seconds(2));
+    watcher->Beat(0, std::nullopt);
+    watcher->Output(0);
+  }
+  timers.Advance(Seconds(0));
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[1].rank, 1);
+  EXPECT_EQ(verdicts[1].at, t1 + Seconds(100));
+  EXPECT_EQ(verdicts[1].why, "hung: no output for 100 s");
+}
+
 // Ctrl-Z, 30 s, fg: the job stood still, nobody was silent. Every deadline moves by the time it
 // stood still (the timers that fell due meanwhile find the later deadline and re-arm), and the
 // first beat's deadline and the output deadline too.

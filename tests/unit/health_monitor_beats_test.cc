@@ -2,11 +2,15 @@
 // PrepareWorker), on a real loop that is never run: AttemptMaxStep reads what is queued.
 #include "health/health_monitor.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "sys/event_loop.h"
 
@@ -33,6 +37,43 @@ TEST(HealthMonitorBeats, ADatagramLongerThanTheBufferGivesOnlyItsCompleteLines) 
   ASSERT_EQ(::send(worker, next.data(), next.size(), 0), 2);
   EXPECT_EQ(m.AttemptMaxStep(), 7u);
   ::close(worker);
+}
+
+// Out of fds (EMFILE) when a rank's channel is made: that rank runs without one. It gets no stale
+// CTRUN_HEARTBEAT_FD (the launcher's own is removed), and its silence is no hang: the rank that
+// has a channel and never beats is the one judged.
+TEST(HealthMonitorBeats, ARankWithoutAChannelIsNotTakenForHung) {
+  EventLoop loop;
+  HangWatchOptions o;
+  o.heartbeat = Seconds(0.05);
+  o.first_heartbeat = Seconds(0.05);
+  HealthMonitor m(loop, o, StackTools{}, Seconds(1), nullptr);
+  std::vector<int> hung;
+  m.SetOnHang([&](int rank, const std::string&, const std::vector<int>& also) {
+    hung.push_back(rank);
+    hung.insert(hung.end(), also.begin(), also.end());
+  });
+  SpawnSpec without;
+  without.env = {"CTRUN_HEARTBEAT_FD=7", "A=1"};
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);  // no new fd can be made
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  m.PrepareWorker(0, 0, &without);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_LT(without.extra_fd, 0);
+  EXPECT_EQ(without.env, (std::vector<std::string>{"A=1"}));
+  SpawnSpec with;
+  m.PrepareWorker(0, 1, &with);
+  ASSERT_GE(with.extra_fd, 0);
+  m.AttemptStarted(2, true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (hung.empty() && std::chrono::steady_clock::now() < deadline) loop.RunOnce(std::chrono::milliseconds(100));
+  EXPECT_EQ(hung, (std::vector<int>{1}));
 }
 
 }  // namespace
