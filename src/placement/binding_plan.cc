@@ -17,6 +17,38 @@ int MostOverlapping(const std::vector<TopoObject>& objs, const CpuList& cpus) {
   return best;
 }
 
+// Indices of the objects sharing the most CPUs with `cpus` (several when they tie); empty when
+// none shares any.
+std::vector<int> AllMostOverlapping(const std::vector<TopoObject>& objs, const CpuList& cpus) {
+  std::vector<int> best;
+  size_t best_n = 0;
+  for (size_t i = 0; i < objs.size(); ++i) {
+    const size_t n = Overlap(objs[i].cpus, cpus);
+    if (n == 0 || n < best_n) continue;
+    if (n > best_n) best.clear(), best_n = n;
+    best.push_back(static_cast<int>(i));
+  }
+  return best;
+}
+
+// Each rank's NUMA node (index into numa_nodes) from its GPU's locality. A GPU whose locality
+// fits one node is on it. One near several nodes alike (firmware that gives no affinity: the
+// locality is the machine) has no node of its own: such ranks go, in rank order, to the node
+// among those that has the fewest ranks so far, so they spread instead of all taking the first.
+std::vector<int> GpuNodes(const Topology& t, const std::vector<std::vector<int>>& candidates) {
+  std::vector<int> node(candidates.size(), -1);
+  std::vector<int> load(t.numa_nodes.size(), 0);
+  for (size_t r = 0; r < candidates.size(); ++r)
+    if (candidates[r].size() == 1) ++load[static_cast<size_t>(node[r] = candidates[r][0])];
+  for (size_t r = 0; r < candidates.size(); ++r) {
+    if (candidates[r].size() <= 1) continue;
+    node[r] = *std::min_element(candidates[r].begin(), candidates[r].end(),
+                                [&](int a, int b) { return load[static_cast<size_t>(a)] < load[static_cast<size_t>(b)]; });
+    ++load[static_cast<size_t>(node[r])];
+  }
+  return node;
+}
+
 int NumaOf(const Topology& t, const CpuList& cpus) {
   const int i = MostOverlapping(t.numa_nodes, cpus);
   return i < 0 ? -1 : t.numa_nodes[static_cast<size_t>(i)].os_index;
@@ -51,8 +83,7 @@ CpuList AllCpus(const Topology& t) {
 
 StatusOr<std::vector<RankBinding>> PlanGpu(const Topology& t, BindMode mode, int nproc,
                                            const std::vector<std::string>& bus_ids) {
-  // Each rank's GPU NUMA node (index into numa_nodes).
-  std::vector<int> node(static_cast<size_t>(nproc), -1);
+  std::vector<std::vector<int>> candidates(static_cast<size_t>(nproc));  // each rank's nearest nodes
   for (int r = 0; r < nproc; ++r) {
     const std::string bus = static_cast<size_t>(r) < bus_ids.size() ? bus_ids[static_cast<size_t>(r)] : "";
     auto it = bus.empty() ? t.pci_locality.end() : t.pci_locality.find(bus);
@@ -61,10 +92,11 @@ StatusOr<std::vector<RankBinding>> PlanGpu(const Topology& t, BindMode mode, int
                            (bus.empty() ? " has no GPU (or its PCI address is unknown)"
                                         : "'s GPU " + bus + " is not in the machine's topology") +
                            "; use --cpu-binding for jobs without GPUs");
-    node[static_cast<size_t>(r)] = MostOverlapping(t.numa_nodes, it->second);
-    if (node[static_cast<size_t>(r)] < 0)
+    candidates[static_cast<size_t>(r)] = AllMostOverlapping(t.numa_nodes, it->second);
+    if (candidates[static_cast<size_t>(r)].empty())
       return Status::Error("--numa-binding: the topology has no NUMA node with CPUs near GPU " + bus);
   }
+  const std::vector<int> node = GpuNodes(t, candidates);
   std::vector<RankBinding> out(static_cast<size_t>(nproc));
   std::map<int, std::vector<int>> ranks_on_node;  // NUMA node -> its ranks, in rank order
   for (int r = 0; r < nproc; ++r) ranks_on_node[node[static_cast<size_t>(r)]].push_back(r);

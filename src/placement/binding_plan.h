@@ -2,7 +2,9 @@
 // and (for the GPU modes) each rank's GPU. Applied by the spawner in the child before exec
 // (SpawnSpec::cpu_affinity); printed by --report-bindings.
 //
-// GPU modes (--numa-binding, torchrun's names), from each GPU's PCI locality:
+// GPU modes (--numa-binding, torchrun's names), from each GPU's PCI locality (a GPU near several
+// NUMA nodes alike, as with firmware that reports no affinity, counts as on the one of them with
+// the fewest ranks so far, in rank order, after the GPUs near one node):
 //   node          every CPU of the GPU's NUMA node
 //   socket        every CPU of the package (socket) holding the GPU's NUMA node
 //   exclusive     the physical cores of the GPU's NUMA node split evenly, in rank order, among the

@@ -81,6 +81,24 @@ TEST(NumaBinding, RanksFollowTheirGpuNotTheirNumber) {
   EXPECT_EQ(Nodes(p), (std::vector<int>{1, 0}));
 }
 
+// Firmware without affinity: a GPU's locality is the whole machine. Such ranks spread over the
+// nodes (after the ranks whose GPUs have a node), rather than all binding to node 0.
+TEST(NumaBinding, GpusNearEveryNodeSpreadOverTheNodes) {
+  Topology t2 = Load("topo_2numa.xml");
+  CpuList machine;
+  for (int c = 0; c < 32; ++c) machine.push_back(c);
+  for (const auto& bus : k2NumaGpus) t2.pci_locality[bus] = machine;
+  auto p = Plan(t2, BindMode::kNode, 4, k2NumaGpus);
+  EXPECT_EQ(Nodes(p), (std::vector<int>{0, 1, 0, 1}));
+  auto ex = Plan(t2, BindMode::kExclusive, 4, k2NumaGpus);
+  EXPECT_EQ(Cpus(ex), (std::vector<std::string>{"0-7", "16-23", "8-15", "24-31"}));
+  // Two GPUs on node 0 as the topology says, the third near both nodes: it goes to node 1.
+  Topology mixed = Load("topo_2numa.xml");
+  mixed.pci_locality["0000:86:00.0"] = machine;
+  auto m = Plan(mixed, BindMode::kNode, 3, {"0000:18:00.0", "0000:86:00.0", "0000:3b:00.0"});
+  EXPECT_EQ(Nodes(m), (std::vector<int>{0, 1, 0}));
+}
+
 TEST(NumaBinding, SocketTakesTheWholePackage) {
   Topology t8 = Load("topo_8numa.xml");
   auto p = Plan(t8, BindMode::kSocket, 8, k8NumaGpus);
