@@ -26,6 +26,23 @@
 #include "ctrun/worker.h"
 #include "worker/pattern.h"
 
+// Forks a child that beats and prints "child <beat> <enabled>", waits for it, then beats and
+// prints "parent <beat>". Returns the exit code.
+int ForkedChildThenParentBeat() {
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const uint64_t beat = ctrun::heartbeat();
+    std::printf("child %llu %d\n", static_cast<unsigned long long>(beat), ctrun::worker::heartbeat_enabled() ? 1 : 0);
+    std::fflush(stdout);
+    ::_exit(0);
+  }
+  int status = 0;
+  if (child < 0 || ::waitpid(child, &status, 0) != child) return 1;
+  std::printf("parent %llu\n", static_cast<unsigned long long>(ctrun::heartbeat()));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   namespace cw = ctrun::worker;
   if (argc < 2) return 2;
@@ -56,18 +73,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "heartbeat-fork") {
     (void)ctrun::heartbeat();
-    std::fflush(stdout);
-    const pid_t child = ::fork();
-    if (child == 0) {
-      const uint64_t beat = ctrun::heartbeat();
-      std::printf("child %llu %d\n", static_cast<unsigned long long>(beat), ctrun::worker::heartbeat_enabled() ? 1 : 0);
-      std::fflush(stdout);
-      ::_exit(0);
-    }
-    int status = 0;
-    if (child < 0 || ::waitpid(child, &status, 0) != child) return 1;
-    std::printf("parent %llu\n", static_cast<unsigned long long>(ctrun::heartbeat()));
-    return 0;
+    return ForkedChildThenParentBeat();
   }
   if (mode == "heartbeat-pause" && argc >= 3) {  // N beats, "paused", waits for a line, N beats
     const int n = std::atoi(argv[2]);
@@ -83,17 +89,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (std::system("if [ -e /proc/$$/fd/$CTRUN_HEARTBEAT_FD ]; then echo exec inherited; else echo exec closed; fi") != 0)
       return 1;
-    const pid_t child = ::fork();
-    if (child == 0) {
-      const uint64_t beat = ctrun::heartbeat();
-      std::printf("child %llu %d\n", static_cast<unsigned long long>(beat), ctrun::worker::heartbeat_enabled() ? 1 : 0);
-      std::fflush(stdout);
-      ::_exit(0);
-    }
-    int status = 0;
-    if (child < 0 || ::waitpid(child, &status, 0) != child) return 1;
-    std::printf("parent %llu\n", static_cast<unsigned long long>(ctrun::heartbeat()));
-    return 0;
+    return ForkedChildThenParentBeat();
   }
   if (mode == "throw") {
     cw::install_terminate_handler();
