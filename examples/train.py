@@ -75,7 +75,10 @@ class SnapshotStore:
         torch.save(state, buf)
         payload = buf.getvalue()
         write_atomic(self.path(step), HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload)
-        for old in self.steps()[:-self.keep]:
+        # Steps above this one are a future the job went back from (the ranks resumed from an
+        # older step they all had): they go, or they would push this snapshot out of the `keep`.
+        steps = self.steps()
+        for old in [s for s in steps if s > step] + [s for s in steps if s <= step][:-self.keep]:
             os.unlink(self.path(old))
 
     def load(self, step):
