@@ -2,7 +2,15 @@
 # Installs the Debian packages in scripts/debian-packages.txt that are not installed yet.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mapfile -t pkgs < <(grep -v '^\s*#' "$here/debian-packages.txt" | grep -v '^\s*$')
+list="$here/debian-packages.txt"
+# Read in the shell, not through a process substitution, whose failure set -e cannot see: an
+# unreadable list must stop the build, not count as "all 0 packages present".
+[[ -r "$list" ]] || { echo "install-deps: cannot read $list" >&2; exit 1; }
+pkgs=()
+while read -r line || [[ -n "$line" ]]; do
+  [[ "$line" =~ ^[[:space:]]*(#|$) ]] || pkgs+=("$line")
+done < "$list"
+((${#pkgs[@]} > 0)) || { echo "install-deps: $list names no package" >&2; exit 1; }
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
