@@ -151,7 +151,12 @@ int Run(int argc, char** argv) {
   // Leave together: rank 0 may be hosting the store the others still use.
   if (Must(store->Add(prefix + "done", 1), "store add") == env.world_size) Must(store->Set(prefix + "all_done", "1"), "set");
   Must(store->Wait({prefix + "all_done"}), "store wait");
-  return bad == 0 ? 0 : 1;
+  // Thrown after the leaving barrier, so the others are not left waiting; run_recorded writes
+  // the error file and exits 1.
+  if (bad > 0)
+    throw std::runtime_error("all-reduce result wrong: " + std::to_string(bad) + " of " + std::to_string(back.size()) +
+                             " elements differ from WORLD_SIZE " + std::to_string(env.world_size));
+  return 0;
 }
 
 }  // namespace

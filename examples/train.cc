@@ -19,6 +19,7 @@
 // group ready, snapshot loaded, first step done; and the injected crash).
 #include <CLI/CLI.hpp>
 #include <ATen/autocast_mode.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -163,6 +164,9 @@ int Train(const Args& a, int64_t started_ns) {
   torch::set_num_threads(1);
   const bool cuda = torch::cuda::is_available();
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  // The rank's GPU is the current device for the whole run: NCCL's communicators, barrier and
+  // the library's all_reduce_int use the current device, which is cuda:0 for every rank otherwise.
+  const c10::DeviceGuard device_guard(device);
   cw::DistContext dist = cw::init_distributed(env);
   Stamp(a, env, "pg_ready");
   const bool leader = env.rank == 0;
@@ -273,8 +277,9 @@ int Train(const Args& a, int64_t started_ns) {
   torch::Tensor counts = torch::zeros({2 * env.world_size}, torch::kInt64);
   counts[env.rank] = samples_this_attempt;
   counts[env.world_size + env.rank] = progress.samples_seen;
-  std::vector<at::Tensor> bufs{counts};
+  std::vector<at::Tensor> bufs{counts.to(device)};  // NCCL reduces CUDA tensors only
   dist.pg->allreduce(bufs)->wait();
+  counts = bufs[0].cpu();
   if (leader) {
     std::printf("[train] samples processed per rank (this attempt / all attempts):\n");
     for (int r = 0; r < env.world_size; ++r) {
