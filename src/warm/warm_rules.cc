@@ -35,10 +35,16 @@ bool HandedOver(const StdioTarget& t) {
 // -W arg), or ends the flags ("-", "--"). Not what ctrun builds: such a launch starts cold.
 bool TakesValueOrRunsCode(std::string_view a) { return a == "-c" || a == "-X" || a == "-W" || a == "-" || a == "--"; }
 
+// A Python interpreter by its file name (python, python3, python3.11, a venv's python): only
+// such a program is started as the warm server, which runs `<program> -c <server source>`.
+bool IsPython(const std::string& program) {
+  const size_t slash = program.rfind('/');
+  return StartsWith(std::string_view(program).substr(slash == std::string::npos ? 0 : slash + 1), "python");
+}
+
 // The interpreter flag of a Python launch that ParsePythonLaunch refuses, or "".
 std::string_view ColdFlag(const std::string& program, const std::vector<std::string>& argv) {
-  const size_t slash = program.rfind('/');
-  if (!StartsWith(std::string_view(program).substr(slash == std::string::npos ? 0 : slash + 1), "python")) return {};
+  if (!IsPython(program)) return {};
   for (size_t i = 1; i < argv.size() && StartsWith(argv[i], "-") && argv[i] != "-m"; ++i) {
     if (TakesValueOrRunsCode(argv[i])) return argv[i];
   }
@@ -90,7 +96,9 @@ WarmLaunch NativeLaunch(const SpawnSpec& spec) {
 
 std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
   const auto& a = spec.argv;
-  if (a.size() < 2) return std::nullopt;
+  // A wrapper script or a CTRUN_MAIN binary whose arguments look like a Python launch
+  // (`./run.sh train.py`, `./train --config cfg.py`) is not an interpreter.
+  if (a.size() < 2 || !IsPython(ExecutableOf(spec))) return std::nullopt;
   WarmLaunch p;
   p.program = ExecutableOf(spec);
   size_t i = 1;

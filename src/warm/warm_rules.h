@@ -42,7 +42,8 @@ std::string NotUtf8(const SpawnSpec& spec, const std::string& cwd);
 // The file execve runs for `spec`.
 const std::string& ExecutableOf(const SpawnSpec& spec);
 
-// nullopt when the spec is not a Python script or module launch.
+// nullopt when the spec is not a Python script or module launch by an interpreter (a program
+// whose file name starts with "python").
 std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec);
 // The spec as a launch of its binary (whether the binary opts in is the caller's question).
 WarmLaunch NativeLaunch(const SpawnSpec& spec);

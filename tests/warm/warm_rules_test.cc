@@ -39,6 +39,11 @@ TEST(WarmRules, ParsesScriptAndModuleLaunches) {
   EXPECT_TRUE(m->module);
   EXPECT_EQ(m->target, "pkg.train");
   EXPECT_FALSE(ParsePythonLaunch(Spec({"./train", "--lr", "1"})));
+  // Arguments shaped like a Python launch, to a program that is no interpreter.
+  EXPECT_FALSE(ParsePythonLaunch(Spec({"./wrap.sh", "x.py"})));
+  EXPECT_FALSE(ParsePythonLaunch(Spec({"./train", "--config", "cfg.py"})));
+  EXPECT_FALSE(ParsePythonLaunch(Spec({"/opt/tool", "-m", "mod"})));
+  EXPECT_TRUE(ParsePythonLaunch(Spec({"/venv/bin/python3.11", "x.py"})));
   EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-c", "print(1)"})));
   EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "-m"})));
 }
