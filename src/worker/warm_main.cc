@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -181,6 +182,12 @@ class Staleness {
 // worker on a loaded 2-core machine; a cold process's teardown frees private memory instead. The
 // server's copies are never destroyed either.
 void EndWithoutPreMainDestructors(int status, void*) {
+  // The standard streams' own buffers (after std::ios::sync_with_stdio(false)) are flushed by a
+  // destructor registered before main, which is skipped here: flush them as it would.
+  std::cout.flush();
+  std::clog.flush();
+  std::wcout.flush();
+  std::wclog.flush();
   std::fflush(nullptr);
   ::_exit(status);
 }

@@ -3,10 +3,12 @@
 // DIR/attempt<TORCHELASTIC_RESTART_COUNT>-rank<RANK>.json, then ends as asked.
 //
 //   ctrun_warm_fake DIR [--barrier N] [--touch-self] [--sleep-ms MS] [--unflushed TEXT]
-//                       [--atexit TEXT] [--error MSG | --throw MSG | --exit N] [--exit-attempt A]
+//                       [--cout TEXT] [--atexit TEXT] [--error MSG | --throw MSG | --exit N]
+//                       [--exit-attempt A]
 //   --barrier N     after writing, wait (up to 30 s) until N ranks of this attempt wrote theirs
 //   --touch-self    in attempt 0, set the binary's mtime to now (a rebuilt binary)
 //   --unflushed T   printf T to stdout without a newline or fflush (exit must flush it)
+//   --cout T        std::cout << T, unsynchronised with stdio, without a flush (exit must flush it)
 //   --atexit T      register an atexit handler that printf's T (no fflush) when the worker exits
 //   --error MSG     record MSG in the error file (worker library), exit 1
 //   --throw MSG     throw std::runtime_error(MSG) out of main (the terminate handler records it)
@@ -32,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -175,6 +178,10 @@ int FakeMain(int argc, char** argv) {
   if (const long ms = std::atol(opt("--sleep-ms", "0").c_str()); ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   if (has("--unflushed")) std::printf("%s", opt("--unflushed").c_str());
+  if (has("--cout")) {
+    std::ios::sync_with_stdio(false);
+    std::cout << opt("--cout");
+  }
   static std::string at_exit_text;
   if (has("--atexit")) {
     at_exit_text = opt("--atexit");

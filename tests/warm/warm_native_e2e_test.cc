@@ -70,11 +70,11 @@ TEST_F(WarmNative, WorkerLooksExactlyLikeAColdOne) {
   std::filesystem::create_directories(warm);
   // With heartbeats: the worker's fd 3 is its heartbeat socket, warm or cold.
   const std::vector<std::string> hb{"--heartbeat-timeout=60"};
-  RunResult c = RunCommand(Ctrun(2, 0, hb, Fake(cold, {"--unflushed", "no newline, no fflush"})), {}, 60s);
+  RunResult c = RunCommand(Ctrun(2, 0, hb, Fake(cold, {"--unflushed", "no newline, no fflush", "--cout", "cout, no flush"})), {}, 60s);
   ASSERT_EQ(c.exit_code, 0) << c.err;
   std::vector<std::string> flags = hb;
   flags.push_back("--warm");
-  RunResult w = RunCommand(Ctrun(2, 0, flags, Fake(warm, {"--unflushed", "no newline, no fflush"})), {}, 60s);
+  RunResult w = RunCommand(Ctrun(2, 0, flags, Fake(warm, {"--unflushed", "no newline, no fflush", "--cout", "cout, no flush"})), {}, 60s);
   ASSERT_EQ(w.exit_code, 0) << w.err;
   ASSERT_TRUE(StartedWarm(w)) << w.err;
   EXPECT_EQ(w.err.find("start cold"), std::string::npos) << w.err;
@@ -88,6 +88,8 @@ TEST_F(WarmNative, WorkerLooksExactlyLikeAColdOne) {
   // stdout flushed at exit, warm as cold.
   EXPECT_EQ(CountOf(c.out, "no newline, no fflush"), 2) << c.out;
   EXPECT_EQ(CountOf(w.out, "no newline, no fflush"), 2) << w.out;
+  EXPECT_EQ(CountOf(c.out, "cout, no flush"), 2) << c.out;
+  EXPECT_EQ(CountOf(w.out, "cout, no flush"), 2) << w.out;
 }
 
 // The heartbeat library read its variables in the server, before main (where there are none):
