@@ -87,11 +87,30 @@ def thread_count():
         return threading.active_count()
 
 
+def nvidia_device_open():
+    """True when a /dev/nvidia* device is open: the CUDA driver was initialised (cuInit), which
+    a forked child cannot use, even when torch never initialised CUDA itself (a library that asked
+    torch.cuda.is_available() or called the driver at import)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink("/proc/self/fd/" + fd).startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def unsafe_reason():
     """The first safety rule the server breaks, or ""."""
     n = thread_count()
     if n != 1:
         return "the warm server has %d threads (a preloaded module started threads or ran parallel work)" % n
+    if nvidia_device_open():
+        return "CUDA was initialised while preloading (a /dev/nvidia* device is open)"
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
@@ -357,13 +376,14 @@ def reread_environment(env):
 
 
 def trimmed(tb):
-    """The traceback without the server's frames: those below the script, and the import watcher's
-    between the script's frames (an import that failed)."""
+    """The traceback without the server's frames: those below the script (this file and the -c
+    line), and the import watcher's between the script's frames (an import that failed). The
+    script's own "<string>" frames (exec, eval, dataclasses' generated methods) stay."""
     while tb is not None and tb.tb_frame.f_code.co_filename in SELF_FILES:
         tb = tb.tb_next
     link = tb
     while link is not None:
-        while link.tb_next is not None and link.tb_next.tb_frame.f_code.co_filename in SELF_FILES:
+        while link.tb_next is not None and link.tb_next.tb_frame.f_code.co_filename == SELF_FILES[0]:
             link.tb_next = link.tb_next.tb_next
         link = link.tb_next
     return tb
@@ -517,6 +537,14 @@ def finish(code, kill_with=0):
                 f.flush()
         except Exception:
             code = 120 if code == 0 else code
+    # The original streams, when the script replaced sys.stdout (`sys.stdout = open(os.devnull,
+    # "w")` on ranks but 0): the interpreter flushes them as it destroys them, errors ignored.
+    for f in (sys.__stdout__, sys.__stderr__):
+        try:
+            if f is not None and f is not sys.stdout and f is not sys.stderr and not is_closed(f):
+                f.flush()
+        except Exception:
+            pass
     if kill_with:
         signal.signal(kill_with, signal.SIG_DFL)
         os.kill(os.getpid(), kill_with)

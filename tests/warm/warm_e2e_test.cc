@@ -5,6 +5,10 @@
 // (warm_probe.py) writes what it observes to a JSON file per attempt and rank.
 #include <signal.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,6 +197,31 @@ TEST_F(Warm, AFailedImportsTracebackIsTheColdOne) {
   }
 }
 
+// Two things a cold interpreter does at exit, warm as cold: it flushes the original stdout that
+// the script replaced (buffered: no -u), and its traceback keeps the script's own "<string>"
+// frames (exec, eval, generated methods), not only the frames of files.
+TEST_F(Warm, ReplacedStdoutAndExecFramesAsCold) {
+  std::ofstream(dir_ / "exe.py") << "import os, sys\nprint('before the rebinding')\n"
+                                    "sys.stdout = open(os.devnull, 'w')\n"
+                                    "exec(\"def f():\\n    raise ValueError('in exec')\\nf()\")\n";
+  std::string cold_tb;
+  for (const bool warm : {false, true}) {
+    std::vector<std::string> flags{"--log-prefix", "none", "--no-python"};
+    if (warm) flags.insert(flags.end(), {"--warm", "--warm-preload=json"});
+    RunResult r = RunCommand(Ctrun(1, 0, flags, {"/usr/bin/python3", dir_ / "exe.py"}), kPythonEnv, 60s);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(StartedWarm(r), warm) << r.err;
+    EXPECT_EQ(CountOf(r.out, "before the rebinding"), 1) << (warm ? "warm: " : "cold: ") << r.out;
+    const size_t from = r.err.find("Traceback"), to = r.err.find("ValueError: in exec");
+    ASSERT_NE(from, std::string::npos) << r.err;
+    ASSERT_NE(to, std::string::npos) << r.err;
+    const std::string tb = r.err.substr(from, to - from);
+    EXPECT_EQ(CountOf(tb, "File \"<string>\""), 2) << tb;
+    if (!warm) cold_tb = tb;
+    else EXPECT_EQ(tb, cold_tb);
+  }
+}
+
 // What rank 0 reads from stdin is the bytes piped in: no newline translation ("\r", "\r\n").
 TEST_F(Warm, StdinIsReadWithoutNewlineTranslationAsCold) {
   std::ofstream(dir_ / "cat.py") << "import sys\nprint(repr(sys.stdin.read()), sys.stdin.mode)\n";
@@ -245,6 +274,25 @@ TEST_F(Warm, ServerWithCudaInitialisedFallsBackCold) {
                            {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path()}, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(CountOf(r.err, "--warm: CUDA was initialised while preloading"), 1) << r.err;
+}
+
+// The CUDA driver initialised by a preloaded library behind torch's back (torch.cuda's own flag
+// still false): the server holds a /dev/nvidia* device open. A stand-in node (/dev/null's device
+// numbers) under that name, which the test makes and removes (root only).
+TEST_F(Warm, ServerWithAnNvidiaDeviceOpenFallsBackCold) {
+  const std::string node = "/dev/nvidia-ctrun-test-" + std::to_string(::getpid());
+  if (::mknod(node.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) != 0) GTEST_SKIP() << "mknod " << node << ": needs root";
+  struct Remove {
+    std::string path;
+    ~Remove() { ::unlink(path.c_str()); }
+  } remove{node};
+  std::ofstream(dir_ / "driver_user.py") << "import os\nFD = os.open('" << node << "', os.O_RDONLY)\n";
+  RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=driver_user"}, Probe(dir_.path(), {"--exit", "0"})),
+                           {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path()}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: CUDA was initialised while preloading (a /dev/nvidia* device is open)"), 1)
+      << r.err;
+  EXPECT_FALSE(StartedWarm(r)) << r.err;
 }
 
 TEST_F(Warm, PreloadFailureFallsBackCold) {
