@@ -39,6 +39,10 @@ using nlohmann::json;
 constexpr const char* kBootstrap = "import sys;exec(compile(sys.argv.pop(1),'<ctrun-warm>','exec'))";
 constexpr int kServerFd = 3;
 constexpr size_t kMaxMessage = 1 << 16;  // the server's messages are a few hundred bytes
+// A worker's spec: the most a waiting child reads (warm_main.cc, warm_server.py), and the send
+// buffer a spec up to that size needs above the default.
+constexpr size_t kMaxSpec = 1 << 22;
+constexpr size_t kDefaultSendBuffer = 128 << 10;
 
 int MillisLeft(TimePoint deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -150,10 +154,11 @@ void WarmSpawner::SpawnMany(const std::vector<SpawnSpec>& specs, std::vector<Spa
       if (!disabled_) Warn(why + "; this attempt starts cold");  // else Disable said it for the job
     } else {
       for (size_t i = 0; i < specs.size(); ++i) {
-        while (!pool_.empty() && !warm[i]) {
+        for (Handed h = Handed::kNextChild; !pool_.empty() && h == Handed::kNextChild;) {
           Child c = std::move(pool_.front());
           pool_.erase(pool_.begin());
-          warm[i] = Hand(c, specs[i], &(*results)[i].process);
+          h = Hand(c, specs[i], &(*results)[i].process);
+          warm[i] = h == Handed::kWarm;
         }
       }
       // The next attempt's children, forked while this one runs, when there can be one.
@@ -363,15 +368,15 @@ Status WarmSpawner::FillPool(size_t n, TimePoint deadline) {
   return Status::Ok();
 }
 
-bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out) {
-  if (!child.pidfd || Exited(child.pidfd.get())) return false;
+WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out) {
+  if (!child.pidfd || Exited(child.pidfd.get())) return Handed::kNextChild;
   StdioPlumbing in_p, out_p, err_p;
   std::string what;
   if (!PrepareStdio(spec.stdin_target, /*input=*/true, &in_p, &what) ||
       !PrepareStdio(spec.stdout_target, /*input=*/false, &out_p, &what) ||
       !PrepareStdio(spec.stderr_target, /*input=*/false, &err_p, &what)) {
     Warn("cannot prepare a worker's stdio (" + what + ": " + std::strerror(errno) + ")");
-    return false;
+    return Handed::kNextChild;
   }
   // Each of fds 0-2 goes to the child at its number, or is closed there: an inherited one that
   // ctrun got closed (its slot then holds one of ctrun's own fds, all close-on-exec) is closed in
@@ -411,9 +416,21 @@ bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out)
   // Registered before the spec goes: from then on the child runs the worker and may start
   // children of its own, which a SIGKILL of ctrun must take too.
   AnnounceGroup(spec.watchdog_fd, child.pid);
-  if (!SendWithFds(child.sock.get(), j.dump(), fds)) {
+  const std::string text = j.dump();
+  // The spec goes as one datagram, which must fit the socket's send buffer (about 208 KiB by
+  // default): a large environment asks for more. SO_SNDBUFFORCE passes the system's cap (root).
+  if (text.size() > kDefaultSendBuffer) {
+    const int want = static_cast<int>(std::min<size_t>(text.size() + 4096, kMaxSpec));
+    if (::setsockopt(child.sock.get(), SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want) != 0)
+      (void)::setsockopt(child.sock.get(), SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+  }
+  if (!SendWithFds(child.sock.get(), text, fds)) {
+    const int err = errno;
     KillAndReap(child.pid, child.pidfd);
-    return false;
+    if (err != EMSGSIZE) return Handed::kNextChild;
+    Warn("a worker's arguments and environment (" + std::to_string(text.size() / 1024) +
+         " KiB) are more than the warm path can hand over; it starts cold");
+    return Handed::kCold;
   }
   child.sock.reset();
   out->pid = child.pid;
@@ -422,7 +439,7 @@ bool WarmSpawner::Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out)
   out->stderr_pipe = std::move(err_p.parent_end);
   out->stdin_pipe = std::move(in_p.parent_end);
   out->exec_confirmed = true;
-  return true;
+  return Handed::kWarm;
 }
 
 }  // namespace ctrun::warm

@@ -104,7 +104,10 @@ class WarmSpawner final : public Spawner {
   StatusOr<Message> ReadOne(TimePoint deadline);
   void Absorb(Message& m);
   Status FillPool(size_t n, TimePoint deadline);
-  bool Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out);
+  // What handing a spec to a waiting child came to: the worker runs in it; the child was gone or
+  // failed (the next one may do); or the spec cannot go warm at all (no child is spent on it).
+  enum class Handed { kWarm, kNextChild, kCold };
+  Handed Hand(Child& child, const SpawnSpec& spec, SpawnedProcess* out);
   void Warn(const std::string& reason);
   void Disable(const std::string& reason);
 

@@ -222,6 +222,21 @@ TEST_F(Warm, ReplacedStdoutAndExecFramesAsCold) {
   }
 }
 
+// A worker's spec goes to its waiting child as one datagram: an environment larger than the
+// socket's default buffer (two variables of 120 KB, as a big exported config can be) still goes
+// warm; it used to send every worker cold without a word.
+TEST_F(Warm, ALargeEnvironmentStillStartsWarm) {
+  std::ofstream(dir_ / "which.py") << "import sys\nprint('preloaded' if 'wave' in sys.modules else 'fresh')\n";
+  std::vector<std::string> env = kPythonEnv;
+  env.push_back("CTRUN_TEST_BIG1=" + std::string(120000, 'a'));
+  env.push_back("CTRUN_TEST_BIG2=" + std::string(120000, 'b'));
+  RunResult r = RunCommand(Ctrun(2, 0, {"--warm", "--warm-preload=wave"}, {dir_ / "which.py"}), env, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(StartedWarm(r)) << r.err;
+  EXPECT_EQ(CountOf(r.out, "preloaded"), 2) << r.out << r.err;
+  EXPECT_EQ(r.err.find("cold"), std::string::npos) << r.err;
+}
+
 // What rank 0 reads from stdin is the bytes piped in: no newline translation ("\r", "\r\n").
 TEST_F(Warm, StdinIsReadWithoutNewlineTranslationAsCold) {
   std::ofstream(dir_ / "cat.py") << "import sys\nprint(repr(sys.stdin.read()), sys.stdin.mode)\n";
