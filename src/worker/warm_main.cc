@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -124,10 +125,20 @@ struct MappedFile {
   timespec mtime;
 };
 
+// On overlayfs, kernels before 6.8 show the lower layer's device and inode in /proc/self/maps,
+// while stat() of the path gives the overlay's: the two never match there, which says nothing
+// about the file having been replaced. Such a file's identity is taken from stat() alone.
+bool OnOverlay(const std::string& path) {
+  constexpr decltype(statfs::f_type) kOverlayMagic = 0x794c7630;  // OVERLAYFS_SUPER_MAGIC
+  struct statfs fs;
+  return ::statfs(path.c_str(), &fs) == 0 && fs.f_type == kOverlayMagic;
+}
+
 class Staleness {
  public:
   // Every file mapped now (the binary, its libraries): identity from /proc/self/maps (what is
-  // mapped), mtime from stat. A path already replaced is stale from the start.
+  // mapped), mtime from stat. A path already replaced is stale from the start (not seen on
+  // overlayfs: see OnOverlay).
   Staleness() {
     std::ifstream maps("/proc/self/maps");
     for (std::string line; std::getline(maps, line);) {
@@ -147,8 +158,9 @@ class Staleness {
       unsigned major = 0, minor = 0;
       std::sscanf(dev, "%x:%x", &major, &minor);
       struct stat st;
-      if (path.ends_with(" (deleted)") || ::stat(path.c_str(), &st) != 0 || st.st_ino != inode ||
-          ::major(st.st_dev) != major || ::minor(st.st_dev) != minor) {
+      if (path.ends_with(" (deleted)") || ::stat(path.c_str(), &st) != 0 ||
+          ((st.st_ino != inode || ::major(st.st_dev) != major || ::minor(st.st_dev) != minor) &&
+           !OnOverlay(path))) {
         if (stale_.empty()) stale_ = path;
         continue;
       }
