@@ -1,6 +1,7 @@
 #include "agent/stdin_forwarder.h"
 
 #include <fcntl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,13 +57,26 @@ void Watch(EventLoop& loop, int fd, uint32_t events, bool want, bool* watched, E
 }  // namespace
 
 void StdinForwarder::Update() {
-  const bool want_in = target_ && pending_.empty() && !background_;
+  const bool want_in = target_ && pending_.empty();
   const bool want_out = target_ && !pending_.empty();
-  Watch(loop_, in_.get(), EPOLLIN, want_in, &in_watched_, [this](uint32_t) { OnInput(); });
+  // In the background the terminal is watched edge-triggered: input for the shell wakes ctrun
+  // once per arrival (a level-triggered watch would spin while it waits to be read by another).
+  const uint32_t in_events = background_ ? EPOLLIN | EPOLLET : EPOLLIN;
+  if (in_watched_ && in_events != in_events_) Watch(loop_, in_.get(), 0, false, &in_watched_, nullptr);
+  in_events_ = in_events;
+  Watch(loop_, in_.get(), in_events, want_in, &in_watched_, [this](uint32_t) { OnInput(); });
   Watch(loop_, target_.get(), EPOLLOUT, want_out, &out_watched_, [this](uint32_t) { OnTargetWritable(); });
 }
 
 void StdinForwarder::OnInput() {
+  if (background_) {
+    // `fg` gives ctrun the terminal without a SIGCONT when it was running in the background
+    // (started with &, or after bg): the first input after that finds it in the foreground.
+    if (::tcgetpgrp(in_.get()) != ::getpgrp()) return;
+    background_ = false;
+    Update();  // level-triggered again: fires at once for the input waiting
+    return;
+  }
   char buf[4096];
   ssize_t n = RetryOnEintr([&] { return ::read(in_.get(), buf, sizeof buf); });
   if (n > 0) {
@@ -72,7 +86,7 @@ void StdinForwarder::OnInput() {
     ClearTarget();  // rank 0 reads end of file
     return;
   } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-    background_ = true;  // EIO: ctrun is in the background; OnContinued tries again
+    background_ = true;  // EIO: ctrun is in the background (see OnInput and OnContinued)
   }
   Update();
 }

@@ -14,14 +14,18 @@
 //    runs, or while rank 0 does not read, is consumed. Bytes read are written on in order; at
 //    most one read's worth waits for room in the pipe.
 //  - In the background (`ctrun ... &`, or after `bg`) a read fails with EIO, not SIGTTIN (ctrun
-//    blocks SIGTTIN, BlockAgentSignals): the forwarder stops watching until OnContinued (ctrun
-//    got SIGCONT, e.g. from `fg`).
+//    blocks SIGTTIN, BlockAgentSignals): the forwarder stops reading until OnContinued (ctrun
+//    got SIGCONT: `fg` of a stopped job), or until input arrives while ctrun's process group is
+//    the terminal's foreground one (`fg` of a running job sends no signal). Meanwhile the
+//    terminal is watched edge-triggered, so input for the shell wakes ctrun once, not in a loop.
+//    Input typed ahead in the background and left unread by the shell waits for the next key.
 //  - End of file on the terminal (Ctrl-D at the start of a line) closes rank 0's pipe: it reads
 //    EOF. A worker that closed its stdin or exited (EPIPE: the caller ignores SIGPIPE, as
 //    BlockAgentSignals does) loses its target; typed bytes for it are dropped.
 //  - Loop thread only.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -42,6 +46,8 @@ class StdinForwarder {
   void SetTarget(UniqueFd write_end);
   void ClearTarget();
   bool has_target() const { return target_.valid(); }
+  // A read found ctrun in the background, and no input since found it in the foreground.
+  bool in_background() const { return background_; }
   // ctrun was continued (SIGCONT): try the terminal again if a background read had failed.
   void OnContinued();
 
@@ -58,6 +64,7 @@ class StdinForwarder {
   std::string pending_;
   bool in_watched_ = false;
   bool out_watched_ = false;
+  uint32_t in_events_ = 0;  // the events in_ is watched for, while in_watched_
   bool background_ = false;
 };
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -150,6 +151,63 @@ TEST_F(ForwarderTest, AGoneReaderDropsTheTarget) {
   rank0.read_end.reset();  // rank 0 exited
   term.Type("x\n");
   EXPECT_TRUE(RunUntil(loop, [&] { return !fwd->has_target(); }, 5s));
+}
+
+// `ctrun ... &`, then `fg`: the shell gives ctrun's process group the terminal and sends no
+// SIGCONT (the job was running). The forwarder's read had failed (EIO) in the background; the
+// next input finds ctrun in the foreground again, and what was typed reaches rank 0. The child
+// plays ctrun: a session of its own on the pty, with a stand-in shell's group in the foreground
+// first.
+TEST(StdinForwarderJobControl, ForegroundAgainWithoutSigcontResumesReading) {
+  FakeTerminal term;
+  Pipe from_child;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto run = [&]() -> int {
+      ::signal(SIGTTIN, SIG_IGN);  // as blocked in ctrun: a background read fails with EIO
+      ::signal(SIGTTOU, SIG_IGN);
+      if (::setsid() < 0 || ::ioctl(term.slave.get(), TIOCSCTTY, 0) != 0) return 10;
+      const pid_t shell = ::fork();
+      if (shell == 0) {
+        ::setpgid(0, 0);
+        ::pause();
+        ::_exit(0);
+      }
+      ::setpgid(shell, shell);
+      struct KillShell {
+        pid_t pid;
+        ~KillShell() { ::kill(pid, SIGKILL); }
+      } kill_shell{shell};
+      if (::tcsetpgrp(term.slave.get(), shell) != 0) return 11;  // ctrun is in the background
+      EventLoop loop;
+      auto fwd = StdinForwarder::Create(loop, term.slave.get());
+      if (!fwd) return 12;
+      Pipe rank0;
+      fwd->SetTarget(std::move(rank0.write_end));
+      if (::write(from_child.write_end.get(), "r", 1) != 1) return 13;  // parent types "a\n" now
+      if (!RunUntil(loop, [&] { return fwd->in_background(); }, 5s)) return 14;
+      if (::tcsetpgrp(term.slave.get(), ::getpgrp()) != 0) return 15;  // `fg`: no SIGCONT
+      if (::write(from_child.write_end.get(), "f", 1) != 1) return 16;  // parent types "b\n" now
+      std::string got;
+      if (!RunUntil(loop, [&] { return (got += rank0.ReadNow()) == "a\nb\n"; }, 5s)) return 17;
+      return 0;
+    };
+    ::_exit(run());
+  }
+  auto wait_for = [&](char want) {
+    pollfd p{from_child.read_end.get(), POLLIN, 0};
+    char c = 0;
+    return ::poll(&p, 1, 10000) == 1 && ::read(from_child.read_end.get(), &c, 1) == 1 && c == want;
+  };
+  ASSERT_TRUE(wait_for('r'));
+  term.Type("a\n");
+  ASSERT_TRUE(wait_for('f'));
+  term.Type("b\n");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
