@@ -38,7 +38,8 @@ class JobTerminal {
   void OnNewAttempt();
   // SIGWINCH: the console's size changed.
   void OnWindowChanged();
-  // SIGCONT: ctrun was continued.
+  // SIGCONT: ctrun was continued. A resize while it was stopped (which sent it no SIGWINCH) is
+  // passed on now.
   void OnContinued();
   bool uses_pty() const { return window_.has_value(); }
 
@@ -47,6 +48,8 @@ class JobTerminal {
   bool console_tty_;  // ctrun's stdout is a terminal: workers that inherit it get SIGWINCH from here
   bool stderr_tty_;   // ctrun's stderr is a terminal
   std::optional<WindowSize> window_;  // set when workers get ptys
+  std::optional<WindowSize> last_size_;  // the console's size when last looked at
+  std::optional<WindowSize> ConsoleSize() const;
   std::unique_ptr<StdinForwarder> forwarder_;
   WorkerTerminals terminals_;
 };

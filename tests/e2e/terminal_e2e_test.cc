@@ -81,6 +81,39 @@ TEST(TerminalE2E, AWorkerThatInheritsTheTerminalIsToldOfResizes) {
   EXPECT_EQ(t.Wait(30s), 0) << t.screen();
 }
 
+// --tee 0:1 tees rank 1 only; as in torchrun, only teed streams carry the prefix. Rank 1's
+// console lines have none, so its pty is the console's full width, on a resize too.
+TEST(TerminalE2E, AWorkerWithoutAPrefixGetsTheFullWidthOnResizes) {
+  TempDir d;
+  const std::string f = d / "winsize";
+  TerminalSession t(Ctrun({"--standalone", "--nproc_per_node=2", "--tee", "0:1"}, {"--winsize-file", f}), kEnv, 30,
+                    100);
+  ASSERT_TRUE(t.started());
+  const std::string first = f + ".1.0", second = f + ".1.1";
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(first).empty(); }, 10s)) << t.screen();
+  EXPECT_EQ(ReadFileOr(first), "30 100 1\n");
+  t.Resize(40, 120);
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(second).empty(); }, 10s)) << t.screen();
+  EXPECT_EQ(ReadFileOr(second), "40 120 1\n");
+  t.Type("\x03");  // rank 0 (stdout teed through a pipe) waits for a resize it is never told of
+  EXPECT_EQ(t.Wait(10s), 128 + SIGINT) << t.screen();
+}
+
+// `ctrun ... > file`: the worker inherits only stderr from the terminal; it is told of resizes
+// all the same (the kernel tells only ctrun's group).
+TEST(TerminalE2E, AWorkerThatInheritsOnlyStderrFromTheTerminalIsToldOfResizes) {
+  TempDir d;
+  const std::string f = d / "winsize";
+  std::vector<std::string> argv{"/bin/sh", "-c", "exec \"$@\" > " + std::string(d / "out"), "sh"};
+  for (const std::string& a : Ctrun({"--standalone", "--nproc_per_node=1"}, {"--winsize-file", f})) argv.push_back(a);
+  TerminalSession t(argv, kEnv, 30, 100);
+  ASSERT_TRUE(t.started());
+  ASSERT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(f + ".0.0").empty(); }, 10s)) << t.screen();
+  t.Resize(40, 120);
+  EXPECT_TRUE(WaitFor([&] { t.Pump(0); return !ReadFileOr(f + ".0.1").empty(); }, 10s)) << t.screen();
+  EXPECT_EQ(t.Wait(30s), 0) << t.screen();
+}
+
 TEST(TerminalE2E, CarriageReturnProgressUpdatesRedrawOneLine) {
   TerminalSession t(Ctrun({"--standalone", "--nproc_per_node=2", "--local-ranks-filter=0"}, {"--progress", "5"}),
                     kEnv);
