@@ -43,9 +43,17 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts));
   set("TORCHELASTIC_RUN_ID", config.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", attempt.use_agent_store ? "True" : "False");
-  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, 1.13 reads NCCL_ASYNC_ERROR_HANDLING.
-  if (!env.Has("TORCH_NCCL_ASYNC_ERROR_HANDLING")) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!env.Has("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // NCCL's async error handling on, as torchrun does, under both names: torch >= 2.2 reads
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING, 1.13 the old name (and 2.2+ warns once per rank that it is
+  // set). A user who sets either name decides for both: the other is not added, so exporting
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING=1 silences that warning, and =0 is not overridden by a 1.
+  if (!env.Has("TORCH_NCCL_ASYNC_ERROR_HANDLING") && !env.Has("NCCL_ASYNC_ERROR_HANDLING")) {
+    set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  }
+  // A heartbeat channel is the health monitor's to give (CTRUN_HEARTBEAT_FD, health_monitor.h):
+  // one in ctrun's own environment (a ctrun run under ctrun) names none of the worker's fds.
+  env.Unset("CTRUN_HEARTBEAT_FD");
   const std::string error_file =
       static_cast<size_t>(rank.local_rank) < attempt.error_files.size() ? attempt.error_files[rank.local_rank] : "";
   set("TORCHELASTIC_ERROR_FILE", error_file);

@@ -58,11 +58,21 @@ TEST_F(EnvFixture, SetsEveryTorchrunVariable) {
   EXPECT_EQ(Get(env, "HOME"), "/root");
 }
 
+// ctrun run under ctrun: the outer one's heartbeat variable names no fd of this job's workers
+// (the health monitor sets the variable again for a worker it gives a channel).
+TEST_F(EnvFixture, ALaunchersHeartbeatChannelIsNotPassedOn) {
+  auto env = BuildWorkerEnv(config, Env({"CTRUN_HEARTBEAT_FD=3", "A=1"}), rank, attempt);
+  EXPECT_FALSE(env.Has("CTRUN_HEARTBEAT_FD"));
+  EXPECT_EQ(Get(env, "A"), "1");
+}
+
 TEST_F(EnvFixture, InheritedValuesAreKeptOrOverridden) {
   auto env = BuildWorkerEnv(config, Env({"OMP_NUM_THREADS=7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "RANK=99"}), rank,
                             attempt);
   EXPECT_EQ(Get(env, "OMP_NUM_THREADS"), "7");
   EXPECT_EQ(Get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  // Set under the new name only: the old one (which torch >= 2.2 warns about) is not added.
+  EXPECT_FALSE(env.Has("NCCL_ASYNC_ERROR_HANDLING"));
   EXPECT_EQ(Get(env, "RANK"), "6");
   size_t ranks = 0;
   for (const auto& kv : env.Entries()) ranks += kv.rfind("RANK=", 0) == 0;
