@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -43,7 +44,9 @@ void ListLevels(const std::string& dir, size_t depth, std::vector<std::vector<En
   for (const auto& s : subdirs) ListLevels(s, depth + 1, levels);
 }
 
-// Runs fn(i) for every i < n on up to max_threads threads (the caller's among them).
+// Runs fn(i) for every i < n on up to max_threads threads (the caller's among them). A thread
+// that cannot be created (EAGAIN: RLIMIT_NPROC, a pids cgroup's limit) is done without: the
+// threads there are, the caller's at least, do all the work.
 template <typename Fn>
 void ForEachParallel(size_t n, int max_threads, Fn fn) {
   std::atomic<size_t> next{0};
@@ -52,7 +55,10 @@ void ForEachParallel(size_t n, int max_threads, Fn fn) {
   };
   const size_t threads_wanted = std::min(n, static_cast<size_t>(std::max(1, max_threads)));
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < threads_wanted; ++t) threads.emplace_back(work);
+  try {
+    for (size_t t = 1; t < threads_wanted; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+  }
   work();
   for (auto& t : threads) t.join();
 }

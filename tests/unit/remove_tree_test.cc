@@ -1,5 +1,9 @@
 #include "sys/remove_tree.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -42,6 +46,35 @@ TEST(RemoveTree, RemovesTheSameOnThreadsWhenRemovalsAreSlow) {
   ASSERT_TRUE(RemoveTree(base.string(), 4, std::chrono::microseconds(0)).ok());
   EXPECT_FALSE(fs::exists(base));
   EXPECT_TRUE(fs::exists(tmp / "sibling"));
+}
+
+// No thread can be created (RLIMIT_NPROC reached, or a pids cgroup's limit): the removal goes on
+// on the calling thread. In a child that runs as nobody with a limit of one process (root is not
+// held to RLIMIT_NPROC).
+TEST(RemoveTree, RemovesOnTheCallingThreadWhenNoThreadCanBeMade) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become nobody";
+  TempDir tmp;
+  const fs::path base = tmp / "torchelastic_x";
+  for (int r = 0; r < 20; ++r) {
+    fs::create_directories(base / "run_1" / "attempt_0" / std::to_string(r));
+    std::ofstream(base / "run_1" / "attempt_0" / std::to_string(r) / "error.json") << "{}";
+  }
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path()))
+    if (e.is_directory()) fs::permissions(e.path(), fs::perms::all);
+  fs::permissions(tmp.path(), fs::perms::all);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlimit one{1, 1};
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::setrlimit(RLIMIT_NPROC, &one) != 0) ::_exit(10);
+    const Status s = RemoveTree(base.string(), 4, std::chrono::microseconds(0));  // every round on threads
+    ::_exit(!s.ok() ? 11 : fs::exists(base) ? 12 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(fs::exists(base));
 }
 
 TEST(RemoveTree, UnlinksSymlinksWithoutFollowingThem) {
