@@ -60,10 +60,15 @@ std::optional<std::vector<pid_t>> ListedPids(const std::string& dir) {
   return pids;
 }
 
-// SIGKILLs every process in the sub-tree `dir`: cgroup.kill, or (Linux < 5.14) every pid listed
-// in dir's and its rank directories' cgroup.procs.
-void KillSubtree(const std::string& dir) {
-  if (WriteText(dir + "/cgroup.kill", "1")) return;
+// Off only in tests of the fallback for kernels without cgroup.kill.
+bool g_use_cgroup_kill = true;
+
+// SIGKILLs every process in the sub-tree `dir`. Returns true when the kernel did it in one step
+// (cgroup.kill, Linux >= 5.14). Else every pid listed in dir's and its rank directories'
+// cgroup.procs is killed, and false says that a process forked after its parent was listed
+// escaped this pass: WaitEmpty kills again.
+bool KillSubtree(const std::string& dir) {
+  if (g_use_cgroup_kill && WriteText(dir + "/cgroup.kill", "1")) return true;
   auto kill_listed = [](const std::string& cgroup) {
     const auto pids = ListedPids(cgroup);
     for (pid_t pid : pids.value_or(std::vector<pid_t>{})) ::kill(pid, SIGKILL);
@@ -71,10 +76,13 @@ void KillSubtree(const std::string& dir) {
   };
   kill_listed(dir);
   for (int r = 0; kill_listed(RankDir(dir, r));) ++r;  // rank-0 upwards, to the first missing one
+  return false;
 }
 
 // Waits (at most `budget`) until the sub-tree `dir` holds no process; true when it is empty.
-bool WaitEmpty(const std::string& dir, std::chrono::milliseconds budget) {
+// killed_whole: KillSubtree killed it in one step. Otherwise it is killed again every 10 ms of
+// the wait, for what was forked during the last pass.
+bool WaitEmpty(const std::string& dir, std::chrono::milliseconds budget, bool killed_whole) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + budget;
   // cgroup.events raises POLLPRI on every change of "populated": no polling loop.
@@ -83,7 +91,13 @@ bool WaitEmpty(const std::string& dir, std::chrono::milliseconds budget) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0 || !events) return false;
     pollfd p{events.get(), POLLPRI, 0};
-    if (RetryOnEintr([&] { return ::poll(&p, 1, static_cast<int>(left)); }) <= 0) return !Populated(dir);
+    const int wait_ms = killed_whole ? static_cast<int>(left) : static_cast<int>(std::min<long long>(left, 10));
+    const int ready = RetryOnEintr([&] { return ::poll(&p, 1, wait_ms); });
+    if (ready == 0 && !killed_whole) {
+      KillSubtree(dir);
+      continue;
+    }
+    if (ready <= 0) return !Populated(dir);
     char buf[256];
     ::lseek(events.get(), 0, SEEK_SET);
     (void)::read(events.get(), buf, sizeof buf);  // re-arm
@@ -102,8 +116,8 @@ void RemoveDirs(const std::string& dir) {
 
 void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget) {
   if (Populated(dir)) {
-    KillSubtree(dir);
-    (void)WaitEmpty(dir, budget);  // bounded; a D-state survivor keeps its directory
+    const bool whole = KillSubtree(dir);
+    (void)WaitEmpty(dir, budget, whole);  // bounded; a D-state survivor keeps its directory
   }
   RemoveDirs(dir);
 }
@@ -251,18 +265,20 @@ int WorkerCgroups::dir_fd(int local_rank) const {
   return local_rank >= 0 && LeafIndex(local_rank) < dirs_.size() ? dirs_[LeafIndex(local_rank)].get() : -1;
 }
 
-void WorkerCgroups::KillAll() {
+bool WorkerCgroups::KillAll() {
   killed_ = true;  // even when the write fails: it may have reached part of the sub-tree
-  KillSubtree(dir_);
+  return KillSubtree(dir_);
 }
+
+void UseCgroupKillForTesting(bool use) { g_use_cgroup_kill = use; }
 
 WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds budget) {
   AttemptEnd end;
   if (Populated(dir_)) {  // one read in the usual case: nothing was left behind
     for (size_t r = 0; r < procs_.size(); ++r)
       end.leftover += static_cast<int>(ListedPids(LeafDir(static_cast<int>(r))).value_or(std::vector<pid_t>{}).size());
-    KillAll();
-    end.emptied = WaitEmpty(dir_, budget);
+    const bool whole = KillAll();
+    end.emptied = WaitEmpty(dir_, budget, whole);
   }
   end.memory_events_before = events_before_;
   for (size_t r = 0; r < events_before_.size(); ++r) end.memory_events_after.push_back(MemoryEvents(static_cast<int>(r)));

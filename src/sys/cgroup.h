@@ -59,6 +59,10 @@ std::optional<std::string> ParseCgroup2Path(const std::string& proc_self_cgroup)
 // does, and what the watchdog does after the agent was SIGKILLed (process/watchdog.h).
 void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget);
 
+// Tests only: false makes every kill of a sub-tree take the way of kernels before 5.14, which
+// have no cgroup.kill (each listed pid is killed, again until the sub-tree is empty).
+void UseCgroupKillForTesting(bool use);
+
 // A workers' cgroup directory name (ctrun-<pid>, ctrun-<pid>-ns<inode>) split into the pid and
 // what follows it; nullopt for any other name. The one place that knows the name's form.
 struct WorkerCgroupName {
@@ -114,7 +118,8 @@ class WorkerCgroups {
 
  private:
   explicit WorkerCgroups(std::string dir) : dir_(std::move(dir)) {}
-  void KillAll();
+  // True when the kernel killed the sub-tree in one step (cgroup.kill); see KillSubtree.
+  bool KillAll();
   std::optional<std::string> MemoryEvents(int rank) const;
   // The cgroup directory workers of local rank `r` live in, and the index of its fds.
   std::string LeafDir(int r) const;

@@ -10,9 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -152,6 +155,34 @@ TEST_P(PosixSpawnerChild, WithoutPerRankMemoryRanksShareTheJobCgroup) {
   int st = 0;
   ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
+}
+
+// Without cgroup.kill (Linux < 5.14) the sub-tree is killed pid by pid from cgroup.procs, and a
+// process forked after its parent was listed escapes that pass. Shells forking sleepers as fast
+// as they can are such parents: the sub-tree is killed again until it is empty.
+TEST_P(PosixSpawnerChild, WithoutCgroupKillWhatIsForkedDuringTheKillIsKilledToo) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do sleep 1000 & done) & done; wait"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  const std::string procs = cg->dir() + (cg->rank_dirs() ? "/rank-0" : "") + "/cgroup.procs";
+  auto listed = [&] {
+    std::ifstream in(procs);
+    return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return listed() >= 200; }, std::chrono::seconds(10))) << listed();
+  UseCgroupKillForTesting(false);
+  const WorkerCgroups::AttemptEnd end = cg->EndAttempt(std::chrono::seconds(10));
+  UseCgroupKillForTesting(true);
+  EXPECT_TRUE(end.emptied) << listed() << " left";
+  int st = 0;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
 }
 
 // A ctrun-<pid> of an earlier ctrun with this pid, SIGKILLed with its watchdog, is in the way:
