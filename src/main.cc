@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/death_cleanup.h"
@@ -146,8 +148,18 @@ std::string ErrorText(const std::string& line) {
 
 int main(int argc, char** argv) {
   // The cleanup of a SIGKILLed ctrun, exec'd by its ct-watchdog (process/watchdog.h).
-  if (argc >= 2 && std::strcmp(argv[1], ctrun::kWatchdogCleanupFlag) == 0)
-    return ctrun::RunAgentDeathCleanup(std::vector<std::string>(argv + 2, argv + argc));
+  if (argc >= 2 && std::strcmp(argv[1], ctrun::kWatchdogCleanupFlag) == 0) {
+    std::vector<std::string> args(argv + 2, argv + argc);
+    if (const char* lines = std::getenv(ctrun::kWatchdogCleanupArgsVariable); args.empty() && lines) {
+      for (std::string_view rest = lines;;) {  // one argument per line
+        const size_t nl = rest.find('\n');
+        args.emplace_back(rest.substr(0, nl));
+        if (nl == std::string_view::npos) break;
+        rest.remove_prefix(nl + 1);
+      }
+    }
+    return ctrun::RunAgentDeathCleanup(args);
+  }
   ctrun::OccupyClosedStdio();  // before anything opens an fd
   try {
     // ctrun's line format from the first word on (a line logged before the flags are read, say

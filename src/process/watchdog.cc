@@ -9,13 +9,38 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "sys/posix_util.h"
 
 namespace ctrun {
 namespace {
+
+// Makes this process's command line (/proc/self/cmdline: what ps and pkill -f read) say only
+// "ct-watchdog": a forked watchdog has the agent's, so `pkill -f train.py` would match it. The
+// arguments' memory (arg_start..arg_end, fields 48 and 49 of /proc/self/stat) is overwritten in
+// place. Best effort: left as it is when those fields cannot be read.
+void HideCommandLine() {
+  char stat[2048];
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  const ssize_t n = RetryOnEintr([&] { return ::read(fd, stat, sizeof stat - 1); });
+  ::close(fd);
+  if (n <= 0) return;
+  stat[n] = '\0';
+  const char* p = std::strrchr(stat, ')');  // the name may hold spaces and parentheses
+  unsigned long long start = 0, end = 0;
+  for (int field = 2; p && field < 48; ++field) p = std::strchr(p + 1, ' ');
+  if (!p || std::sscanf(p + 1, "%llu %llu", &start, &end) != 2) return;
+  constexpr char kName[] = "ct-watchdog";
+  if (end <= start || end - start < sizeof kName) return;
+  char* args = reinterpret_cast<char*>(static_cast<uintptr_t>(start));
+  std::memset(args, 0, end - start);
+  std::memcpy(args, kName, sizeof kName);
+}
 
 // A forked watchdog: the same contract as the ct-watchdog program (process/watchdog_helper.c),
 // in this process's copy of the agent.
@@ -25,6 +50,7 @@ namespace {
   // and must leave the watchdog to do its job (it took both, and the workers' children ran on).
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
   ::prctl(PR_SET_NAME, "ct-watchdog");
+  HideCommandLine();
   // Close everything except the pipe: the watchdog must not keep worker pipes or sockets open.
   // The pipe moves above fds 0-2 first (ctrun started with them closed can have it there), or
   // /dev/null would replace it below.
@@ -83,13 +109,23 @@ void MoveAbove4(UniqueFd* fd) {
 pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanup& cleanup) {
   UniqueFd exe;
   std::vector<std::string> args{"ct-watchdog"};
+  std::vector<std::string> env;  // environ, and the cleanup's arguments (see kWatchdogCleanupFlag)
+  for (char** e = environ; *e; ++e)
+    if (!std::string_view(*e).starts_with(std::string(kWatchdogCleanupArgsVariable) + "=")) env.emplace_back(*e);
   if (cleanup.run) {
     // Without it the program could not clean up: a forked watchdog can.
     exe.reset(::open("/proc/self/exe", O_PATH | O_CLOEXEC));
     if (!exe) return -1;
-    args.push_back("ctrun");
+    args.push_back("ct-watchdog");  // the cleanup's argv[0]
     args.push_back(kWatchdogCleanupFlag);
-    args.insert(args.end(), cleanup.args.begin(), cleanup.args.end());
+    std::string lines;
+    bool one_line_each = true;
+    for (size_t i = 0; i < cleanup.args.size(); ++i) {
+      one_line_each = one_line_each && cleanup.args[i].find('\n') == std::string::npos;
+      lines += (i > 0 ? "\n" : "") + cleanup.args[i];
+    }
+    if (one_line_each && !cleanup.args.empty()) env.push_back(std::string(kWatchdogCleanupArgsVariable) + "=" + lines);
+    else args.insert(args.end(), cleanup.args.begin(), cleanup.args.end());  // a path with a newline
   }
   MoveAbove4(&rfd);
   MoveAbove4(&exe);
@@ -108,11 +144,13 @@ pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanu
   }
   ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   ::posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<char*> argv;
+  std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int err = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), environ);
+  const int err = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), envp.data());
   ::posix_spawnattr_destroy(&attr);
   ::posix_spawn_file_actions_destroy(&actions);
   if (err != 0) return errno = err, -1;

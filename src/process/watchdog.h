@@ -8,7 +8,8 @@
 // the workers' cgroup sub-tree, emptied through cgroup.kill, which also takes descendants that
 // left their group or session; the next attempt's directories made ahead), and exits. It ignores
 // INT/TERM/HUP/QUIT so a signal aimed at ctrun's group cannot take it first, and is named
-// `ct-watchdog`, which `pkill -9 ctrun` does not match.
+// `ct-watchdog`, with `ct-watchdog` for its whole command line, which neither `pkill -9 ctrun`
+// nor `pkill -9 -f ctrun` (or -f of the training script) matches.
 //
 // Two ways to start it, one behaviour: the program ct-watchdog (process/watchdog_helper.c),
 // started with posix_spawn, which for the agent costs only a clone; or, where that program is
@@ -73,8 +74,12 @@ class PgidSet {
 void AnnounceGroup(int watchdog_fd, pid_t pgid);
 
 // ctrun's cleanup mode: `ctrun --ct-watchdog-cleanup ARG...` runs the cleanup of a dead agent
-// (main.cc), as exec'd by the ct-watchdog program. Not a user-facing flag.
+// (main.cc), as exec'd by the ct-watchdog program. Not a user-facing flag. Without ARGs, they are
+// the lines of kWatchdogCleanupArgsVariable: the program carries them there, so that its command
+// line names neither ctrun nor the paths ctrun made (ctrun-<pid>), and `pkill -f ctrun` or
+// `pkill -f train.py` aimed at a job does not take its watchdog with it.
 inline constexpr const char* kWatchdogCleanupFlag = "--ct-watchdog-cleanup";
+inline constexpr const char* kWatchdogCleanupArgsVariable = "CT_WATCHDOG_CLEANUP_ARGS";
 
 // What the watchdog does after the agent died, once the registered groups are killed: run(args),
 // in a forked watchdog directly, from the ct-watchdog program through ctrun's cleanup mode. Both

@@ -477,6 +477,35 @@ TEST(CtrunE2E, RestartsStillStartWorkersAfterTheWatchdogWasKilled) {
   EXPECT_EQ(ReadFileOr(d / "err").find("SIGPIPE"), std::string::npos) << ReadFileOr(d / "err");
 }
 
+// `pkill -9 -f ctrun` (or -f of the training script) must not take the watchdog with ctrun: its
+// command line names neither, whether it is the ct-watchdog program (the cleanup's arguments,
+// which hold ctrun-<pid>, travel in its environment) or a fork of ctrun. Then a SIGKILL of ctrun
+// still takes the workers' grandchildren.
+TEST(CtrunE2E, TheWatchdogsCommandLineNamesNeitherCtrunNorTheJob) {
+  for (const bool forked : {false, true}) {
+    SCOPED_TRACE(forked ? "forked watchdog" : "ct-watchdog program");
+    TempDir d;
+    BackgroundProcess p(Ctrun({"--standalone", "--nproc_per_node=1"},
+                              {"--pid-file", d / "pids", "--grandchildren", "1", "--hang"}),
+                        forked ? std::vector<std::string>{"CTRUN_WATCHDOG_HELPER=/nonexistent"} : std::vector<std::string>{},
+                        d / "out", d / "err");
+    ASSERT_TRUE(WaitFor([&] { return ReadPids(d / "pids").size() == 2; }, 10s)) << ReadFileOr(d / "err");
+    pid_t watchdog = 0;
+    std::string cmdline;
+    ASSERT_TRUE(WaitFor([&] {
+      watchdog = ctrun::testing::WatchdogBelow(p.pid());
+      cmdline = watchdog ? ReadFileOr("/proc/" + std::to_string(watchdog) + "/cmdline") : "";
+      return watchdog != 0 && cmdline.find("ctrun") == std::string::npos;
+    }, 10s)) << cmdline;
+    EXPECT_EQ(cmdline.substr(0, cmdline.find('\0')), "ct-watchdog");
+    EXPECT_EQ(cmdline.find("fake_worker"), std::string::npos) << cmdline;
+    const auto pids = ReadPids(d / "pids");
+    p.Signal(SIGKILL);
+    p.Wait(5s);
+    EXPECT_TRUE(WaitFor([&] { return AllDead(pids); }, 5s)) << "survivors after ctrun was SIGKILLed";
+  }
+}
+
 // ctrun's cleanup mode, which the ct-watchdog program execs after a SIGKILL of ctrun
 // (process/watchdog.h): it removes a run directory's trees made ahead, and empties no cgroup
 // directory that is not a workers' one (it would kill what runs there).
