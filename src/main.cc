@@ -264,6 +264,7 @@ int main(int argc, char** argv) {
       return ending.Finish(ctrun::EarlyOutcome(ctrun::OutcomeKind::kDryRun, ""));
     }
     if (std::string notice = ctrun::OmpNotice(config, env); !notice.empty()) spdlog::info("{}", notice);
+    if (std::string warning = ctrun::FileTimerWarning(env); !warning.empty()) spdlog::warn("{}", warning);
 
     if (events)
       events->Emit(ctrun::events::kRunStart,

@@ -1,8 +1,7 @@
 // Launch checks: what main() verifies after parsing and before anything is started, so bad input
 // ends with one clear line and exit code 2 and never with a worker, a restart loop or a hang.
-//  - CheckSupported: features that parse (torchrun compatibility) but are not implemented yet
-//    (--duplicate-stdout-filters, --duplicate-stderr-filters) or cannot exist in a
-//    process-based launcher (--run_path), each refused with its reason: never silently ignored.
+//  - CheckSupported: features that parse (torchrun compatibility) but cannot exist in a
+//    process-based launcher (--run_path), refused with the reason: never silently ignored.
 //  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
 //  - ResolveEntrypoint: the program (or interpreter and script) exists and is executable; gives the
 //    file every worker execs, found through PATH once, here (the spawner searches nothing).

@@ -20,6 +20,13 @@ std::string OmpNotice(const LaunchConfig& config, const Environment& base_env) {
          "set it to tune CPU threads per worker";
 }
 
+std::string FileTimerWarning(const Environment& base_env) {
+  const std::string* v = base_env.Get("TORCHELASTIC_ENABLE_FILE_TIMER");
+  if (!v || *v != "1") return "";
+  return "TORCHELASTIC_ENABLE_FILE_TIMER=1: ctrun runs no file timer server, so workers get no "
+         "TORCHELASTIC_TIMER_FILE; for hung workers use --heartbeat-timeout or --output-timeout";
+}
+
 Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_env, const RankInfo& rank,
                            const AttemptInfo& attempt) {
   Environment env = base_env;

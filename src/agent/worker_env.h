@@ -41,6 +41,9 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
 
 // The one-line notice printed when OMP_NUM_THREADS is defaulted; "" when it is not.
 std::string OmpNotice(const LaunchConfig& config, const Environment& base_env);
+// The one-line warning printed when TORCHELASTIC_ENABLE_FILE_TIMER=1 asks for torchrun's file
+// timer server, which ctrun does not run (workers get no TORCHELASTIC_TIMER_FILE); "" otherwise.
+std::string FileTimerWarning(const Environment& base_env);
 
 // Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
 // `executable` is ResolveEntrypoint's answer (agent/launch_checks.h): the interpreter when the

@@ -66,6 +66,14 @@ TEST_F(EnvFixture, ALaunchersHeartbeatChannelIsNotPassedOn) {
   EXPECT_EQ(Get(env, "A"), "1");
 }
 
+// torchrun's file timer server is not ctrun's: asking for it gets a warning, not silence.
+TEST_F(EnvFixture, AskingForTheFileTimerIsWarnedAbout) {
+  EXPECT_EQ(FileTimerWarning(Env({})), "");
+  EXPECT_EQ(FileTimerWarning(Env({"TORCHELASTIC_ENABLE_FILE_TIMER=0"})), "");
+  EXPECT_NE(FileTimerWarning(Env({"TORCHELASTIC_ENABLE_FILE_TIMER=1"})).find("no TORCHELASTIC_TIMER_FILE"),
+            std::string::npos);
+}
+
 TEST_F(EnvFixture, InheritedValuesAreKeptOrOverridden) {
   auto env = BuildWorkerEnv(config, Env({"OMP_NUM_THREADS=7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "RANK=99"}), rank,
                             attempt);
