@@ -47,7 +47,7 @@ std::vector<std::string> SplitCommas(std::string_view value) {
   size_t start = 0;
   while (true) {
     size_t end = value.find(',', start);
-    out.emplace_back(value.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    out.push_back(Trim(value.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
     if (end == std::string_view::npos) break;
     start = end + 1;
   }

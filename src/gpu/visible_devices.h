@@ -33,7 +33,8 @@ VisibleDevicesSpec ParseVisibleDevices(std::string_view value);
 // after the truncation rules above. MIG entries resolve to the GPU that holds the instance.
 std::vector<int> ResolveVisibleDevices(const VisibleDevicesSpec& spec, const std::vector<GpuDevice>& devices);
 
-// Splits "a,b,c" at commas (no trimming); "" gives one empty entry.
+// Splits "a,b,c" at commas, each entry without the spaces around it (" 1" is device 1, as torchrun
+// reads the list); "" gives one empty entry.
 std::vector<std::string> SplitCommas(std::string_view value);
 
 }  // namespace ctrun

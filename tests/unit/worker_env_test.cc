@@ -104,6 +104,9 @@ TEST_F(EnvFixture, VirtualLocalRankNarrowsDevices) {
   EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "6");
   env = BuildWorkerEnv(config, {}, rank, attempt);
   EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "2");
+  // Spaces after the commas are no part of an entry (torchrun strips them).
+  env = BuildWorkerEnv(config, Env({"CUDA_VISIBLE_DEVICES=4, 5, 6 ,7"}), rank, attempt);
+  EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "6");
 }
 
 // The environment is read once, with getenv's rule for a name given twice: the first entry wins.
