@@ -121,27 +121,33 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
   std::set<pid_t> killed;
   for (;;) {
     std::set<pid_t> spared(keep.begin(), keep.end());
-    std::vector<pid_t> victims;
+    std::vector<Entry> victims;
     for (const Entry& e : DescendantEdges(self, "/proc")) {
       if (spared.count(e.pid) > 0 || spared.count(e.ppid) > 0) {
         spared.insert(e.pid);
       } else {
-        victims.push_back(e.pid);
+        victims.push_back(e);
       }
     }
     if (victims.empty() || Clock::now() >= deadline) {
-      result.survivors = victims;
+      for (const Entry& v : victims) result.survivors.push_back(v.pid);
       break;
     }
     // pidfds first: a pidfd names this very process, so neither the kill nor the wait can hit a
     // recycled pid (the ones that are not ctrun's children can be reaped by their own parents).
+    // The pid was listed before its pidfd was opened, though: a victim reaped by its parent in
+    // between may have left its number to a stranger. The pidfd's process still has the parent
+    // the listing saw, or it is not killed (if the pid is recycled after the check, the pidfd
+    // names the dead process and the kill fails).
     std::vector<UniqueFd> fds;
     std::vector<pollfd> pfds;
-    for (pid_t p : victims) {
+    for (const Entry& v : victims) {
+      const pid_t p = v.pid;
       // A child of ctrun that is already a zombie (e.g. killed with its cgroup) is only reaped.
       siginfo_t info{};
       if (::waitid(P_PID, static_cast<id_t>(p), &info, WEXITED | WNOHANG) == 0 && info.si_pid == p) continue;
       UniqueFd fd = PidfdOpen(p);
+      if (fd && ParentPid("/proc", p) != std::optional<pid_t>(v.ppid)) continue;
       if (fd) {
         ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
         pfds.push_back({fd.get(), POLLIN, 0});
@@ -166,9 +172,9 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
     }
     // Reap what is ours; grandchildren reparented to ctrun as their parents died are found (as
     // zombies) and reaped by the next round.
-    for (pid_t p : victims) {
+    for (const Entry& v : victims) {
       int st = 0;
-      RetryOnEintr([&] { return ::waitpid(p, &st, WNOHANG); });
+      RetryOnEintr([&] { return ::waitpid(v.pid, &st, WNOHANG); });
     }
   }
   return result;
