@@ -87,21 +87,17 @@ def thread_count():
         return threading.active_count()
 
 
-def nvidia_device_open():
-    """True when a /dev/nvidia* device is open: the CUDA driver was initialised (cuInit), which
-    a forked child cannot use, even when torch never initialised CUDA itself (a library that asked
-    torch.cuda.is_available() or called the driver at import)."""
+def cuda_driver_loaded():
+    """True when the CUDA driver library is mapped: the CUDA runtime loads it at its first call
+    and initialises the driver (cuInit), which a forked child cannot use, even when torch never
+    initialised CUDA itself (a library that asked torch.cuda.is_available() at import). NVML, which
+    torch.cuda.device_count() may use because it leaves fork safe, maps libnvidia-ml only, and its
+    open /dev/nvidiactl says nothing."""
     try:
-        fds = os.listdir("/proc/self/fd")
+        with open("/proc/self/maps") as maps:
+            return any("/libcuda.so" in line for line in maps)
     except OSError:
         return False
-    for fd in fds:
-        try:
-            if os.readlink("/proc/self/fd/" + fd).startswith("/dev/nvidia"):
-                return True
-        except OSError:
-            pass
-    return False
 
 
 def unsafe_reason():
@@ -109,8 +105,8 @@ def unsafe_reason():
     n = thread_count()
     if n != 1:
         return "the warm server has %d threads (a preloaded module started threads or ran parallel work)" % n
-    if nvidia_device_open():
-        return "CUDA was initialised while preloading (a /dev/nvidia* device is open)"
+    if cuda_driver_loaded():
+        return "CUDA was initialised while preloading (libcuda is loaded)"
     torch = sys.modules.get("torch")
     if torch is not None:
         try:

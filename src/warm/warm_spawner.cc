@@ -407,6 +407,15 @@ WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, Spawn
   }
   j["fd_targets"] = targets;
   j["closed_fds"] = closed;
+  const std::string text = j.dump();
+  const std::string too_big = "a worker's arguments and environment (" + std::to_string(text.size() / 1024) +
+                              " KiB) are more than the warm path can hand over; it starts cold";
+  // More than a waiting child reads: the datagram would arrive cut.
+  if (text.size() > kMaxSpec) {
+    Warn(too_big);
+    pool_.insert(pool_.begin(), std::move(child));  // untouched: the next spec may take it
+    return Handed::kCold;
+  }
   // The waiting child has run nothing of the worker yet: move it into the attempt's cgroup now,
   // as a cold child joins it before exec (everything it starts then follows it there).
   if (spec.cgroup_procs_fd >= 0) {
@@ -416,7 +425,6 @@ WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, Spawn
   // Registered before the spec goes: from then on the child runs the worker and may start
   // children of its own, which a SIGKILL of ctrun must take too.
   AnnounceGroup(spec.watchdog_fd, child.pid);
-  const std::string text = j.dump();
   // The spec goes as one datagram, which must fit the socket's send buffer (about 208 KiB by
   // default): a large environment asks for more. SO_SNDBUFFORCE passes the system's cap (root).
   if (text.size() > kDefaultSendBuffer) {
@@ -427,9 +435,9 @@ WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, Spawn
   if (!SendWithFds(child.sock.get(), text, fds)) {
     const int err = errno;
     KillAndReap(child.pid, child.pidfd);
-    if (err != EMSGSIZE) return Handed::kNextChild;
-    Warn("a worker's arguments and environment (" + std::to_string(text.size() / 1024) +
-         " KiB) are more than the warm path can hand over; it starts cold");
+    // Too large for the buffer, or no memory for one that large: the next child fares no better.
+    if (err != EMSGSIZE && err != ENOBUFS && err != ENOMEM) return Handed::kNextChild;
+    Warn(too_big);
     return Handed::kCold;
   }
   child.sock.reset();
