@@ -47,7 +47,7 @@ void JobTerminal::OnWindowChanged() {
   terminals_.TellInheriting();
   last_size_ = ConsoleSize();
   if (!window_) return;
-  if (auto ws = GetWindowSize(console_fd_)) window_ = *ws;
+  if (console_tty_ && last_size_) window_ = *last_size_;  // stdout's size (ConsoleSize prefers it)
   terminals_.Resize(*window_);
 }
 

@@ -56,11 +56,11 @@ std::vector<std::string> SplitCommas(std::string_view value) {
 
 VisibleDevicesSpec ParseVisibleDevices(std::string_view value) {
   VisibleDevicesSpec spec;
-  const std::string first = Trim(value.substr(0, value.find(',')));
+  const std::vector<std::string> items = SplitCommas(value);  // trimmed, never empty
+  const std::string& first = items.front();
   const char* prefix = StartsWith(first, "GPU-") ? "GPU-" : StartsWith(first, "MIG-") ? "MIG-" : nullptr;
   spec.kind = prefix ? VisibleDevicesSpec::Kind::kUuids : VisibleDevicesSpec::Kind::kOrdinals;
-  for (const std::string& raw : SplitCommas(value)) {
-    const std::string item = Trim(raw);
+  for (const std::string& item : items) {
     if (prefix) {
       if (!StartsWith(item, prefix)) break;
       if (std::find(spec.entries.begin(), spec.entries.end(), item) != spec.entries.end()) {

@@ -110,8 +110,9 @@ pid_t SpawnHelper(const std::string& helper, UniqueFd& rfd, const WatchdogCleanu
   UniqueFd exe;
   std::vector<std::string> args{"ct-watchdog"};
   std::vector<std::string> env;  // environ, and the cleanup's arguments (see kWatchdogCleanupFlag)
+  const std::string own = std::string(kWatchdogCleanupArgsVariable) + "=";
   for (char** e = environ; *e; ++e)
-    if (!std::string_view(*e).starts_with(std::string(kWatchdogCleanupArgsVariable) + "=")) env.emplace_back(*e);
+    if (!std::string_view(*e).starts_with(own)) env.emplace_back(*e);
   if (cleanup.run) {
     // Without it the program could not clean up: a forked watchdog can.
     exe.reset(::open("/proc/self/exe", O_PATH | O_CLOEXEC));

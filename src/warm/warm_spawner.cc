@@ -408,11 +408,13 @@ WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, Spawn
   j["fd_targets"] = targets;
   j["closed_fds"] = closed;
   const std::string text = j.dump();
-  const std::string too_big = "a worker's arguments and environment (" + std::to_string(text.size() / 1024) +
-                              " KiB) are more than the warm path can hand over; it starts cold";
+  const auto too_big = [&] {
+    return "a worker's arguments and environment (" + std::to_string(text.size() / 1024) +
+           " KiB) are more than the warm path can hand over; it starts cold";
+  };
   // More than a waiting child reads: the datagram would arrive cut.
   if (text.size() > kMaxSpec) {
-    Warn(too_big);
+    Warn(too_big());
     pool_.insert(pool_.begin(), std::move(child));  // untouched: the next spec may take it
     return Handed::kCold;
   }
@@ -437,7 +439,7 @@ WarmSpawner::Handed WarmSpawner::Hand(Child& child, const SpawnSpec& spec, Spawn
     KillAndReap(child.pid, child.pidfd);
     // Too large for the buffer, or no memory for one that large: the next child fares no better.
     if (err != EMSGSIZE && err != ENOBUFS && err != ENOMEM) return Handed::kNextChild;
-    Warn(too_big);
+    Warn(too_big());
     return Handed::kCold;
   }
   child.sock.reset();

@@ -82,10 +82,13 @@ std::pair<int, Mode> InheritedChannel() {
 // beating for the rank, from the moment the process starts rather than from its first beat: a
 // worker may start its helpers before it beats. Reads the environment but keeps nothing, so the
 // first beat still reads the variables as they are then.
-void GuardChannel() {
-  State& s = GetState();
+void RegisterForkGuard(State& s) {
   if (!s.atfork_registered)
     s.atfork_registered = ::pthread_atfork(nullptr, nullptr, [] { GetState().forked.store(true); }) == 0;
+}
+
+void GuardChannel() {
+  RegisterForkGuard(GetState());
   if (const auto [fd, mode] = InheritedChannel(); mode != Mode::kOff)
     ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
 }
@@ -95,8 +98,9 @@ void GuardChannel() {
 
 void Init(State& s) {
   s.initialized = true;
-  GuardChannel();
+  RegisterForkGuard(s);
   if (const auto [fd, mode] = InheritedChannel(); mode != Mode::kOff) {
+    ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);  // as GuardChannel, for the variables as they are now
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // never block training
     s.fd = fd;
     s.mode = mode;
