@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,10 +14,6 @@
 #include "sys/pidfd.h"
 #include "sys/posix_util.h"
 #include "sys/proc_fs.h"
-
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
 
 namespace ctrun {
 namespace {
@@ -149,7 +144,7 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
       UniqueFd fd = PidfdOpen(p);
       if (fd && ParentPid("/proc", p) != std::optional<pid_t>(v.ppid)) continue;
       if (fd) {
-        ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+        (void)PidfdSignal(fd, SIGKILL);
         pfds.push_back({fd.get(), POLLIN, 0});
         fds.push_back(std::move(fd));
       } else {

@@ -11,11 +11,14 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string_view>
 
 #include "sys/high_fd.h"
+#include "sys/pidfd.h"
 #include "sys/posix_util.h"
 
 namespace ctrun {
@@ -62,20 +65,45 @@ std::optional<std::vector<pid_t>> ListedPids(const std::string& dir) {
 
 // Off only in tests of the fallback for kernels without cgroup.kill.
 bool g_use_cgroup_kill = true;
+// Tests only: runs between a listing of cgroup.procs and the kills that follow it.
+std::function<void(const std::vector<pid_t>&)> g_after_listing_for_testing;
+
+// SIGKILLs every process listed in `cgroup` itself; false when it cannot be read (no such cgroup).
+// A listed pid may name a stranger by the time it is signalled: its process exited, its parent
+// (in the cgroup) reaped it, and the number was taken again. So each is opened as a pidfd first
+// and killed only when it is still listed after its pidfd was opened: a pidfd whose process was
+// alive at that second listing names a process in the cgroup, and one that died before it makes
+// the kill fail. Pidfds are opened in batches, to bound the fds held. Without pidfds (Linux < 5.3)
+// pids are killed by number and the window stays.
+bool KillListed(const std::string& cgroup) {
+  constexpr size_t kBatch = 256;
+  const std::optional<std::vector<pid_t>> pids = ListedPids(cgroup);
+  if (!pids) return false;
+  if (g_after_listing_for_testing) g_after_listing_for_testing(*pids);
+  for (size_t begin = 0; begin < pids->size(); begin += kBatch) {
+    std::vector<std::pair<pid_t, UniqueFd>> opened;
+    for (size_t i = begin; i < std::min(pids->size(), begin + kBatch); ++i) {
+      UniqueFd fd = PidfdOpen((*pids)[i]);
+      if (fd) opened.emplace_back((*pids)[i], std::move(fd));
+      else if (errno == ENOSYS) ::kill((*pids)[i], SIGKILL);
+    }
+    if (opened.empty()) continue;
+    const std::vector<pid_t> now = ListedPids(cgroup).value_or(std::vector<pid_t>{});
+    const std::set<pid_t> still(now.begin(), now.end());
+    for (const auto& [pid, fd] : opened)
+      if (still.count(pid) > 0) (void)PidfdSignal(fd, SIGKILL);
+  }
+  return true;
+}
 
 // SIGKILLs every process in the sub-tree `dir`. Returns true when the kernel did it in one step
 // (cgroup.kill, Linux >= 5.14). Else every pid listed in dir's and its rank directories'
-// cgroup.procs is killed, and false says that a process forked after its parent was listed
-// escaped this pass: WaitEmpty kills again.
+// cgroup.procs is killed (KillListed), and false says that a process forked after its parent was
+// listed escaped this pass: WaitEmpty kills again.
 bool KillSubtree(const std::string& dir) {
   if (g_use_cgroup_kill && WriteText(dir + "/cgroup.kill", "1")) return true;
-  auto kill_listed = [](const std::string& cgroup) {
-    const auto pids = ListedPids(cgroup);
-    for (pid_t pid : pids.value_or(std::vector<pid_t>{})) ::kill(pid, SIGKILL);
-    return pids.has_value();
-  };
-  kill_listed(dir);
-  for (int r = 0; kill_listed(RankDir(dir, r));) ++r;  // rank-0 upwards, to the first missing one
+  KillListed(dir);
+  for (int r = 0; KillListed(RankDir(dir, r));) ++r;  // rank-0 upwards, to the first missing one
   return false;
 }
 
@@ -271,6 +299,10 @@ bool WorkerCgroups::KillAll() {
 }
 
 void UseCgroupKillForTesting(bool use) { g_use_cgroup_kill = use; }
+
+void SetAfterCgroupListingForTesting(std::function<void(const std::vector<pid_t>&)> hook) {
+  g_after_listing_for_testing = std::move(hook);
+}
 
 WorkerCgroups::AttemptEnd WorkerCgroups::EndAttempt(std::chrono::milliseconds budget) {
   AttemptEnd end;

@@ -30,7 +30,10 @@
 // Not thread-safe; one per agent.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +65,9 @@ void RemoveWorkerCgroup(const std::string& dir, std::chrono::milliseconds budget
 // Tests only: false makes every kill of a sub-tree take the way of kernels before 5.14, which
 // have no cgroup.kill (each listed pid is killed, again until the sub-tree is empty).
 void UseCgroupKillForTesting(bool use);
+// Tests only: `hook` runs in that pid-by-pid kill between the listing of a cgroup's pids and their
+// kills (the window in which a listed pid can be taken by a stranger); empty removes it.
+void SetAfterCgroupListingForTesting(std::function<void(const std::vector<pid_t>&)> hook);
 
 // A workers' cgroup directory name (ctrun-<pid>, ctrun-<pid>-ns<inode>) split into the pid and
 // what follows it; nullopt for any other name. The one place that knows the name's form.

@@ -12,4 +12,8 @@ namespace ctrun {
 // Returns an invalid UniqueFd when pidfds are unsupported (ENOSYS) or the pid is gone.
 UniqueFd PidfdOpen(pid_t pid);
 
+// pidfd_send_signal: signals exactly the process `pidfd` names, never a process that took its pid
+// later. False when that process is gone, or `pidfd` is invalid.
+bool PidfdSignal(const UniqueFd& pidfd, int sig);
+
 }  // namespace ctrun

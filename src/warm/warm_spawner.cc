@@ -5,7 +5,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,10 +24,6 @@
 #include "sys/posix_util.h"
 #include "sys/signals.h"
 #include "warm/native_opt_in.h"
-
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
 
 namespace ctrun::warm {
 namespace {
@@ -86,7 +81,7 @@ StatusOr<pid_t> ForkServer(const std::string& path, const std::vector<std::strin
 }
 
 void KillAndReap(pid_t pid, const UniqueFd& pidfd) {
-  if (pidfd) ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  if (pidfd) (void)PidfdSignal(pidfd, SIGKILL);
   else if (pid > 0) ::kill(pid, SIGKILL);
   if (pidfd) {
     pollfd p{pidfd.get(), POLLIN, 0};

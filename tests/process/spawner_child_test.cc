@@ -185,6 +185,62 @@ TEST_P(PosixSpawnerChild, WithoutCgroupKillWhatIsForkedDuringTheKillIsKilledToo)
   ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(proc.pid, &st, 0); }), proc.pid);
 }
 
+// A child of this process whose pid is `pid`, made by setting the PID namespace's last pid
+// (root only); it waits in pause(). -1 when the number went to another process first or the
+// last pid cannot be set (the stray child is killed).
+pid_t ForkWithPid(pid_t pid) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      if (!(last << pid - 1 << std::flush)) return -1;
+    }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      for (;;) ::pause();
+    }
+    if (child == pid || child < 0) return child;
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  return -1;
+}
+
+// Without cgroup.kill the sub-tree is killed pid by pid from cgroup.procs. A listed process that
+// exits and is reaped before its kill may leave its number to a stranger outside the cgroup: the
+// stranger is not killed.
+TEST_P(PosixSpawnerChild, WithoutCgroupKillAPidTakenAgainAfterTheListingIsNotKilled) {
+  std::unique_ptr<WorkerCgroups> cg = RankCgroup();
+  if (!cg) GTEST_SKIP() << "no cgroup v2 sub-tree can be made here (not root?)";
+  PosixSpawner sp(PosixSpawner::kDefaultExecWait, GetParam());
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "100"};
+  spec.cgroup_dir_fd = cg->dir_fd(0);
+  spec.cgroup_procs_fd = cg->procs_fd(0);
+  SpawnedProcess proc;
+  SpawnError err;
+  ASSERT_TRUE(sp.Spawn(spec, &proc, &err)) << err.message;
+  pid_t stranger = 0;  // 0: the hook has not run
+  SetAfterCgroupListingForTesting([&](const std::vector<pid_t>& listed) {
+    if (stranger != 0 || listed != std::vector<pid_t>{proc.pid}) return;
+    ::kill(proc.pid, SIGKILL);
+    ::waitpid(proc.pid, nullptr, 0);
+    stranger = ForkWithPid(proc.pid);
+  });
+  UseCgroupKillForTesting(false);
+  const WorkerCgroups::AttemptEnd end = cg->EndAttempt(std::chrono::seconds(5));
+  UseCgroupKillForTesting(true);
+  SetAfterCgroupListingForTesting(nullptr);
+  EXPECT_TRUE(end.emptied);
+  if (stranger <= 0) GTEST_SKIP() << "the pid could not be given to a new process";
+  ASSERT_EQ(stranger, proc.pid);
+  // A SIGKILL sent earlier decides the exit status: the kernel marks the process as dying when
+  // the signal is sent, and a later SIGTERM is dropped.
+  ::kill(stranger, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(stranger, &st, 0); }), stranger);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << "the stranger that took the listed pid was killed: " << st;
+}
+
 // A ctrun-<pid> of an earlier ctrun with this pid, SIGKILLed with its watchdog, is in the way:
 // Create removes it when it is empty (rank directories included), and never touches a populated
 // one (it may be someone's), failing instead (the caller then runs without a cgroup).
