@@ -44,6 +44,10 @@ def write_atomic(path, data):
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, path)
+    fsync_dir(d)
+
+
+def fsync_dir(d):
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -77,9 +81,19 @@ class SnapshotStore:
         write_atomic(self.path(step), HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload)
         # Steps above this one are a future the job went back from (the ranks resumed from an
         # older step they all had): they go, or they would push this snapshot out of the `keep`.
-        steps = self.steps()
-        for old in [s for s in steps if s > step] + [s for s in steps if s <= step][:-self.keep]:
+        self.discard_above(step)
+        for old in [s for s in self.steps() if s <= step][:-self.keep]:
             os.unlink(self.path(old))
+
+    def discard_above(self, step):
+        """Removes the snapshots above `step` (all for -1), durably. A resume calls it once the
+        ranks agreed: a newer snapshot kept on one rank could be agreed on later, after a save of
+        that step which only the other ranks finished, and the ranks would resume from two runs."""
+        newer = [s for s in self.steps() if s > step]
+        for s in newer:
+            os.unlink(self.path(s))
+        if newer:
+            fsync_dir(self.dir)
 
     def load(self, step):
         try:
@@ -113,20 +127,24 @@ def all_min(value):
 
 
 def agreed_resume(store):
-    """Every rank proposes its newest loadable step; repeat MIN until all hold the same one."""
+    """Every rank proposes its newest loadable step; repeat MIN until all hold the same one. The
+    snapshots above it (all of them on a fresh start) are removed before training goes on."""
     bound = None
     while True:
         step, state = store.latest(bound)
         agreed = all_min(step)
         if agreed < 0:
-            return None
+            break
         if step != agreed:
             state = store.load(agreed)
         if all_min(1 if state is not None else 0) == 1:
+            store.discard_above(agreed)
             return state
         if agreed == 0:
-            return None
+            break
         bound = agreed - 1
+    store.discard_above(-1)
+    return None
 
 
 class Mlp(nn.Module):

@@ -22,6 +22,11 @@
 //    count; with fewer valid snapshots than keep_last, no older name is removed; a directory of a
 //    snapshot name is never removed. The snapshot just written is never removed by its own
 //    save's retention.
+//  - discard_newer(step) removes the snapshots above `step` (every one when nullopt), durably
+//    when fsync is on, before it returns: what a resume calls once the ranks agreed on `step`
+//    (or on a fresh start), so that no rank keeps a newer snapshot of the abandoned run. Kept, it
+//    could be agreed on later, after a save of the same step that only some ranks finished, and
+//    those ranks would resume from different runs.
 //  - Temp files left by dead writers of this directory are removed when a store opens it.
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
@@ -109,6 +114,8 @@ class SnapshotStore {
   LoadResult load_latest(std::optional<uint64_t> max_step = std::nullopt) const;
   std::optional<Snapshot> load(uint64_t step) const;
   std::string path_for(uint64_t step) const;
+  // Removes every snapshot above `step` (all of them when nullopt); see the contract above.
+  void discard_newer(std::optional<uint64_t> step);
 
  private:
   struct Async;

@@ -20,8 +20,12 @@
 //  - resume_training_snapshot(store, state, pg): every rank proposes the newest step it can load;
 //    the ranks all-reduce MIN, each checks it holds a valid snapshot at that exact step, and they
 //    repeat with lower bounds until all hold the same step (or none: fresh start, nullopt). Ranks
-//    with newer snapshots (a crash between ranks' saves) thus fall back to the common one. All
-//    ranks must call it collectively. With pg == nullptr it just loads the newest valid one.
+//    with newer snapshots (a crash between ranks' saves) thus fall back to the common one, and
+//    remove their newer ones (valid or not) before it returns (SnapshotStore::discard_newer;
+//    on a fresh start every rank removes all of its snapshots): kept, a newer step could be
+//    agreed on later after a save of it that only some ranks finished, and the ranks would resume
+//    from different runs. All ranks must call it collectively. With pg == nullptr it just loads
+//    the newest valid one (and removes the newer, invalid ones).
 //    An agreed snapshot that does not fit the model is not loaded: the SnapshotError above is
 //    rethrown with the snapshot's path in front (no fallback to an older snapshot or a fresh
 //    start, whose next save would remove it). Ranks with the same model all throw.

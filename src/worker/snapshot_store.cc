@@ -333,15 +333,10 @@ void SnapshotStore::write_now(uint64_t step, const void* data, size_t size) {
 // that, nothing older goes. The file just written is never a candidate. unlink() leaves a
 // directory of a snapshot name in place.
 void SnapshotStore::prune(uint64_t step) {
+  discard_newer(step);
   std::vector<uint64_t> older;
-  bool removed_newer = false;
-  for (uint64_t s : list_steps()) {
-    if (s > step) {
-      removed_newer |= ::unlink(path_for(s).c_str()) == 0;
-    } else if (s < step) {
-      older.push_back(s);  // ascending
-    }
-  }
+  for (uint64_t s : list_steps())
+    if (s < step) older.push_back(s);  // ascending
   size_t wanted = static_cast<size_t>(options_.keep_last) - 1;
   size_t first_kept = older.size();  // names below this index go
   for (size_t i = older.size(); i-- > 0 && wanted > 0;) {
@@ -352,8 +347,14 @@ void SnapshotStore::prune(uint64_t step) {
   }
   if (wanted > 0) first_kept = 0;  // fewer valid ones than keep_last - 1: keep all
   for (size_t i = 0; i < first_kept; ++i) ::unlink(path_for(older[i]).c_str());
-  if (removed_newer && options_.fsync) {
-    if (std::string err = fsync_dir(options_.dir); !err.empty()) throw SnapshotError("snapshot save: " + err);
+}
+
+void SnapshotStore::discard_newer(std::optional<uint64_t> step) {
+  bool removed = false;
+  for (uint64_t s : list_steps())
+    if (!step || s > *step) removed |= ::unlink(path_for(s).c_str()) == 0;
+  if (removed && options_.fsync) {
+    if (std::string err = fsync_dir(options_.dir); !err.empty()) throw SnapshotError("snapshot: " + err);
   }
 }
 

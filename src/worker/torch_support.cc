@@ -364,7 +364,10 @@ std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, cons
     const int64_t proposal = mine.snapshot ? static_cast<int64_t>(mine.snapshot->step) : -1;
     const int64_t agreed =
         pg ? all_reduce_int(*pg, proposal, c10d::ReduceOp::MIN) : proposal;
-    if (agreed < 0) return std::nullopt;  // some rank has nothing loadable: start fresh together
+    if (agreed < 0) {  // some rank has nothing loadable: start fresh together
+      store.discard_newer(std::nullopt);
+      return std::nullopt;
+    }
     // Does this rank hold a valid snapshot at exactly `agreed`? (proposal >= agreed always.)
     std::optional<Snapshot> candidate;
     if (mine.snapshot && mine.snapshot->step == static_cast<uint64_t>(agreed)) {
@@ -381,14 +384,20 @@ std::optional<TrainProgress> resume_training_snapshot(SnapshotStore& store, cons
       // A snapshot of another model (shapes, dtypes) is not loaded and not skipped: falling back
       // to an older one or a fresh start would let the next save remove it (a save supersedes
       // newer steps), so the caller must decide (another snapshot directory, or the right model).
+      TrainProgress progress;
       try {
-        return deserialize_training_state(state, candidate->data);
+        progress = deserialize_training_state(state, candidate->data);
       } catch (const SnapshotError& e) {
         throw SnapshotError(candidate->path + ": " + e.what());
       }
+      store.discard_newer(static_cast<uint64_t>(agreed));
+      return progress;
     }
     // Some rank lacks `agreed` (kept fewer, or its copy is corrupt): look below it.
-    if (agreed == 0) return std::nullopt;
+    if (agreed == 0) {
+      store.discard_newer(std::nullopt);
+      return std::nullopt;
+    }
     bound = static_cast<uint64_t>(agreed - 1);
   }
 }

@@ -186,8 +186,10 @@ TEST(TrainingSnapshot, ResumeRefusesASnapshotOfAnotherModelAndKeepsIt) {
 }
 
 // Two ranks in threads, gloo over a shared HashStore; each has its own snapshot directory.
+// `left`, when given, gets each rank's steps on disk after the resume.
 std::vector<std::optional<TrainProgress>> ResumeTwoRanks(const std::vector<std::vector<uint64_t>>& steps,
-                                                         const std::vector<uint64_t>& corrupt_on_rank1) {
+                                                         const std::vector<uint64_t>& corrupt_on_rank1,
+                                                         std::vector<std::vector<uint64_t>>* left = nullptr) {
   TempDir dir;
   auto hash = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::optional<TrainProgress>> out(2);
@@ -216,6 +218,8 @@ std::vector<std::optional<TrainProgress>> ResumeTwoRanks(const std::vector<std::
     });
   }
   for (auto& t : threads) t.join();
+  if (left)
+    for (const auto& store : stores) left->push_back(store->list_steps());
   return out;
 }
 
@@ -237,6 +241,24 @@ TEST(TrainingSnapshot, RanksAgreeOnTheNewestCommonSnapshot) {
   r = ResumeTwoRanks({{10}, {}}, {});
   EXPECT_FALSE(r[0]);
   EXPECT_FALSE(r[1]);
+}
+
+// A newer snapshot left on one rank could be agreed on by a later resume, after a save of that
+// step which only the other ranks finished: the ranks would resume from two runs. The resume
+// removes what lies above the agreed step, and everything on a fresh start.
+TEST(TrainingSnapshot, ResumeRemovesTheSnapshotsAboveTheAgreedStep) {
+  std::vector<std::vector<uint64_t>> left;
+  auto r = ResumeTwoRanks({{10, 20, 30}, {10, 20}}, {}, &left);
+  ASSERT_TRUE(r[0] && r[1]);
+  EXPECT_EQ(left, (std::vector<std::vector<uint64_t>>{{10, 20}, {10, 20}}));
+  left.clear();
+  r = ResumeTwoRanks({{10, 20, 30}, {10, 20}}, {20}, &left);  // rank 1's 20 is torn
+  ASSERT_TRUE(r[0] && r[1]);
+  EXPECT_EQ(left, (std::vector<std::vector<uint64_t>>{{10}, {10}}));
+  left.clear();
+  r = ResumeTwoRanks({{10, 20, 30}, {25}}, {}, &left);  // nothing in common: fresh start
+  EXPECT_FALSE(r[0] || r[1]);
+  EXPECT_EQ(left, (std::vector<std::vector<uint64_t>>{{}, {}}));
 }
 
 // As under DDP: a frozen parameter is left alone, a gradient undefined on one rank counts as
