@@ -109,8 +109,11 @@ void Agent::OnRoundStopping(const std::string& why) {
     case AgentState::kRendezvous:
       JoinRendezvous();  // our workers had already finished: join the next round at once
       return;
+    case AgentState::kStopping:
+      round_stopped_ = true;  // the rendezvous is joined again once the workers are gone
+      return;
     default:
-      return;  // already stopping: the rendezvous is joined again once the workers are gone
+      return;
   }
 }
 
@@ -147,6 +150,7 @@ void Agent::StartAttempt() {
   failures_.clear();
   workers_.clear();
   killed_ = false;
+  round_stopped_ = false;
   const int n = config_.nproc_per_node;
   AttemptInfo info;
   info.restart_count = restart_count_;
@@ -876,7 +880,8 @@ void Agent::RestartWhenReady() {
 
 // Every worker of the round is gone. The rendezvous decides what comes next: a signal ends this
 // agent; an agreed outcome (or a rendezvous error) that arrived meanwhile ends it with that code;
-// success waits in the exit barrier; anything else joins the next round.
+// success waits in the exit barrier, unless the round stopped during the success's sweep;
+// anything else joins the next round (or learns there that the job has ended).
 void Agent::FinishMultiNodeAttempt() {
   if (stop_reason_ == StopReason::kSignal) {
     Finish(128 + stop_signal_);
@@ -890,7 +895,7 @@ void Agent::FinishMultiNodeAttempt() {
     Finish(job_end_->exit_code);
     return;
   }
-  if (stop_reason_ == StopReason::kSuccess) {
+  if (stop_reason_ == StopReason::kSuccess && !round_stopped_) {
     state_ = AgentState::kRendezvous;
     hooks_.Log(0, "all workers on this node succeeded; waiting for the other nodes");
     rdzv_->ReportSucceeded();

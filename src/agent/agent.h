@@ -310,6 +310,9 @@ class Agent final : public rdzv::RendezvousListener {
   bool restart_pending_ = false;  // waiting for BeforeRestart's ready
   rdzv::Rendezvous* rdzv_ = nullptr;
   std::optional<rdzv::RoundInfo> round_;  // multi-node: the round being run
+  // The round stopped while this attempt was already stopping (a success's sweep included): the
+  // attempt's end joins the next round instead of reporting a success the round cannot take.
+  bool round_stopped_ = false;
   std::optional<rdzv::JobEnd> job_end_;
   EventSink* events_ = &NullEvents();
   int attempt_ = 0;  // the attempt_<n> number of the attempt running

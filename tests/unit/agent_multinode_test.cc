@@ -183,6 +183,47 @@ TEST_F(MultiNodeAgentTest, NoRestartsLeftEveryAgentExitsWithTheRootCausesCode) {
   for (const auto& f : a.agent->failures()) EXPECT_TRUE(f.stopped_by_ctrun);
 }
 
+// Node a's worker succeeded but left a process in its group: a sweeps it (up to the shutdown
+// timeout). Node b's worker fails meanwhile and the round stops. Once the sweep is over, a does
+// not report a success the stopped round cannot take (it would wait for ever): it joins the next
+// round, or ends with the job's outcome when no restart is left.
+TEST_F(MultiNodeAgentTest, ARoundThatStopsWhileASucceededNodeSweepsIsJoinedAgainAfterTheSweep) {
+  Node& a = Add(1, 2, 2, 3);
+  Node& b = Add(1, 2, 2, 3);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.agent->OnChildExit(a.Pid(0), ExitStatus::Exited(0));  // its group keeps a member
+  Settle();
+  ASSERT_EQ(a.agent->state(), AgentState::kStopping);
+  b.Exit(0, ExitStatus::Exited(1));
+  Settle();
+  a.NextAttempt();
+  b.NextAttempt();
+  timers_.Advance(Seconds(a.config.shutdown_timeout + 1));  // the sweep SIGKILLs the group
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 2u) << "node a joined the next round";
+  ASSERT_EQ(b.spawner.specs.size(), 2u);
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "1");
+}
+
+TEST_F(MultiNodeAgentTest, ARoundThatEndsTheJobWhileASucceededNodeSweepsEndsThatNodeToo) {
+  Node& a = Add(1, 2, 2, 0);
+  Node& b = Add(1, 2, 2, 0);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.agent->OnChildExit(a.Pid(0), ExitStatus::Exited(0));
+  Settle();
+  b.Exit(0, ExitStatus::Exited(7));
+  Settle();
+  timers_.Advance(Seconds(a.config.shutdown_timeout + 1));
+  Settle();
+  ASSERT_TRUE(b.agent->done());
+  ASSERT_TRUE(a.agent->done()) << "node a waits for nothing";
+  EXPECT_EQ(a.agent->exit_code(), 7);
+}
+
 TEST_F(MultiNodeAgentTest, SuccessIsAgreedOnlyWhenEveryNodeSucceeded) {
   Node& a = Add(1, 2, 2);
   Node& b = Add(1, 2, 2);
