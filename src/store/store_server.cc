@@ -407,15 +407,33 @@ bool StoreServer::Execute(Conn& c, Request& req) {
       }
       break;
     }
-    case Op::kMultiGet:
+    case Op::kMultiGet: {
+      // The reply's length is known before anything is copied: keys may repeat, so a small
+      // request can name one large value 128K times, and building that reply would exhaust
+      // memory (or throw) in the agent that hosts the store.
+      size_t total = 0;
       for (const auto& k : req.keys) {
-        if (!kv_.count(k)) {
+        auto it = kv_.find(k);
+        if (it == kv_.end()) {
           spdlog::debug("store: MULTI_GET of missing key '{}' from {}: closing", k, c.peer);
           return false;
         }
+        total += sizeof(uint64_t) + it->second.size();
+        if (total > opts_.max_multi_get_reply) {
+          WarnPeer(c, "closing connection from {}: MULTI_GET reply over the limit of " +
+                          std::to_string(opts_.max_multi_get_reply) + " bytes");
+          return false;
+        }
       }
-      for (const auto& k : req.keys) AppendBytes(&reply, kv_[k]);
-      break;
+      for (const auto& k : req.keys) {  // straight into the output, as GET does: no copy
+        const std::string& v = kv_.find(k)->second;
+        std::string len;
+        AppendU64(&len, v.size());
+        Send(c, len);
+        Send(c, v);
+      }
+      return true;
+    }
     case Op::kMultiSet:
       for (size_t i = 0; i < req.keys.size(); ++i) DoSet(req.keys[i], std::move(req.values[i]));
       break;

@@ -15,8 +15,10 @@
 //    GETNUMKEYS counts every key in the map (as torch does, "init/" included, queues excluded).
 //  - Hardening: a declared length over ServerOptions limits closes the connection before any
 //    allocation; per-connection input is bounded by one request, output by max_pending_output
-//    (the connection stops being read until its peer drains it); max_connections caps accepted
-//    sockets (extra ones are accepted and closed at once, and logged).
+//    plus one reply (the connection stops being read until its peer drains it), a MULTI_GET
+//    reply by max_multi_get_reply (checked before it is built; over it closes the connection);
+//    max_connections caps accepted sockets (extra ones are accepted and closed at once, and
+//    logged).
 //  - Optional token: when non-empty, a connection's first message must be ctrun's AUTH carrying
 //    the same token (docs/store.md); anything else is refused, logged and closed.
 //  - Races: a client that disconnects while parked is unregistered from every waited key before
@@ -48,6 +50,11 @@ struct ServerOptions {
   size_t max_value_bytes = 256u << 20;
   size_t max_key_bytes = 1u << 20;
   size_t max_pending_output = 64u << 20;  // per connection; reading pauses above it
+  // One MULTI_GET reply, all its values together (as large as the biggest request by default).
+  // A request may name a key up to 128K times, so without it one small request could ask for a
+  // reply of 128K values; a longer reply closes the connection, logged, before it is built.
+  // Other replies hold at most one value (max_value_bytes) and are not checked against it.
+  size_t max_multi_get_reply = (256u << 20) + (16u << 20);
   std::string token;                      // empty: no AUTH required
   // Non-zero: accepted sockets get TCP keepalive and TCP_USER_TIMEOUT from it (TunePeerSocket),
   // so a peer whose machine died or whose link was cut is closed instead of kept forever.

@@ -403,6 +403,56 @@ TEST(StoreRobustness, HugeDeclaredLengthsAreRefusedWithoutAllocating) {
   EXPECT_LT(testing::RssBytes(), rss0 + (64u << 20));
 }
 
+// Keys may repeat in a MULTI_GET, so a request of a few KiB can name one large value hundreds of
+// times (128K times at most: a 128 GiB reply for a 1 MiB value). Its reply's length is checked
+// before it is built: over the limit the connection is closed without a byte of reply.
+TEST(StoreRobustness, MultiGetReplyOverTheLimitClosesBeforeItIsBuilt) {
+  ServerOptions o;
+  o.max_multi_get_reply = 4u << 20;
+  ServerThread st(o);
+  auto c = MustConnect(st.port());
+  const std::string value(1u << 20, 'v');
+  ASSERT_TRUE(c->Set("big", value).ok());
+  auto mget = [](int n) {
+    std::string req = Hex("00 cef7853c 0a");
+    AppendU64(&req, static_cast<uint64_t>(n));
+    for (int i = 0; i < n; ++i) AppendBytes(&req, "big");
+    return req;
+  };
+  // 3 x (8 + 1 MiB) fits in 4 MiB: answered in full.
+  auto fits = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(fits.get(), mget(3)));
+  for (int i = 0; i < 3; ++i) {
+    std::string r = RecvN(fits.get(), 8 + value.size());
+    ASSERT_EQ(r.size(), 8 + value.size()) << i;
+    ASSERT_EQ(r.compare(8, value.size(), value), 0) << i;
+  }
+  // 4 x (8 + 1 MiB) does not: closed, and not one byte of the reply was sent.
+  auto over = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(over.get(), mget(4)));
+  EXPECT_EQ(RecvN(over.get(), 1), "");
+  EXPECT_TRUE(PeerClosed(over.get()));
+  EXPECT_TRUE(c->Ping().ok());
+  EXPECT_EQ(*c->Get("big"), value);
+}
+
+// The same with the default limit (the request limit, 272 MiB): 300 x 1 MiB is refused.
+TEST(StoreRobustness, MultiGetNamingOneValueManyTimesIsRefusedByDefault) {
+  ServerThread st;
+  auto c = MustConnect(st.port());
+  ASSERT_TRUE(c->Set("big", std::string(1u << 20, 'v')).ok());
+  size_t rss0 = testing::RssBytes();
+  std::string req = Hex("00 cef7853c 0a");
+  AppendU64(&req, 300);
+  for (int i = 0; i < 300; ++i) AppendBytes(&req, "big");
+  auto raw = RawConnect(st.port());
+  ASSERT_TRUE(SendAll(raw.get(), req));
+  EXPECT_EQ(RecvN(raw.get(), 1), "");
+  EXPECT_TRUE(PeerClosed(raw.get()));
+  EXPECT_TRUE(c->Ping().ok());
+  EXPECT_LT(testing::RssBytes(), rss0 + (64u << 20));
+}
+
 TEST(StoreRobustness, ThousandIdleConnections) {
   if (testing::RaiseFdLimit(4096) < 2200) GTEST_SKIP() << "ulimit -n too low for 1000 connections";
   ServerThread st;
