@@ -42,7 +42,10 @@
 //    take_buffer() hands back the last written buffer for reuse (true double buffering: one
 //    buffer being written, one being filled; the store holds at most these two).
 //  - Errors: save/save_async/wait throw SnapshotError (I/O failures, with errno text). Loads do
-//    not throw for bad files, only for an unreadable directory.
+//    not throw for bad files, only for an unreadable directory. The first save_async also throws
+//    SnapshotError when the background thread cannot start (EAGAIN under a pids limit): that
+//    buffer is not saved, the store stays usable (save() works), and the next save_async tries
+//    to start the thread again.
 //  - One writer per directory (give each rank its own directory). Not safe to share one
 //    SnapshotStore between threads except as documented (save_async runs the write on one
 //    background thread owned by the store).

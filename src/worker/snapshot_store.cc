@@ -15,6 +15,7 @@
 #include <exception>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "atomic_file.h"
@@ -277,7 +278,9 @@ SnapshotStore::~SnapshotStore() {
     async_->stop = true;
   }
   async_->cv.notify_all();
-  async_->thread.join();
+  // async_ is only ever set with a running thread (save_async); the check keeps join() from
+  // throwing out of this noexcept destructor should that ever change.
+  if (async_->thread.joinable()) async_->thread.join();
 }
 
 std::string SnapshotStore::path_for(uint64_t step) const {
@@ -366,32 +369,43 @@ std::string SnapshotStore::save(uint64_t step, const void* data, size_t size) {
 
 void SnapshotStore::save_async(uint64_t step, std::vector<std::byte> data) {
   if (!async_) {
-    async_ = std::make_unique<Async>();
-    Async* a = async_.get();
-    a->thread = std::thread([this, a] {
-      std::unique_lock lock(a->mu);
-      for (;;) {
-        a->cv.wait(lock, [&] { return a->has_job || a->stop; });
-        if (a->has_job) {
-          const uint64_t job_step = a->step;
-          std::vector<std::byte> job = std::move(a->data);
-          lock.unlock();
-          std::exception_ptr err;
-          try {
-            write_now(job_step, job.data(), job.size());
-          } catch (...) {
-            err = std::current_exception();
+    // The writer is built and started in a local and published only once its thread runs: a
+    // thread that cannot start (EAGAIN under a pids or RLIMIT_NPROC limit) must not leave a store
+    // whose queued jobs no thread takes (wait(), save() and the destructor would block for ever).
+    // The thread only uses `a`, which the move into async_ does not relocate.
+    auto fresh = std::make_unique<Async>();
+    Async* a = fresh.get();
+    try {
+      a->thread = std::thread([this, a] {
+        std::unique_lock lock(a->mu);
+        for (;;) {
+          a->cv.wait(lock, [&] { return a->has_job || a->stop; });
+          if (a->has_job) {
+            const uint64_t job_step = a->step;
+            std::vector<std::byte> job = std::move(a->data);
+            lock.unlock();
+            std::exception_ptr err;
+            try {
+              write_now(job_step, job.data(), job.size());
+            } catch (...) {
+              err = std::current_exception();
+            }
+            lock.lock();
+            a->spare = std::move(job);  // keep the pages for the caller's next snapshot
+            if (err && !a->error) a->error = err;
+            a->has_job = false;
+            a->cv.notify_all();
+          } else if (a->stop) {
+            return;
           }
-          lock.lock();
-          a->spare = std::move(job);  // keep the pages for the caller's next snapshot
-          if (err && !a->error) a->error = err;
-          a->has_job = false;
-          a->cv.notify_all();
-        } else if (a->stop) {
-          return;
         }
-      }
-    });
+      });
+    } catch (const std::system_error& e) {
+      // Nothing was queued: `data` is dropped, and the next save_async tries to start one again.
+      throw SnapshotError(std::string("snapshot save_async: cannot start the background writer thread: ") +
+                          e.code().message());
+    }
+    async_ = std::move(fresh);
   }
   wait();  // at most one in flight; also surfaces the previous save's error
   {

@@ -1,6 +1,7 @@
 // SnapshotStore: round trip, retention, corruption handling, async save, zstd, CRC32C.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -345,6 +346,50 @@ TEST(SnapshotStore, AsyncErrorSurfacesOnWait) {
   store.save_async(1, Bytes("x"));
   EXPECT_THROW(store.wait(), SnapshotError);
   store.wait();  // the error is reported once
+}
+
+// A background thread that cannot start (clone() fails with EAGAIN under a pids limit, here
+// RLIMIT_NPROC) makes save_async throw SnapshotError and leaves the store usable: the next
+// save_async starts the thread and its save completes, and wait() and the destructor return.
+// RLIMIT_NPROC does not bind root, so the child first becomes nobody.
+TEST(SnapshotStore, AWriterThreadThatCannotStartIsReportedAndTheStoreStaysUsable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become nobody (RLIMIT_NPROC does not bind root)";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  constexpr int kSkip = 77;
+  std::string message;  // the child's exception text, for the failure message
+  const std::string message_file = dir / "message";
+  const int rc = RunInChild([&] {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) return kSkip;
+    SnapshotStore store(Opts(dir / "snaps"));
+    rlimit old {};
+    if (::getrlimit(RLIMIT_NPROC, &old) != 0) return 10;
+    rlimit none = old;
+    none.rlim_cur = 0;
+    if (::setrlimit(RLIMIT_NPROC, &none) != 0) return 11;
+    try {
+      store.save_async(1, Bytes("one"));
+      return kSkip;  // the limit did not bind here
+    } catch (const SnapshotError& e) {
+      std::ofstream(message_file) << e.what();
+    } catch (...) {
+      return 12;  // not a SnapshotError
+    }
+    if (::setrlimit(RLIMIT_NPROC, &old) != 0) return 13;
+    if (store.busy()) return 14;
+    store.save_async(2, Bytes("two"));  // blocked for ever when the failed writer was kept
+    store.wait();
+    auto r = store.load_latest();
+    if (!r.snapshot || r.snapshot->step != 2 || store.list_steps() != std::vector<uint64_t>{2}) return 15;
+    store.save_async(3, Bytes("three"));
+    return 0;  // the destructor waits for 3
+  }, std::chrono::seconds(60));
+  if (rc == kSkip) GTEST_SKIP() << "cannot become nobody, or RLIMIT_NPROC does not bind here";
+  message = ctrun::testing::ReadFileOr(message_file);
+  ASSERT_EQ(rc, 0) << "child failed or blocked (-1); exception text: " << message;
+  EXPECT_NE(message.find("cannot start the background writer thread"), std::string::npos) << message;
+  SnapshotStore store(Opts(dir / "snaps"));
+  EXPECT_EQ(store.load_latest().snapshot->step, 3u);
 }
 
 TEST(SnapshotStore, ZstdRoundTripCompresses) {
