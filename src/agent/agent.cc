@@ -920,8 +920,11 @@ void Agent::EmitStop(StopReason reason, int sig) {
 // The job deadline: the usual stop (SIGTERM, grace, SIGKILL) ends the run with kExitMaxRunTime,
 // whatever the workers do meanwhile. Multi-node, a fatal cause with that code closes the job for
 // every agent (the first deadline to fire wins), and this agent leaves without waiting for them.
+// A deadline during the sweep after every worker here succeeded changes nothing on a single
+// node: the job is over, only what the workers left behind is being stopped.
 void Agent::OnDeadline() {
   if (state_ == AgentState::kIdle || state_ == AgentState::kDone) return;
+  if (!rdzv_ && state_ == AgentState::kStopping && stop_reason_ == StopReason::kSuccess) return;
   deadline_reached_ = true;
   if (state_ == AgentState::kRunning || state_ == AgentState::kStopping)
     for (const auto& w : workers_)

@@ -93,6 +93,23 @@ TEST_F(AgentDeadlineTest, ADeadlineDuringAFailureTeardownEndsTheRunInsteadOfRest
   EXPECT_EQ(spawner.specs.size(), 4u) << "no restart after the deadline";
 }
 
+// Every worker exited 0 before the deadline, but one left a process in its group that ignores
+// SIGTERM: the deadline passing during that sweep does not turn the success into 124.
+TEST_F(AgentDeadlineTest, ADeadlineDuringTheSweepAfterASuccessKeepsTheSuccess) {
+  config.shutdown_timeout = 5;
+  Start();
+  timers.Advance(Seconds(8));
+  for (int i : {0, 1, 2}) Exit(Pid(i), ExitStatus::Exited(0));
+  agent->OnChildExit(Pid(3), ExitStatus::Exited(0));  // its group keeps a member
+  EXPECT_EQ(agent->state(), AgentState::kStopping);
+  timers.Advance(Seconds(2));
+  EXPECT_FALSE(agent->deadline_reached());
+  timers.Advance(Seconds(5));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), 0);
+  EXPECT_EQ(DecideJobOutcome(*agent, {}).exit_code, 0);
+}
+
 // The deadline passes while the restart waits for the GPUs (every worker of the failed attempt
 // gone): the run ends with 124 there, and the wait's late answer starts no attempt.
 TEST_F(AgentDeadlineTest, ADeadlineWhileTheRestartWaitsForTheGpusEndsTheRun) {
