@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -59,6 +61,7 @@ struct StoreServer::Conn {
   std::string peer;
   RequestParser parser;
   bool authed = false;
+  TimerQueue::TimerId auth_timer = 0;  // pending auth_timeout while !authed (0: none)
   std::string in;           // unparsed input; bounded by one request plus one read burst
   std::string out;          // pending output from out_off on
   size_t out_off = 0;
@@ -87,7 +90,10 @@ StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(EventLoop& loop,
 
 StoreServer::~StoreServer() {
   if (accept_retry_timer_) loop_.CancelTimer(accept_retry_timer_);
-  for (auto& [id, c] : conns_) loop_.RemoveFd(c->fd.get());
+  for (auto& [id, c] : conns_) {
+    if (c->auth_timer) loop_.CancelTimer(c->auth_timer);
+    loop_.RemoveFd(c->fd.get());
+  }
   if (listen_fd_) loop_.RemoveFd(listen_fd_.get());
 }
 
@@ -188,6 +194,19 @@ void StoreServer::OnAccept() {
       continue;
     }
     c->fd = std::move(fd);
+    if (!c->authed && opts_.auth_timeout > Duration::zero()) {
+      c->auth_timer = loop_.AddTimerAfter(opts_.auth_timeout, [this, id] {
+        auto ct = conns_.find(id);
+        if (ct == conns_.end()) return;
+        ct->second->auth_timer = 0;
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", ToSeconds(opts_.auth_timeout));
+        WarnPeer(*ct->second,
+                 std::string("closing connection from {}: no AUTH within ") + secs + " s");
+        Close(id, nullptr);
+        UpdateCounts();
+      });
+    }
     conns_.emplace(id, std::move(c));
   }
   UpdateCounts();
@@ -263,6 +282,14 @@ bool StoreServer::ProcessInput(Conn& c) {
   size_t off = 0;
   bool ok = true;
   while (!c.paused && c.in.size() - off >= c.parser.min_bytes()) {
+    // Before AUTH only an AUTH may start: anything else is refused at its first byte rather than
+    // after the whole request was buffered (a SET may declare 256 MiB). The parser bounds an AUTH
+    // by max_token_bytes, so an unauthenticated connection keeps at most one AUTH's bytes.
+    if (!c.authed && static_cast<uint8_t>(c.in[off]) != kAuthByte) {
+      WarnPeer(c, "refused connection from {}: no AUTH token presented");
+      ok = false;
+      break;
+    }
     Request req;
     size_t used = 0;
     auto r = c.parser.Parse(std::string_view(c.in).substr(off), &req, &used);
@@ -311,17 +338,14 @@ void StoreServer::WarnPeer(const Conn& c, const std::string& what) {
 
 bool StoreServer::Execute(Conn& c, Request& req) {
   std::string reply;
-  if (!c.authed && req.op != Op::kAuth) {
-    WarnPeer(c, "refused connection from {}: no AUTH token presented");
-    return false;
-  }
-  switch (req.op) {
+  switch (req.op) {  // !c.authed here only for an AUTH (ProcessInput refused anything else)
     case Op::kAuth:
       if (!opts_.token.empty() && !TokenEquals(req.values[0], opts_.token)) {
         WarnPeer(c, "refused connection from {}: wrong AUTH token");
         return false;
       }
       c.authed = true;
+      if (c.auth_timer) loop_.CancelTimer(std::exchange(c.auth_timer, 0));
       AppendU8(&reply, kAuthOk);
       break;
     case Op::kValidate:
@@ -534,6 +558,7 @@ void StoreServer::Close(ConnId id, const char* why) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   if (why) spdlog::debug("store: closing connection from {}: {}", c.peer, why);
+  if (c.auth_timer) loop_.CancelTimer(c.auth_timer);
   Unpark(c);  // before the fd is closed, so a later wake-up cannot reach a reused fd
   loop_.RemoveFd(c.fd.get());
   conns_.erase(it);

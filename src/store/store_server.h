@@ -20,7 +20,10 @@
 //    max_connections caps accepted sockets (extra ones are accepted and closed at once, and
 //    logged).
 //  - Optional token: when non-empty, a connection's first message must be ctrun's AUTH carrying
-//    the same token (docs/store.md); anything else is refused, logged and closed.
+//    the same token (docs/store.md); anything else is refused, logged and closed. Until then a
+//    connection is refused at its first byte unless that byte starts an AUTH, so it never holds
+//    more input than one AUTH request (header + Limits::max_token_bytes), and it is closed if the
+//    AUTH has not come within auth_timeout.
 //  - Races: a client that disconnects while parked is unregistered from every waited key before
 //    its fd is closed, so a later SET never writes to a reused fd; wake-ups to other connections
 //    are buffered and flushed after the current request, never closing a connection mid-dispatch.
@@ -56,6 +59,9 @@ struct ServerOptions {
   // Other replies hold at most one value (max_value_bytes) and are not checked against it.
   size_t max_multi_get_reply = (256u << 20) + (16u << 20);
   std::string token;                      // empty: no AUTH required
+  // With a token: a connection that has not authenticated this long after it was accepted is
+  // closed (ctrun's clients send AUTH as soon as they connect). Zero: no deadline.
+  Duration auth_timeout = std::chrono::seconds(30);
   // Non-zero: accepted sockets get TCP keepalive and TCP_USER_TIMEOUT from it (TunePeerSocket),
   // so a peer whose machine died or whose link was cut is closed instead of kept forever.
   Duration peer_timeout{0};

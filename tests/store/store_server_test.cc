@@ -275,6 +275,45 @@ TEST(StoreServer, TokenIsRequiredWhenConfigured) {
   }
 }
 
+// Without AUTH a connection is refused at its first byte: a SET declaring a large value is not
+// buffered until it is complete (it was, up to 273 MiB per connection, before the refusal).
+TEST(StoreServer, WithATokenARequestOtherThanAuthIsRefusedAtItsFirstByte) {
+  ServerOptions o;
+  o.token = "s3cret";
+  ServerThread st(o);
+  auto raw = RawConnect(st.port());
+  ASSERT_TRUE(raw);
+  std::string set = Hex("00 0100000000000000 6b");  // legacy SET k, value of 200 MiB declared
+  AppendU64(&set, 200u << 20);
+  set += std::string(1u << 20, 'v');
+  (void)SendAll(raw.get(), set);  // may fail part-way: the server closes as soon as it reads
+  EXPECT_TRUE(PeerClosed(raw.get()));
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 0; }));
+  auto good = MustConnect(st.port(), Dialect::kLegacy, "s3cret");
+  ASSERT_TRUE(good);
+  EXPECT_FALSE(*good->Check({"k"}));
+}
+
+// A connection that does not authenticate within auth_timeout is closed (one that sent only part
+// of an AUTH too); an authenticated one stays.
+TEST(StoreServer, WithATokenAConnectionWithoutAuthIsClosedAtTheDeadline) {
+  ServerOptions o;
+  o.token = "s3cret";
+  o.auth_timeout = 300ms;
+  ServerThread st(o);
+  auto good = MustConnect(st.port(), Dialect::kModern, "s3cret");
+  ASSERT_TRUE(good);
+  auto idle = RawConnect(st.port());
+  auto partial = RawConnect(st.port());
+  ASSERT_TRUE(idle && partial);
+  ASSERT_TRUE(SendAll(partial.get(), Hex("f5 43545241 0600000000000000 7333")));  // "s3" of 6
+  EXPECT_TRUE(PeerClosed(idle.get()));
+  EXPECT_TRUE(PeerClosed(partial.get()));
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  EXPECT_TRUE(good->Ping().ok());
+  EXPECT_EQ(st.server().num_connections(), 1u);  // `good` was not closed and reconnected
+}
+
 TEST(StoreServer, AuthIsAcceptedWhenNoTokenIsConfigured) {
   ServerThread st;
   auto c = MustConnect(st.port(), Dialect::kModern, "anything");
