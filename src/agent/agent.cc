@@ -683,10 +683,18 @@ void Agent::OnGraceExpired() {
   CheckStopped();
 }
 
+// A worker that never exited is still a failure of the attempt: stopped by ctrun, or the hung
+// rank (the root cause) whose verdict says that it did not die. Its status is the SIGKILL it was
+// sent.
 void Agent::OnFinalWaitExpired() {
   if (state_ != AgentState::kStopping) return;
   for (auto& w : workers_) {
-    if (!w.exited) unkillable_.push_back(w.pid);
+    if (!w.exited) {
+      unkillable_.push_back(w.pid);
+      w.status = ExitStatus::Signaled(SIGKILL);
+      if (!w.hang.empty()) w.hang += "; it did not exit after SIGKILL (stuck in the kernel, D state?)";
+      RecordFailure(w, /*stopped_by_ctrun=*/true);
+    }
     if (!w.group_gone) {
       hooks_.Log(2, "worker process group " + std::to_string(w.pid) +
                         " survived SIGKILL (a process stuck in the kernel, D state?); giving up on it");

@@ -283,6 +283,33 @@ TEST_F(AgentHealthTest, ACaptureThatOutlivesTheFinalWaitDoesNotEndTheAttemptTwic
   EXPECT_EQ(agent->state(), AgentState::kRunning);
 }
 
+// A hung rank stuck in the kernel (D state) survives SIGKILL: the attempt ends at the final wait
+// and the hang is still its root cause (124), with its stacks and the fact that it did not die;
+// a rank stopped beside it that did not die either is listed as stopped by ctrun.
+TEST_F(AgentHealthTest, AHungRankThatSurvivesSigkillIsStillTheRootCause) {
+  config.shutdown_timeout = 1;
+  MakeAgent().Start();
+  monitor.Hang(1, "hung: no heartbeat for 10 s (last beat at step 4)");
+  monitor.FinishCapture("stacks of 1 process saved in /s (native: eu-stack)");
+  spawner.unkillable.insert(LastPid(0));
+  spawner.unkillable.insert(LastPid(1));
+  timers.Advance(std::chrono::seconds(1));
+  timers.Advance(Agent::kFinalWait);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->exit_code(), kExitHung);
+  ASSERT_EQ(agent->failures().size(), 2u);
+  for (const auto& f : agent->failures()) {
+    if (f.local_rank == 1) {
+      EXPECT_FALSE(f.stopped_by_ctrun);
+      EXPECT_EQ(f.hang, "hung: no heartbeat for 10 s (last beat at step 4); it did not exit after SIGKILL "
+                        "(stuck in the kernel, D state?)");
+      EXPECT_EQ(f.stacks, "stacks of 1 process saved in /s (native: eu-stack)");
+    } else {
+      EXPECT_TRUE(f.stopped_by_ctrun);
+    }
+  }
+}
+
 TEST_F(AgentHealthTest, HungAttemptIsRestartedAndTheNextOneCanSucceed) {
   config.max_restarts = 1;
   MakeAgent().Start();
