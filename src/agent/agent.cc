@@ -147,10 +147,6 @@ bool Agent::DebuggedRankInJob() const {
 }
 
 void Agent::StartAttempt() {
-  failures_.clear();
-  workers_.clear();
-  killed_ = false;
-  round_stopped_ = false;
   const int n = config_.nproc_per_node;
   AttemptInfo info;
   info.restart_count = restart_count_;
@@ -163,9 +159,13 @@ void Agent::StartAttempt() {
     end_message_ = s.message();
     hooks_.Log(2, s.message());
     if (rdzv_) rdzv_->Leave();
-    Finish(1);
+    Finish(1);  // the previous attempt's failures stay: the summary names what called for this one
     return;
   }
+  failures_.clear();
+  workers_.clear();
+  killed_ = false;
+  round_stopped_ = false;
   state_ = AgentState::kRunning;
   attempt_ = attempt;
   events_->Emit(events::kAttemptStart, {{"attempt", attempt},

@@ -199,5 +199,20 @@ TEST_F(AgentDeadlineTest, AnAttemptThatCannotBePreparedIsASetupError) {
   EXPECT_EQ(o.root_cause, "cannot host the workers' store");
 }
 
+// The restart's attempt cannot be prepared (its log directory, its store): the run ends as a set-up
+// error, and the failure that called for the restart stays in the summary.
+TEST_F(AgentDeadlineTest, ARestartThatCannotBePreparedKeepsTheFailureThatCalledForIt) {
+  config.max_restarts = 1;
+  Start();
+  Exit(Pid(2), ExitStatus::Exited(3));
+  hooks.fail_prepare = true;
+  for (int i : {0, 1, 3}) Exit(Pid(i), ExitStatus::Signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(DecideJobOutcome(*agent, {}).kind, OutcomeKind::kSetupError);
+  bool kept = false;
+  for (const auto& f : agent->failures()) kept |= f.rank.global_rank == 2 && !f.stopped_by_ctrun;
+  EXPECT_TRUE(kept) << agent->failures().size() << " failures";
+}
+
 }  // namespace
 }  // namespace ctrun
