@@ -70,7 +70,9 @@ struct StoreServer::Conn {
   bool reset = false;       // the socket has an error: queued requests still run, replies are dropped
   uint32_t interest = EPOLLIN;
   bool parked = false;      // in WAIT
-  std::vector<std::string> awaited;  // keys still missing while parked
+  // Keys still missing while parked, each once (a WAIT may name a key twice); a set, so parking
+  // on k keys and waking them one by one is O(k), not O(k^2).
+  std::unordered_set<std::string> awaited;
 
   size_t pending() const { return out.size() - out_off; }
 };
@@ -578,8 +580,7 @@ void StoreServer::DoSet(const std::string& key, std::string value) {
 void StoreServer::Park(Conn& c, const std::vector<std::string>& keys) {
   Unpark(c);  // a client has at most one WAIT in flight; a new one replaces the old
   for (const auto& k : keys) {
-    if (Exists(k) || std::find(c.awaited.begin(), c.awaited.end(), k) != c.awaited.end()) continue;
-    c.awaited.push_back(k);
+    if (Exists(k) || !c.awaited.insert(k).second) continue;
     waiters_[k].push_back(c.id);
   }
   c.parked = true;
@@ -611,7 +612,7 @@ void StoreServer::WakeWaiters(const std::string& key, bool only_one) {
     auto ct = conns_.find(ids[i]);
     if (ct == conns_.end()) continue;
     Conn& w = *ct->second;
-    w.awaited.erase(std::remove(w.awaited.begin(), w.awaited.end(), key), w.awaited.end());
+    w.awaited.erase(key);
     if (w.awaited.empty()) {
       w.parked = false;
       --parked_;

@@ -492,6 +492,39 @@ TEST(StoreRobustness, MultiGetNamingOneValueManyTimesIsRefusedByDefault) {
   EXPECT_LT(testing::RssBytes(), rss0 + (64u << 20));
 }
 
+// A WAIT naming 128K keys (the most a request may: one of them twice) is parked and woken in
+// linear time: the server used to look each key up in a list of the ones before it, and drop each
+// woken key from that list (about 10^10 string compares here, tens of seconds of a stalled loop).
+TEST(StoreRobustness, WaitOnManyKeysParksAndWakesQuickly) {
+  ServerThread st;
+  constexpr uint64_t kKeys = 128 * 1024 - 1;  // distinct
+  std::string wait = Hex("00 cef7853c 06");
+  AppendU64(&wait, kKeys + 1);
+  std::string mset = Hex("00 cef7853c 0b");
+  AppendU64(&mset, kKeys - 1);
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    AppendBytes(&wait, key);
+    if (i == 0) continue;  // set last, on its own
+    AppendBytes(&mset, key);
+    AppendBytes(&mset, "");
+  }
+  AppendBytes(&wait, "k0");  // a duplicate: still one key to wait for
+  auto waiter = RawConnect(st.port());
+  auto setter = RawConnect(st.port());
+  ASSERT_TRUE(waiter && setter);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(SendAll(waiter.get(), wait));
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_waiting() == 1; }));
+  ASSERT_TRUE(SendAll(setter.get(), mset + Hex("0d 01000000")));  // then PING: it has run
+  ASSERT_EQ(ToHex(RecvN(setter.get(), 4)), "01000000");
+  EXPECT_EQ(st.server().num_waiting(), 1u);  // k0 is still missing
+  ASSERT_TRUE(SendAll(setter.get(), Hex("01 0200000000000000 6b30 0000000000000000")));  // SET k0
+  EXPECT_EQ(ToHex(RecvN(waiter.get(), 1)), "00");  // STOP_WAITING
+  EXPECT_EQ(st.server().num_waiting(), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
 TEST(StoreRobustness, ThousandIdleConnections) {
   if (testing::RaiseFdLimit(4096) < 2200) GTEST_SKIP() << "ulimit -n too low for 1000 connections";
   ServerThread st;
