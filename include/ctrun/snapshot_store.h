@@ -2,7 +2,8 @@
 //
 // Contract
 //  - save(step, bytes) writes "<dir>/snapshot-<step, 20 digits>.ctsnap" atomically: the data goes
-//    to a temp file in the same directory (".tmp-snapshot-<step>-<pid>-<n>"), is fsync'ed, renamed
+//    to a temp file in the same directory (".tmp-snapshot-<step, 20 digits>.ctsnap-<host>-<pid>-<n>",
+//    <host> being this host's name with each byte outside [A-Za-z0-9._-] as '_'), is fsync'ed, renamed
 //    over the final name, and the directory is fsync'ed. A reader never sees a partial final file;
 //    a crash (even SIGKILL or power loss after the fsync) leaves either the old set or the new set.
 //    Directories the constructor creates (mkdir -p of dir) are fsync'ed into their parents at
@@ -27,7 +28,13 @@
 //    (or on a fresh start), so that no rank keeps a newer snapshot of the abandoned run. Kept, it
 //    could be agreed on later, after a save of the same step that only some ranks finished, and
 //    those ranks would resume from different runs.
-//  - Temp files left by dead writers of this directory are removed when a store opens it.
+//  - Temp files left by dead writers of this directory are removed when a store opens it: at once
+//    for a writer of this host (same <host>) whose pid is gone (kill(pid, 0) fails with ESRCH; a
+//    live pid of another user is left alone); a temp of another host (a shared filesystem, where
+//    an evaluator on another node may open a rank's store) or without a host in its name (an
+//    older version's) only once it has not been modified for an hour, since its pid cannot be
+//    checked here. Writers that share a host name must share a pid namespace (containers with
+//    the host's name and their own pids are not told apart).
 //  - load_latest() returns the snapshot with the highest step that passes every check (header
 //    CRC, exact file length, payload CRC, decompressed length); corrupt or torn files are skipped
 //    (listed in LoadResult::skipped, never deleted by a load) and the next older one is tried.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -62,6 +63,39 @@ bool WriteFully(int fd, const void* data, size_t n) {
 
 }  // namespace
 
+const std::string& temp_host_token() {
+  static const std::string token = [] {
+    char name[256] = {};
+    std::string t;
+    if (::gethostname(name, sizeof name - 1) == 0) t = name;
+    for (char& c : t) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                      c == '_' || c == '-';
+      if (!ok) c = '_';
+    }
+    return t.empty() ? std::string("unknown-host") : t;
+  }();
+  return token;
+}
+
+std::optional<TempWriter> parse_temp_writer(std::string_view tail) {
+  auto number = [](std::string_view text, auto* out) {
+    if (text.empty()) return false;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return ec == std::errc() && p == text.data() + text.size();
+  };
+  const size_t last = tail.rfind('-');
+  unsigned long long n = 0;
+  if (last == std::string_view::npos || !number(tail.substr(last + 1), &n)) return std::nullopt;
+  const std::string_view head = tail.substr(0, last);
+  const size_t dash = head.rfind('-');
+  TempWriter w;
+  if (!number(dash == std::string_view::npos ? head : head.substr(dash + 1), &w.pid) || w.pid <= 0)
+    return std::nullopt;
+  if (dash != std::string_view::npos) w.host = std::string(head.substr(0, dash));
+  return w;
+}
+
 std::string dir_of(const std::string& path) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -117,8 +151,8 @@ std::string write_file_atomic(const std::string& path, std::initializer_list<Con
   std::optional<InFlightEntry> in_flight;  // from before the file exists: a store's start-up
                                           // never takes it for a dead writer's
   for (int tries = 0; tries < 64 && !fd; ++tries) {
-    tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + std::to_string(::getpid()) + "-" +
-          std::to_string(counter.fetch_add(1));
+    tmp = dir + "/" + kTempPrefix + base_of(path) + "-" + temp_host_token() + "-" + std::to_string(::getpid()) +
+          "-" + std::to_string(counter.fetch_add(1));
     in_flight.emplace(tmp);
     fd.reset(RetryOnEintr([&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); }));
     if (!fd && errno != EEXIST) break;

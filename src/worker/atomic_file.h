@@ -2,7 +2,8 @@
 // of ctrun_worker and by the agent's report module (src/report/error_file.cc). Not installed.
 //
 // Contract: write_file_atomic(path, parts) writes the concatenation of `parts` to a new temp file
-// "<dir>/.tmp-<name>-<pid>-<n>" (O_EXCL|O_CLOEXEC, mode 0644), fsyncs it, renames it over `path`,
+// "<dir>/.tmp-<name>-<host>-<pid>-<n>" (<host>: temp_host_token(), below; O_EXCL|O_CLOEXEC, mode
+// 0644), fsyncs it, renames it over `path`,
 // and fsyncs the directory, so `path` holds either its old content or all of the new one, also
 // across a crash. With durable=false the two fsyncs are skipped (rename is still atomic for other
 // processes). On failure the temp file is removed and the error text ("write <tmp>: No space
@@ -12,9 +13,13 @@
 // process's pid (a restarted container's fresh pid namespace) is stepped over, not failed on.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ctrun::worker {
@@ -28,6 +33,24 @@ inline constexpr const char* kTempPrefix = ".tmp-";
 
 std::string write_file_atomic(const std::string& path, std::initializer_list<ConstBuf> parts,
                               bool durable = true);
+// The <host> of temp names: this host's name (gethostname: a container's own when it has its own
+// UTS namespace) with each byte outside [A-Za-z0-9._-] replaced by '_', or "unknown-host" when it
+// has none. Read once per process. It tells a reader of a shared directory (an evaluator on
+// another node, say) whether the <pid> of a temp name is one of the pids it can check: the name
+// is assumed to identify one pid namespace, so writers that share a host name but not a pid
+// namespace (containers given the host's name) are not told apart.
+const std::string& temp_host_token();
+
+// The writer a temp name records, from the part after ".tmp-<name>-": "<host>-<pid>-<n>", the
+// fields taken from the right (a host name may hold dashes). A name of the older form
+// "<pid>-<n>" (written before temp names carried the host) gives an empty host. nullopt when
+// the part has neither form.
+struct TempWriter {
+  std::string host;
+  pid_t pid = 0;
+};
+std::optional<TempWriter> parse_temp_writer(std::string_view tail);
+
 // Whether `tmp` (a full temp path) is being written by write_file_atomic in this process now:
 // a temp file with this process's pid that is not is a dead writer's.
 bool temp_in_flight(const std::string& tmp);

@@ -38,6 +38,9 @@ constexpr size_t kHeaderSize = 64;
 constexpr size_t kHeaderCrcOffset = 56;
 constexpr const char* kFilePrefix = "snapshot-";
 constexpr const char* kFileSuffix = ".ctsnap";
+// How long a temp file of another host (or without a host in its name) must go unmodified
+// before a store opening the directory takes it for a dead writer's (see the constructor).
+constexpr std::chrono::hours kForeignTempAge{1};
 
 // Little-endian field access (the header is defined little-endian; x86_64/aarch64 are LE).
 template <typename T>
@@ -113,6 +116,17 @@ std::optional<uint64_t> StepFromName(const std::string& name) {
   auto [p, ec] = std::from_chars(b, b + 20, step);
   if (ec != std::errc() || p != b + 20) return std::nullopt;
   return step;
+}
+
+// The writer a temp file of a snapshot name records (atomic_file.h), or nullopt for any other name.
+std::optional<TempWriter> SnapshotTempWriter(const std::string& name) {
+  const size_t tl = std::strlen(kTempPrefix);
+  const size_t target_len = std::strlen(kFilePrefix) + 20 + std::strlen(kFileSuffix);
+  if (name.size() <= tl + target_len + 1 || name.compare(0, tl, kTempPrefix) != 0 || name[tl + target_len] != '-' ||
+      !StepFromName(name.substr(tl, target_len))) {
+    return std::nullopt;
+  }
+  return parse_temp_writer(std::string_view(name).substr(tl + target_len + 1));
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {
@@ -252,20 +266,30 @@ SnapshotStore::SnapshotStore(SnapshotOptions options) : options_(std::move(optio
   // parent (wait() promises a durable snapshot, which needs its directory's entry too).
   if (std::string err = make_dirs(options_.dir, options_.fsync); !err.empty())
     throw SnapshotError("create " + options_.dir + ": " + err);
-  // Temp files of writers that died mid-save ("<prefix>snapshot-<step>.ctsnap-<pid>-<n>").
-  const std::string tmp_prefix = std::string(kTempPrefix) + kFilePrefix;
+  // Temp files of writers that died mid-save (".tmp-snapshot-<step>.ctsnap-<host>-<pid>-<n>").
+  // Only a pid of this host (the same host token) can be checked, and only a writer known to be
+  // gone loses its file now: kill() failing with ESRCH. EPERM is a live writer of another user.
+  // Our own pid is ours only while we write it; otherwise it is a dead writer's that had our pid
+  // (a restarted container's fresh pid namespace). The temp of another host (a shared
+  // filesystem: this store may be an evaluator's on another node, its pids not ours to check) or
+  // of the older name without a host goes only once unmodified for kForeignTempAge: a writer
+  // changes its file as it writes it and renames it right after the last write, so an hour
+  // without a change is a dead writer (or one stopped for that long, whose save then fails).
+  const auto now = std::chrono::system_clock::now();
   for (const std::string& name : ListDir(options_.dir)) {
-    if (name.rfind(tmp_prefix, 0) != 0) continue;
-    auto dash = name.rfind('-');
-    auto dash2 = dash == std::string::npos || dash == 0 ? std::string::npos : name.rfind('-', dash - 1);
-    if (dash2 == std::string::npos) continue;
-    pid_t pid = 0;
-    auto [p, ec2] = std::from_chars(name.data() + dash2 + 1, name.data() + dash, pid);
-    if (ec2 != std::errc() || pid <= 0) continue;
+    const std::optional<TempWriter> writer = SnapshotTempWriter(name);
+    if (!writer) continue;
     const std::string path = options_.dir + "/" + name;
-    // A live writer: leave it. Our own pid is ours only while we write it; otherwise it is a
-    // dead writer's that had our pid (a restarted container's fresh pid namespace).
-    if (pid == ::getpid() ? temp_in_flight(path) : ::kill(pid, 0) == 0) continue;
+    if (writer->host == temp_host_token()) {
+      const bool alive = writer->pid == ::getpid() ? temp_in_flight(path)
+                                                   : ::kill(writer->pid, 0) == 0 || errno != ESRCH;
+      if (alive) continue;
+    } else {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      const auto modified = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+      if (now - modified < kForeignTempAge) continue;  // (a second's precision is plenty here)
+    }
     ::unlink(path.c_str());
   }
 }

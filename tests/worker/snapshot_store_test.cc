@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -268,16 +271,34 @@ TEST(SnapshotStore, SkipsNamesThatAreNotRegularFilesWithoutBlocking) {
   EXPECT_EQ(store.list_steps(), (std::vector<uint64_t>{5, 7, 8, 9}));
 }
 
+// A pid that no process has: a child we have reaped.
+pid_t DeadPid() {
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  if (dead > 0) ::waitpid(dead, nullptr, 0);
+  return dead;
+}
+
+std::string TempName(uint64_t step, const std::string& writer) {
+  char name[64];
+  std::snprintf(name, sizeof name, ".tmp-snapshot-%020llu.ctsnap-", static_cast<unsigned long long>(step));
+  return name + writer;
+}
+
+void MakeOld(const std::string& path) {
+  struct timespec times[2] = {};
+  times[0].tv_sec = times[1].tv_sec = ::time(nullptr) - 2 * 3600;
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+}
+
 TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {
   TempDir dir;
   { SnapshotStore store(Opts(dir.path())); store.save(1, Bytes("one")); }
-  // A temp file of a writer that is gone: the pid of a child we have reaped.
-  pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
+  const pid_t dead = DeadPid();
   ASSERT_GT(dead, 0);
-  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
-  const std::string stale = dir / (".tmp-snapshot-00000000000000000002.ctsnap-" + std::to_string(dead) + "-0");
-  const std::string live = dir / (".tmp-snapshot-00000000000000000003.ctsnap-" + std::to_string(::getppid()) + "-0");
+  const std::string host = temp_host_token();
+  const std::string stale = dir / TempName(2, host + "-" + std::to_string(dead) + "-0");
+  const std::string live = dir / TempName(3, host + "-" + std::to_string(::getppid()) + "-0");
   std::ofstream(stale) << "partial";
   std::ofstream(live) << "partial";
   SnapshotStore store(Opts(dir.path()));
@@ -287,21 +308,105 @@ TEST(SnapshotStore, IgnoresTempFilesAndRemovesThoseOfDeadWriters) {
   EXPECT_EQ(store.list_steps(), std::vector<uint64_t>{1});
 }
 
+// A shared filesystem: the pid in another host's temp name is not ours to check (an evaluator on
+// another node opening a rank's store must not remove the rank's save in flight). Such a temp,
+// and one of the older name without a host, goes only once unmodified for an hour.
+TEST(SnapshotStore, TempFilesOfOtherHostsGoOnlyWhenOld) {
+  TempDir dir;
+  const pid_t dead = DeadPid();
+  ASSERT_GT(dead, 0);
+  const std::string pid = std::to_string(dead);
+  const std::string other = temp_host_token() + "-other-7";  // dashes and digits in a host name
+  const std::string fresh_other = dir / TempName(2, other + "-" + pid + "-0");
+  const std::string old_other = dir / TempName(3, other + "-" + pid + "-1");
+  const std::string fresh_legacy = dir / TempName(4, pid + "-2");
+  const std::string old_legacy = dir / TempName(5, pid + "-3");
+  for (const auto& p : {fresh_other, old_other, fresh_legacy, old_legacy}) std::ofstream(p) << "partial";
+  MakeOld(old_other);
+  MakeOld(old_legacy);
+  SnapshotStore store(Opts(dir.path()));
+  EXPECT_TRUE(std::filesystem::exists(fresh_other));
+  EXPECT_TRUE(std::filesystem::exists(fresh_legacy));
+  EXPECT_FALSE(std::filesystem::exists(old_other));
+  EXPECT_FALSE(std::filesystem::exists(old_legacy));
+}
+
+// kill(pid, 0) fails with EPERM for a live process of another user: its writer is alive.
+TEST(SnapshotStore, TheTempFileOfALiveWriterOfAnotherUserIsKept) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a live process of another user than the store's)";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);  // nobody may remove what it likes in there
+  const std::string live = dir / TempName(2, temp_host_token() + "-" + std::to_string(::getpid()) + "-0");
+  std::ofstream(live) << "partial";
+  constexpr int kSkip = 77;
+  const int rc = RunInChild([&] {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) return kSkip;
+    if (::kill(::getppid(), 0) == 0 || errno != EPERM) return kSkip;
+    SnapshotStore store(Opts(dir.path()));
+    return 0;
+  }, std::chrono::seconds(30));
+  if (rc == kSkip) GTEST_SKIP() << "cannot become nobody here";
+  ASSERT_EQ(rc, 0);
+  EXPECT_TRUE(std::filesystem::exists(live));
+}
+
 // A container restarted in a fresh pid namespace: the rank's new process often has the pid of
 // the one that was killed mid-save. Its temp file is a dead writer's all the same (this process
 // writes nothing yet), and the first save of the same step does not trip over its name.
 TEST(SnapshotStore, ATempFileOfADeadWriterWithOurPidIsRemovedAndNotInTheWay) {
   TempDir dir;
-  const std::string ours = std::to_string(::getpid());
+  const std::string ours = temp_host_token() + "-" + std::to_string(::getpid());
   std::vector<std::string> stale;
-  for (int n = 0; n < 8; ++n)
-    stale.push_back(dir / (".tmp-snapshot-00000000000000000004.ctsnap-" + ours + "-" + std::to_string(n)));
+  for (int n = 0; n < 8; ++n) stale.push_back(dir / TempName(4, ours + "-" + std::to_string(n)));
   for (const auto& s : stale) std::ofstream(s) << "partial";
   SnapshotStore store(Opts(dir.path()));
   for (const auto& s : stale) EXPECT_FALSE(std::filesystem::exists(s)) << s;
   for (const auto& s : stale) std::ofstream(s) << "partial";  // and if they came back meanwhile
   store.save(4, Bytes("four"));
   EXPECT_EQ(store.load_latest().snapshot->step, 4u);
+}
+
+TEST(AtomicFile, TempNamesCarryTheHostAndParseFromTheRight) {
+  const std::string& host = temp_host_token();
+  ASSERT_FALSE(host.empty());
+  for (char c : host) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') << host;
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  if (std::string(name).find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos &&
+      name[0] != '\0') {
+    EXPECT_EQ(host, name);
+  }
+  auto w = parse_temp_writer("node-12-345-6");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->host, "node-12");
+  EXPECT_EQ(w->pid, 345);
+  w = parse_temp_writer("345-6");  // the older form, without a host
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->host, "");
+  EXPECT_EQ(w->pid, 345);
+  for (const char* bad : {"", "6", "node-6", "node-x-6", "node-345-", "node-345-6x", "node-0-6", "node-+1-6"})
+    EXPECT_FALSE(parse_temp_writer(bad)) << bad;
+  // The name write_file_atomic uses: its error text names the temp file (here a write refused
+  // by RLIMIT_FSIZE, in a child).
+  TempDir dir;
+  const std::string err_file = dir / "err";
+  const int rc = RunInChild([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit old {};
+    if (::getrlimit(RLIMIT_FSIZE, &old) != 0) return 1;
+    rlimit none = old;
+    none.rlim_cur = 0;
+    if (::setrlimit(RLIMIT_FSIZE, &none) != 0) return 1;
+    const std::string data = "{}";
+    const std::string err = write_file_atomic(dir / "error.json", {{data.data(), data.size()}});
+    if (::setrlimit(RLIMIT_FSIZE, &old) != 0) return 1;
+    const int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return fd >= 0 && ::write(fd, err.data(), err.size()) >= 0 ? 0 : 2;
+  }, std::chrono::seconds(30));
+  ASSERT_EQ(rc, 0);
+  const std::string err = ctrun::testing::ReadFileOr(err_file);
+  EXPECT_NE(err.find("/.tmp-error.json-" + host + "-"), std::string::npos) << err;
 }
 
 // The atomic write never replaces what is not a file: a FIFO (or /dev/null, as root) at the
