@@ -54,7 +54,8 @@ constexpr std::array kOptions = {
               "Rendezvous backend: static (fixed nodes, node rank 0 hosts the store), c10d (ctrun's "
               "own, on its TCP store; elastic), etcd or etcd-v2 (etcd's v3 API; elastic)."},
     OptionDef{"rdzv_endpoint", 0, Kind::kValue, "PET_RDZV_ENDPOINT", "HOST[:PORT]", "", Group::kNodes,
-              "Rendezvous endpoint. c10d: the store, default port 29400; etcd: one or more "
+              "Rendezvous endpoint. c10d: the store, default port 29400 (port 0: any free port, "
+              "one node only, as --standalone); etcd: one or more "
               "HOST[:PORT] separated by commas, default port 2379; static with none given: "
               "MASTER_ADDR:MASTER_PORT."},
     OptionDef{"rdzv_id", 0, Kind::kValue, "PET_RDZV_ID", "ID", "none", Group::kNodes,

@@ -171,6 +171,13 @@ StatusOr<int> Port(std::string_view text, std::string_view whole) {
   return port;
 }
 
+// "HOST:0": a c10d endpoint on any free port, which torchrun takes (its --standalone is exactly
+// that). A bare IPv6 address ending in ":0" ("fe80::1:0") has no port and is not one.
+bool PortIsZero(std::string_view endpoint) {
+  return endpoint.ends_with(":0") && !ParseHostPort(endpoint, kC10dDefaultPort).ok() &&
+         ParseHostPort(endpoint.substr(0, endpoint.size() - 2), kC10dDefaultPort).ok();
+}
+
 Status ResolveEndpoints(LaunchConfig* c, RdzvSettings* s) {
   if (s->backend == "static") {
     // torchrun: the endpoint, else --master_addr:--master_port; the endpoint must name its port.
@@ -251,6 +258,13 @@ StatusOr<HostPort> ParseHostPort(std::string_view text, int default_port) {
 Status ResolveSettings(LaunchConfig* c) {
   RdzvSettings s;
   s.backend = c->rdzv_backend == "etcd-v2" ? "etcd" : c->rdzv_backend;
+  if (!c->standalone && s.backend == "c10d" && PortIsZero(c->rdzv_endpoint)) {
+    if (c->max_nodes > 1)
+      return Status::Error("--rdzv_endpoint=" + c->rdzv_endpoint +
+                           ": port 0 (any free port) works only for a single node (--nnodes=1): the other "
+                           "nodes could not learn the port");
+    c->standalone = true;  // as torchrun, whose --standalone is c10d at localhost:0
+  }
   if (c->standalone) {
     if (c->max_nodes > 1)
       return Status::Error("--standalone runs a single node, but --nnodes=" + std::to_string(c->min_nodes) + ":" +

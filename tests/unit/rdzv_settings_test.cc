@@ -227,10 +227,34 @@ TEST(ResolveSettings, C10dWithoutAnEndpointIsLocalhostAndTakesTorchrunsConfKeys)
   EXPECT_NE(ResolveSettings(&c).message().find("join_timeout=1e10: expected a number of seconds: must be at most 1e9"),
             std::string::npos);
   c.rdzv_conf = {};
-  // One node with c10d is still a rendezvous (torchrun tutorials use --nnodes=1 with c10d).
-  c = Multi("c10d", 1, 1);
+}
+
+// torchrun takes a c10d endpoint on port 0 (any free port; its --standalone is just that), and
+// launch scripts use it for one node (torchtitan's run_train.sh): ctrun runs such a job as
+// --standalone. On more nodes the others could not learn the port: refused, saying so.
+TEST(ResolveSettings, AC10dEndpointOnPortZeroIsStandaloneForOneNode) {
+  LaunchConfig c = Multi("c10d", 1, 1);
   c.rdzv_endpoint = "localhost:0";
-  ASSERT_FALSE(ResolveSettings(&c).ok()) << "port 0";
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_TRUE(c.standalone);
+  EXPECT_FALSE(c.rdzv.multi_node);
+  c = Multi("c10d", 1, 1);
+  c.rdzv_endpoint = "[::1]:0";
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_TRUE(c.standalone);
+  c = Multi("c10d", 1, 1);
+  c.rdzv_endpoint = "fe80::1:0";  // a bare IPv6 address: the default port, a real rendezvous
+  ASSERT_TRUE(ResolveSettings(&c).ok());
+  EXPECT_FALSE(c.standalone);
+  c = Multi("c10d", 1, 2);
+  c.rdzv_endpoint = "localhost:0";
+  const Status st = ResolveSettings(&c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "--rdzv_endpoint=localhost:0: port 0 (any free port) works only for a single node "
+                          "(--nnodes=1): the other nodes could not learn the port");
+  c = Multi("etcd", 1, 1);
+  c.rdzv_endpoint = "localhost:0";
+  EXPECT_FALSE(ResolveSettings(&c).ok()) << "etcd listens on a real port";
 }
 
 TEST(ResolveSettings, EtcdTakesSeveralEndpointsAndV2IsAnAlias) {
