@@ -79,11 +79,12 @@ constexpr std::array kOptions = {
               "hosts the store there, so it must be one of its addresses. IPv6 as [::1] or ::1."},
     OptionDef{"master_port", 0, Kind::kValue, "PET_MASTER_PORT", "PORT", "29500", Group::kNodes,
               "Port on the rank-0 node (static rendezvous without --rdzv-endpoint), 1-65535."},
-    OptionDef{"local_addr", 0, Kind::kValue, "PET_LOCAL_ADDR", "ADDR", "this host's FQDN", Group::kNodes,
+    OptionDef{"local_addr", 0, Kind::kValue, "PET_LOCAL_ADDR", "ADDR", "", Group::kNodes,
               "Address of this node: with c10d, etcd or a multi-node static job, how the other nodes "
-              "reach it and MASTER_ADDR when it hosts rank 0; with --standalone, MASTER_ADDR and "
-              "where the store listens. Unused by a single-node static job (MASTER_ADDR is "
-              "--master-addr). IPv6 as [::1] or ::1."},
+              "reach it and MASTER_ADDR when it hosts rank 0 (default: the local address that routes "
+              "to the rendezvous endpoint, else the host name); with --standalone, MASTER_ADDR and "
+              "where the store listens (default 127.0.0.1). Unused by a single-node static job "
+              "(MASTER_ADDR is --master-addr). IPv6 as [::1] or ::1."},
     // --- Workers ---
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
               "Workers per node: a count; cpu (one per CPU this process may run on: its affinity); gpu (one per visible GPU, counted at run "
@@ -152,7 +153,8 @@ constexpr std::array kOptions = {
     // --- ctrun extensions ---
     OptionDef{"forward_signals", 0, Kind::kValue, "", "SIGNALS|none", "SIGUSR1,SIGUSR2", Group::kCtrun,
               "Signals forwarded to every worker without stopping the job (e.g. SLURM's pre-emption "
-              "warning). A signal also in --signals-to-handle stops the job instead."},
+              "warning). A default one named in --signals-to-handle stops the job instead; naming a "
+              "signal in both flags is an error."},
     OptionDef{"log_prefix", 0, Kind::kValue, "", "TEMPLATE|rank|none|inherit", "", Group::kCtrun,
               "Prefix of worker lines on the console; ${rank}, ${local_rank}, ${role_name}, ${host}, "
               "${node_rank} and ${world_size} are replaced. 'rank': the default prefix below, also into "
