@@ -49,10 +49,13 @@
 //    take_buffer() hands back the last written buffer for reuse (true double buffering: one
 //    buffer being written, one being filled; the store holds at most these two).
 //  - Errors: save/save_async/wait throw SnapshotError (I/O failures, with errno text). Loads do
-//    not throw for bad files, only for an unreadable directory. The first save_async also throws
-//    SnapshotError when the background thread cannot start (EAGAIN under a pids limit): that
-//    buffer is not saved, the store stays usable (save() works), and the next save_async tries
-//    to start the thread again.
+//    not throw for bad files, only for an unreadable directory, or std::bad_alloc when memory
+//    runs out for a file's bytes (what it stores, or decompressed as much as the zstd frame
+//    really yields: a crafted length costs no memory). That file may be valid, so it is not
+//    skipped: a resume from an older one would let the next save remove it. The first
+//    save_async also throws SnapshotError when the background thread cannot start (EAGAIN
+//    under a pids limit): that buffer is not saved, the store stays usable (save() works), and
+//    the next save_async tries to start the thread again.
 //  - One writer per directory (give each rank its own directory). Not safe to share one
 //    SnapshotStore between threads except as documented (save_async runs the write on one
 //    background thread owned by the store).

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <exception>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -202,6 +204,66 @@ bool LooksValid(const std::string& path, uint64_t step) {
   return OpenRegular(path, &fd, &size).empty() && ReadHeader(fd.get(), size, &hd).empty() && hd.step == step;
 }
 
+#if CTRUN_WORKER_HAVE_ZSTD
+// Decompresses `stored`, one zstd frame, into *raw, which must come out at exactly raw_len bytes
+// (the header's length, equal to the frame's content size, both from the file). That length is
+// within the bound of what the stored bytes could inflate to, but that bound is ~32768 times the
+// file: a crafted frame could claim terabytes for a megabyte. So the output is allocated as it
+// is really produced: raw_len at once only when it is at most kFirstOutput or twice the stored
+// length (a snapshot that compresses up to 2:1, the common case, decompresses in one call into
+// its final buffer), otherwise starting there and doubling, never past raw_len. A frame that
+// yields more or fewer bytes than raw_len, is truncated or has bytes after it is rejected.
+std::string Decompress(const std::vector<std::byte>& stored, uint64_t raw_len, std::vector<std::byte>* raw) {
+  constexpr uint64_t kFirstOutput = uint64_t{1} << 20;
+  const uint64_t first = std::max<uint64_t>(kFirstOutput, stored.size() * uint64_t{2});
+  const auto mismatch = [&](const std::string& got) {
+    return "decompressed length mismatch: the zstd frame holds " + got + " bytes, the header says " +
+           std::to_string(raw_len);
+  };
+  if (raw_len <= first) {
+    raw->resize(raw_len);
+    const size_t r = ZSTD_decompress(raw->data(), raw->size(), stored.data(), stored.size());
+    if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);
+    if (r != raw_len) return mismatch(std::to_string(r));
+    return {};
+  }
+  std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), &ZSTD_freeDCtx);
+  if (!dctx) throw std::bad_alloc();
+  raw->resize(first);
+  ZSTD_inBuffer in{stored.data(), stored.size(), 0};
+  size_t produced = 0;
+  bool complete = false;
+  while (!complete) {
+    if (produced == raw->size()) {
+      if (raw->size() == raw_len) break;  // all raw_len bytes are out
+      raw->resize(std::min<uint64_t>(raw_len, raw->size() * uint64_t{2}));
+    }
+    ZSTD_outBuffer out{raw->data(), raw->size(), produced};
+    const size_t in_before = in.pos;
+    const size_t r = ZSTD_decompressStream(dctx.get(), &out, &in);
+    if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);
+    const bool progress = out.pos != produced || in.pos != in_before;
+    produced = out.pos;
+    complete = r == 0;
+    if (!complete && !progress) return "truncated zstd frame";
+  }
+  // All raw_len bytes are out but the frame has not ended yet: it must end without a byte more.
+  while (!complete) {
+    std::byte extra{};
+    ZSTD_outBuffer out{&extra, 1, 0};
+    const size_t in_before = in.pos;
+    const size_t r = ZSTD_decompressStream(dctx.get(), &out, &in);
+    if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);
+    if (out.pos != 0) return mismatch("more than " + std::to_string(raw_len));
+    complete = r == 0;
+    if (!complete && in.pos == in_before) return "truncated zstd frame";
+  }
+  if (in.pos != in.size) return "bytes after the zstd frame";
+  if (produced != raw_len) return mismatch(std::to_string(produced));
+  return {};
+}
+#endif
+
 }  // namespace
 
 std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>* data_out,
@@ -217,17 +279,15 @@ std::string verify_snapshot_file(const std::string& path, std::vector<std::byte>
   std::vector<std::byte> raw;
   if (hd.flags & kFlagZstd) {
 #if CTRUN_WORKER_HAVE_ZSTD
-    // The raw length comes from the file: check it before it becomes an allocation. A zstd block
-    // inflates to at most 128 KiB and takes at least 4 stored bytes (an RLE block), so a larger
-    // raw length is corrupt or crafted; and save() always records the length in the frame.
+    // The raw length comes from the file. A zstd block inflates to at most 128 KiB and takes at
+    // least 4 stored bytes (an RLE block), so a larger raw length is corrupt or crafted; and
+    // save() always records the length in the frame. Decompress allocates only as the frame
+    // really yields bytes, since this bound is far above any real snapshot's length.
     if (hd.raw_len > (hd.stored_len / 4 + 1) * (128u << 10))
       return "raw length " + std::to_string(hd.raw_len) + " impossible for " + std::to_string(hd.stored_len) +
              " zstd bytes";
     if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != hd.raw_len) return "decompressed length mismatch";
-    raw.resize(hd.raw_len);
-    size_t r = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
-    if (ZSTD_isError(r)) return std::string("zstd: ") + ZSTD_getErrorName(r);
-    if (r != hd.raw_len) return "decompressed length mismatch";
+    if (std::string e = Decompress(stored, hd.raw_len, &raw); !e.empty()) return e;
 #else
     return "zstd-compressed snapshot, but ctrun_worker was built without zstd";
 #endif

@@ -514,6 +514,72 @@ TEST(SnapshotStore, ZstdRoundTripCompresses) {
   EXPECT_FALSE(store.load(1));
 }
 
+// A crafted compressed snapshot: valid checksums, and a zstd frame whose content size (and the
+// header's raw length) is ~8 GiB, the most the length bound allows for its 256 KiB, while it
+// holds 256 KiB (two raw blocks). A load rejects it and falls back without allocating what it
+// claims: it runs in a child whose address space may grow by 256 MiB only.
+TEST(SnapshotStore, ACraftedZstdLengthIsRejectedWithoutAllocatingIt) {
+  if (!snapshot_compression_available()) GTEST_SKIP() << "built without zstd";
+  TempDir dir;
+  SnapshotStore store(Opts(dir.path()));
+  store.save(1, Bytes("one"));
+  constexpr size_t kBlock = 128 << 10;
+  // Frame: magic; descriptor 0xC0 (8-byte content size, a window descriptor, no checksum);
+  // window 2^17; the content size; then raw blocks (3-byte header: size << 3 | type 0 | last).
+  std::vector<unsigned char> frame = {0x28, 0xB5, 0x2F, 0xFD, 0xC0, 0x38};
+  const size_t stored_len = frame.size() + 8 + 2 * (3 + kBlock);
+  const uint64_t claimed = (stored_len / 4 + 1) * kBlock;
+  for (int i = 0; i < 8; ++i) frame.push_back(static_cast<unsigned char>(claimed >> (8 * i)));
+  const std::vector<std::byte> content = Pattern(3);
+  for (int b = 0; b < 2; ++b) {
+    const uint32_t block_header = static_cast<uint32_t>(kBlock << 3) | (b == 1 ? 1u : 0u);
+    for (int i = 0; i < 3; ++i) frame.push_back(static_cast<unsigned char>(block_header >> (8 * i)));
+    for (size_t i = 0; i < kBlock; ++i) frame.push_back(static_cast<unsigned char>(content[i % content.size()]));
+  }
+  ASSERT_EQ(frame.size(), stored_len);
+  unsigned char h[64] = {};
+  auto put = [&](size_t off, auto v) { std::memcpy(h + off, &v, sizeof v); };
+  std::memcpy(h, "CTSNAP01", 8);
+  put(8, uint32_t{1});   // version
+  put(12, uint32_t{1});  // flags: zstd
+  put(16, uint64_t{2});  // step
+  put(24, uint64_t{stored_len});
+  put(32, uint64_t{claimed});
+  put(48, crc32c(frame.data(), frame.size()));
+  put(56, crc32c(h, 56));
+  {
+    std::ofstream f(store.path_for(2), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(h), 64);
+    f.write(reinterpret_cast<const char*>(frame.data()), static_cast<std::streamsize>(frame.size()));
+  }
+  const std::string out = dir / "out";
+  const int rc = RunInChild([&] {
+    // The address space may grow by 256 MiB from here (VmSize, in kB, from /proc/self/status).
+    unsigned long long vm_kb = 0;
+    for (const std::string& l : ctrun::testing::SplitLines(ctrun::testing::ReadFileOr("/proc/self/status")))
+      if (l.rfind("VmSize:", 0) == 0) vm_kb = std::stoull(l.substr(7));
+    if (vm_kb == 0) return 10;
+    const rlimit as{(vm_kb << 10) + (256ull << 20), RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) return 11;
+    std::string text;
+    try {
+      LoadResult r = store.load_latest();
+      text = (r.snapshot ? std::to_string(r.snapshot->step) : std::string("none")) + "\n";
+      for (const auto& why : r.skipped) text += why + "\n";
+    } catch (const std::exception& e) {
+      text = std::string("threw: ") + e.what() + "\n";
+    }
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) ? 0 : 12;
+  }, std::chrono::seconds(60));
+  ASSERT_EQ(rc, 0);
+  const std::vector<std::string> lines = ctrun::testing::SplitLines(ctrun::testing::ReadFileOr(out));
+  ASSERT_EQ(lines.size(), 2u) << ctrun::testing::ReadFileOr(out);
+  EXPECT_EQ(lines[0], "1");
+  // zstd itself notices the frame ending short of its content size.
+  EXPECT_EQ(lines[1].rfind(store.path_for(2) + ": zstd: ", 0), 0u) << lines[1];
+}
+
 TEST(SnapshotStore, RejectsBadOptions) {
   TempDir dir;
   EXPECT_THROW(SnapshotStore(Opts("")), SnapshotError);
