@@ -60,6 +60,7 @@ class Cursor {
     return R::kOk;
   }
   // uint64 length + bytes, length checked against `limit` and the whole-request limit first.
+  // s == nullptr: the bytes are only skipped (checked present, not copied).
   R Bytes(size_t limit, std::string* s) {
     uint64_t len = 0;
     if (R r = Value(&len); r != R::kOk) return r;
@@ -68,7 +69,7 @@ class Cursor {
       return R::kTooBig;
     }
     if (!Have(static_cast<size_t>(len))) return R::kShort;
-    s->assign(in_.data() + pos_, static_cast<size_t>(len));
+    if (s) s->assign(in_.data() + pos_, static_cast<size_t>(len));
     pos_ += static_cast<size_t>(len);
     return R::kOk;
   }
@@ -91,26 +92,28 @@ class Cursor {
 
 using R = Cursor::R;
 
-// Decodes the body (everything after the type byte) of `op` into *req.
+// Decodes the body (everything after the type byte) of `op` into *req. req == nullptr: only
+// walks it, checking every length against the limits and copying nothing, so that a request that
+// is not all there yet costs no allocation (Parse then decodes it once, when it is complete).
 R DecodeBody(Op op, const Limits& lim, Cursor* c, Request* req) {
   R r = R::kOk;
-  auto key = [&]() {
-    req->keys.emplace_back();
-    return c->Bytes(lim.max_key_bytes, &req->keys.back());
+  Request scratch;  // the fixed-size fields when only walking; its vectors stay empty
+  Request& q = req ? *req : scratch;
+  auto bytes = [&](size_t limit, std::vector<std::string>* into) {
+    if (!req) return c->Bytes(limit, nullptr);
+    into->emplace_back();
+    return c->Bytes(limit, &into->back());
   };
-  auto value = [&]() {
-    req->values.emplace_back();
-    return c->Bytes(lim.max_value_bytes, &req->values.back());
-  };
+  auto key = [&]() { return bytes(lim.max_key_bytes, &q.keys); };
+  auto value = [&]() { return bytes(lim.max_value_bytes, &q.values); };
   switch (op) {
     case Op::kValidate:
     case Op::kPing:
-      return c->Value(&req->u32);
+      return c->Value(&q.u32);
     case Op::kAuth:
-      if ((r = c->Value(&req->u32)) != R::kOk) return r;
-      if (req->u32 != kAuthMagic) return R::kTooBig;
-      req->values.emplace_back();
-      return c->Bytes(lim.max_token_bytes, &req->values.back());
+      if ((r = c->Value(&q.u32)) != R::kOk) return r;
+      if (q.u32 != kAuthMagic) return R::kTooBig;
+      return bytes(lim.max_token_bytes, &q.values);
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:
@@ -128,7 +131,7 @@ R DecodeBody(Op op, const Limits& lim, Cursor* c, Request* req) {
       return key();
     case Op::kAdd:
       if ((r = key()) != R::kOk) return r;
-      return c->Value(&req->delta);
+      return c->Value(&q.delta);
     case Op::kCheck:
     case Op::kWait:
     case Op::kMultiGet:
@@ -146,6 +149,29 @@ R DecodeBody(Op op, const Limits& lim, Cursor* c, Request* req) {
       return R::kOk;
   }
   return R::kTooBig;
+}
+
+bool IsCounted(Op op) {
+  return op == Op::kCheck || op == Op::kWait || op == Op::kMultiGet || op == Op::kMultiSet;
+}
+
+// Walks the items of a counted op (uint64 count, then keys, or key/value pairs for MULTI_SET)
+// without copying, from where *count/*next/*pos say an earlier walk stopped (*pos == 0: from the
+// count, which `c` must be at). *pos/*next advance past every complete item, so that the next call
+// resumes there instead of walking the request from its start again.
+R WalkItems(Op op, const Limits& lim, Cursor* c, size_t* pos, uint64_t* count, uint64_t* next) {
+  if (*pos == 0) {
+    if (R r = c->Count(count); r != R::kOk) return r;
+    *next = 0;
+    *pos = c->pos();
+  }
+  for (; *next < *count; ++*next) {
+    R r = c->Bytes(lim.max_key_bytes, nullptr);
+    if (r == R::kOk && op == Op::kMultiSet) r = c->Bytes(lim.max_value_bytes, nullptr);
+    if (r != R::kOk) return r;
+    *pos = c->pos();
+  }
+  return R::kOk;
 }
 
 }  // namespace
@@ -228,17 +254,31 @@ RequestParser::Result RequestParser::Parse(std::string_view in, Request* out, si
     return Fail("VALIDATE is only accepted as the first query");
   }
 
-  Request req;
-  req.op = op;
-  Cursor c(in, 1, limits_);
-  switch (DecodeBody(op, limits_, &c, &req)) {
+  // First walk the lengths without copying: a large request arrives over many reads, and decoding
+  // it from the start after each one copied everything received so far (quadratic in its size).
+  // A counted op's walk resumes where the previous call's stopped (same front, per the contract).
+  if (walk_.pos != 0 && (walk_.op != op || walk_.pos > in.size())) walk_ = Walk{};
+  Cursor walk(in, walk_.pos != 0 ? walk_.pos : 1, limits_);
+  walk_.op = op;
+  const R walked = IsCounted(op)
+                       ? WalkItems(op, limits_, &walk, &walk_.pos, &walk_.count, &walk_.next)
+                       : DecodeBody(op, limits_, &walk, nullptr);
+  switch (walked) {
     case R::kOk:
       break;
     case R::kShort:
-      min_bytes_ = c.need();
+      min_bytes_ = walk.need();
       return Result::kNeedMore;
     case R::kTooBig:
       return Fail(std::string(OpName(op)) + ": declared size over the limit (or bad AUTH magic)");
+  }
+  walk_ = Walk{};
+  // All of it is here and within the limits: decode it, once.
+  Request req;
+  req.op = op;
+  Cursor c(in, 1, limits_);
+  if (DecodeBody(op, limits_, &c, &req) != R::kOk || c.pos() != walk.pos()) {
+    return Fail(std::string(OpName(op)) + ": decoding disagrees with the walk");  // unreachable
   }
   if (op == Op::kValidate && req.u32 != kValidationMagic) {
     return Fail("VALIDATE with a wrong magic number");  // unreachable: detection checked it

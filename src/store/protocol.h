@@ -8,7 +8,11 @@
 //  - RequestParser decodes one connection's byte stream incrementally. The caller appends what it
 //    reads to a buffer and calls Parse() on the unconsumed front; Parse() never keeps pointers into
 //    that buffer. A request is returned only when complete, so a truncated request is simply
-//    kNeedMore forever (the server's connection close cleans it up).
+//    kNeedMore forever (the server's connection close cleans it up). Until it is complete, Parse
+//    only walks its length fields (no copy, no allocation) and remembers how far it got, so the
+//    next call must see the same front with more bytes after it (a shorter input restarts the
+//    walk); the fields are copied once, when it is all there. A request that arrives in many
+//    pieces thus costs O(its size) in all, not O(size x pieces).
 //  - Dialect is chosen from the first bytes of a connection and fixed afterwards:
 //      `00 CE F7 85 3C`  -> kModern (torch >= 2.1: VALIDATE + magic must come first)
 //      first byte 0..12  -> kLegacy (torch <= 2.0; 0 followed by anything but the magic is a SET)
@@ -124,6 +128,15 @@ class RequestParser {
   Result Fail(std::string why);
 
   Limits limits_;
+  // How far the walk of the incomplete request at the front has got, for CHECK/WAIT/MULTI_*
+  // (whose item count is unbounded): `pos` is just past item `next` - 1 of `count` (0: no walk).
+  struct Walk {
+    size_t pos = 0;
+    Op op = Op::kSet;
+    uint64_t count = 0;
+    uint64_t next = 0;
+  };
+  Walk walk_;
   Dialect dialect_ = Dialect::kUnknown;
   bool auth_allowed_ = true;  // only as the very first message
   uint64_t requests_ = 0;
