@@ -545,7 +545,9 @@ class Builder {
       return {};
     });
     Flag("standalone", c.standalone);
-    IntAtLeast("node_rank", 0, &c.node_rank);
+    // torchrun's --standalone ignores the node rank. One from PET_NODE_RANK (set in every worker
+    // pod of a Kubeflow PyTorchJob) is not the user's and goes with it; --node_rank is refused.
+    if (!c.standalone || values_.count("node_rank") > 0) IntAtLeast("node_rank", 0, &c.node_rank);
     Text("master_addr", [&](const Raw& r) -> Status {
       auto v = ParseAddress(r.text);
       if (!v) return v.status();

@@ -418,6 +418,15 @@ TEST(CliEnv, BooleanFlagWinsOverPetZero) {
   EXPECT_TRUE(Ok({"-m", "pkg"}, {{"PET_MODULE", "0"}}).module);
 }
 
+// torchrun's --standalone ignores the node rank. A PET_NODE_RANK in the environment (every worker
+// pod of a Kubeflow PyTorchJob has one) is ignored with it; only an explicit --node_rank is refused.
+TEST(CliEnv, StandaloneIgnoresANodeRankFromTheEnvironment) {
+  const LaunchConfig c = Ok({"--standalone", "./t"}, {{"PET_NODE_RANK", "1"}});
+  EXPECT_TRUE(c.standalone);
+  EXPECT_EQ(c.node_rank, 0);
+  EXPECT_EQ(Ok({"./t"}, {{"PET_STANDALONE", "1"}, {"PET_NODE_RANK", "2"}}).node_rank, 0);
+}
+
 TEST(CliEnv, TorchrunTestLaunchWithEnvVars) {
   // test_run.py test_launch_with_env_vars: PET_NO_PYTHON=1 plus PET_MODULE=0.
   LaunchConfig c = Ok({"./bin", "x"}, {{"PET_NO_PYTHON", "1"}, {"PET_MODULE", "0"}, {"PET_NNODES", "1"},
