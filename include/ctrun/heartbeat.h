@@ -15,7 +15,10 @@
 //   CTRUN_HEARTBEAT_FILE=<path> a regular file, rewritten in place with pwrite at offset 0 with the
 //                              fixed-width record "%020llu %020llu\n" (step, unix_time_ns), 42
 //                              bytes. A reader that sees a record not matching that shape re-reads.
-//                              (For other launchers: ctrun itself uses the FD.)
+//                              The path is opened without blocking and without following a
+//                              symbolic link; a path that is a link or not a regular file (a FIFO,
+//                              a device) leaves beats off. (For other launchers: ctrun itself uses
+//                              the FD.)
 // The step is what the caller passes, or for heartbeat() the beat counter: 1, 2, ... per process
 // (a restarted worker starts again at 1). Pass the training step (global, resumed from the
 // checkpoint) when there is one: ctrun reports the last step of a hung rank and compares steps

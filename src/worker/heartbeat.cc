@@ -107,8 +107,19 @@ void Init(State& s) {
     return;
   }
   if (const char* path = std::getenv("CTRUN_HEARTBEAT_FILE"); path && *path) {
-    s.file = UniqueFd(RetryOnEintr([&] { return ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); }));
-    if (s.file) s.mode = Mode::kFile;
+    // Only a regular file is a channel. The open never blocks (O_NONBLOCK: a FIFO without a
+    // reader fails with ENXIO instead of blocking this beat, and every later one behind `mu`),
+    // never follows a link (O_NOFOLLOW) and never takes a terminal (O_NOCTTY); whatever it opened
+    // that is not a regular file (a FIFO with a reader, a device) is closed unwritten. Either way
+    // beats stay off for the process, silently, as for an unusable fd.
+    UniqueFd fd(RetryOnEintr([&] {
+      return ::open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0644);
+    }));
+    struct stat st {};
+    if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) {
+      s.file = std::move(fd);
+      s.mode = Mode::kFile;
+    }
   }
 }
 

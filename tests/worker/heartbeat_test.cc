@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 
 #include "helpers/test_util.h"
@@ -45,6 +46,36 @@ std::string Drain(int fd) {
   char buf[4096];
   for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
   return out;
+}
+
+// CTRUN_HEARTBEAT_FILE names a regular file only: a FIFO (without a reader: a blocking open
+// would wait for one for ever; with one: it is not a file to rewrite) or a symbolic link leaves
+// beats off, and the worker goes on at once.
+TEST(Heartbeat, FileModeTakesOnlyARegularFileAndNeverBlocks) {
+  TempDir dir;
+  const std::string fifo = dir / "hb.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto r = RunCommand({WORKER_HELPER, "heartbeat", "3"}, {"CTRUN_HEARTBEAT_FILE=" + fifo, "CTRUN_HEARTBEAT_FD="},
+                      std::chrono::seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << "blocked (-1) or failed: " << r.err;
+  EXPECT_EQ(r.out, "0\n");
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  r = RunCommand({WORKER_HELPER, "heartbeat", "3"}, {"CTRUN_HEARTBEAT_FILE=" + fifo, "CTRUN_HEARTBEAT_FD="},
+                 std::chrono::seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0\n");
+  EXPECT_EQ(Drain(reader), "");
+  ::close(reader);
+  const std::string target = dir / "target";
+  std::ofstream(target) << "keep";
+  const std::string link = dir / "hb.link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  r = RunCommand({WORKER_HELPER, "heartbeat", "3"}, {"CTRUN_HEARTBEAT_FILE=" + link, "CTRUN_HEARTBEAT_FD="},
+                 std::chrono::seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0\n");
+  EXPECT_EQ(ReadFileOr(target), "keep");
 }
 
 struct FifoRun {
