@@ -827,7 +827,7 @@ void Agent::FinishAttempt() {
       hooks_.OnAttemptFailed(restart_count_, failures_);
       if (restart_count_ < config_.max_restarts) {
         const health::RestartDecision d =
-            restart_policy_.OnFailedAttempt(health_ ? health_->AttemptMaxStep() : std::nullopt);
+            restart_policy_.OnFailedAttempt(health_ ? health_->AttemptProgress() : health::AttemptBeats{});
         if (!d.crash_loop) {
           state_ = AgentState::kBackoff;
           if (d.delay <= Duration::zero()) {

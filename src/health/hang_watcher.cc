@@ -23,6 +23,7 @@ void HangWatcher::Start(int nranks, bool judge) {
   Stop();
   ranks_.assign(static_cast<size_t>(nranks), Rank{});
   max_step_.reset();
+  any_beat_ = false;
   started_ = timers_.Now();
   watching_ = judge && options_.any();
   if (!watching_) return;
@@ -45,13 +46,14 @@ std::optional<uint64_t> HangWatcher::last_step(int local_rank) const {
   return ranks_[static_cast<size_t>(local_rank)].last_step;
 }
 
-void HangWatcher::Beat(int local_rank, std::optional<uint64_t> step) {
+void HangWatcher::Beat(int local_rank, std::optional<uint64_t> step, bool comparable) {
   Rank* r = Find(local_rank);
   if (!r) return;
   // Steps count even after a verdict: the restart policy compares the attempt's progress.
+  any_beat_ = true;
   if (step) {
     r->last_step = step;
-    if (!max_step_ || *step > *max_step_) max_step_ = step;
+    if (comparable && (!max_step_ || *step > *max_step_)) max_step_ = step;
   }
   ++r->beats;
   r->last_beat = timers_.Now();

@@ -61,8 +61,9 @@ class HangWatcher {
   // Nothing ran for `suspended_for` (the job was stopped): every deadline moves by it, so the
   // time the job stood still is not silence.
   void Resumed(Duration suspended_for);
-  // A heartbeat from a rank; step: the step it carried (nullopt when unreadable).
-  void Beat(int local_rank, std::optional<uint64_t> step);
+  // A heartbeat from a rank; step: the step it carried (nullopt when unreadable); comparable:
+  // a training step, which max_step() takes (not the worker library's beat counter).
+  void Beat(int local_rank, std::optional<uint64_t> step, bool comparable = true);
   // Output (any bytes) from a rank.
   void Output(int local_rank);
   // The rank's worker exited: no verdict for it any more.
@@ -71,8 +72,10 @@ class HangWatcher {
   void Stop();
 
   bool watching() const { return watching_; }
-  // The highest step any rank of the attempt reported; nullopt before any beat.
+  // The highest comparable step any rank of the attempt reported; nullopt: none.
   std::optional<uint64_t> max_step() const { return max_step_; }
+  // Some rank of the attempt beat, with a step or not.
+  bool any_beat() const { return any_beat_; }
   // The last step a rank reported (nullopt: none).
   std::optional<uint64_t> last_step(int local_rank) const;
 
@@ -105,6 +108,7 @@ class HangWatcher {
   bool watching_ = false;
   std::vector<Rank> ranks_;
   std::optional<uint64_t> max_step_;
+  bool any_beat_ = false;
 };
 
 }  // namespace ctrun::health

@@ -16,8 +16,8 @@
 
 namespace ctrun::health {
 
-std::optional<uint64_t> ParseBeat(std::string_view d) {
-  std::optional<uint64_t> step;
+ParsedBeat ParseBeat(std::string_view d) {
+  ParsedBeat beat;
   size_t start = 0;
   while (start < d.size()) {
     size_t end = d.find('\n', start);
@@ -26,10 +26,15 @@ std::optional<uint64_t> ParseBeat(std::string_view d) {
     while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
     uint64_t v = 0;
     auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
-    if (ec == std::errc() && (p == line.data() + line.size() || *p == ' ' || *p == '\r' || *p == '\t')) step = v;
+    if (ec == std::errc() && (p == line.data() + line.size() || *p == ' ' || *p == '\r' || *p == '\t')) {
+      beat.step = v;
+      std::string_view rest = line.substr(static_cast<size_t>(p - line.data()));
+      while (!rest.empty() && (rest.back() == '\r' || rest.back() == ' ')) rest.remove_suffix(1);
+      beat.counter = rest.ends_with(" counter");
+    }
     start = end + 1;
   }
-  return step;
+  return beat;
 }
 
 HealthMonitor::HealthMonitor(EventLoop& loop, HangWatchOptions options, StackTools tools, Duration stack_timeout,
@@ -107,15 +112,16 @@ void HealthMonitor::OnReadable(int local_rank) {
     // A datagram longer than the buffer: its complete lines only (a number cut at the buffer's
     // end, "12" of "12345", is not a step).
     if (static_cast<size_t>(n) > buf_.size()) got = got.substr(0, got.rfind('\n') + 1);
-    watcher_.Beat(local_rank, ParseBeat(got));
+    const ParsedBeat beat = ParseBeat(got);
+    watcher_.Beat(local_rank, beat.step, /*comparable=*/!beat.counter);
     if (n == 0) return;  // an empty datagram (never an end of stream: level-triggered, we come back)
   }
 }
 
-std::optional<uint64_t> HealthMonitor::AttemptMaxStep() {
+AttemptBeats HealthMonitor::AttemptProgress() {
   for (size_t i = 0; i < channels_.size(); ++i)
     if (channels_[i].agent_end) OnReadable(static_cast<int>(i));
-  return watcher_.max_step();
+  return {watcher_.max_step(), watcher_.any_beat()};
 }
 
 MainThreadWait HealthMonitor::MainThreadOf(int local_rank, pid_t pid) {

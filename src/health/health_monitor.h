@@ -29,8 +29,15 @@
 
 namespace ctrun::health {
 
-// Parses one heartbeat datagram: the step of its last line with a number first; nullopt if none.
-std::optional<uint64_t> ParseBeat(std::string_view datagram);
+// One heartbeat datagram, parsed: the step of its last line with a number first (nullopt if none),
+// and whether that number is the worker library's beat counter ("<n> <ns> counter", from
+// heartbeat() without a step), which shows a hung rank's last beat but is not comparable across
+// attempts.
+struct ParsedBeat {
+  std::optional<uint64_t> step;
+  bool counter = false;
+};
+ParsedBeat ParseBeat(std::string_view datagram);
 
 class HealthMonitor final : public Monitor {
  public:
@@ -46,7 +53,7 @@ class HealthMonitor final : public Monitor {
   void Resumed(Duration suspended_for) override { watcher_.Resumed(suspended_for); }
   void WorkerExited(int local_rank) override { watcher_.RankExited(local_rank); }
   void StopWatching() override { watcher_.Stop(); }
-  std::optional<uint64_t> AttemptMaxStep() override;
+  AttemptBeats AttemptProgress() override;
   void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override;
   MainThreadWait MainThreadOf(int local_rank, pid_t pid) override;
 

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "health/native_stack.h"
+#include "health/restart_policy.h"
 #include "process/spawn_spec.h"
 
 namespace ctrun::health {
@@ -40,9 +41,9 @@ class Monitor {
   virtual void WorkerExited(int local_rank) = 0;
   // The attempt is being stopped: no more verdicts (steps already seen are kept).
   virtual void StopWatching() = 0;
-  // The highest heartbeat step of the current (or last) attempt; nullopt: no beat. Reads the beats
+  // What the heartbeats of the current (or last) attempt said (restart_policy.h). Reads the beats
   // still queued first (a worker's last beats and its exit can reach the loop in any order).
-  virtual std::optional<uint64_t> AttemptMaxStep() = 0;
+  virtual AttemptBeats AttemptProgress() = 0;
   // Saves the stacks of every process of the rank's group (pgid); done(summary) once, later,
   // from the loop, within the capture's bound. Captures of several ranks run at once.
   virtual void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) = 0;

@@ -4,14 +4,16 @@
 
 namespace ctrun::health {
 
-RestartDecision RestartPolicy::OnFailedAttempt(std::optional<uint64_t> max_step) {
+RestartDecision RestartPolicy::OnFailedAttempt(AttemptBeats beats) {
+  const std::optional<uint64_t> max_step = beats.max_step;
   const bool progress = options_.heartbeats && max_step && (!previous_step_ || *max_step > *previous_step_);
+  const bool unjudged = options_.heartbeats && !max_step && beats.beat;
   const std::optional<uint64_t> before = previous_step_;
   if (max_step) previous_step_ = std::max(*max_step, previous_step_.value_or(0));
   if (progress) {
     without_progress_ = 0;
     next_delay_ = options_.initial;
-  } else {
+  } else if (!unjudged) {
     ++without_progress_;
   }
   RestartDecision d;

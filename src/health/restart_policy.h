@@ -4,11 +4,15 @@
 //
 // Back-off: the first restart waits `initial`, each further restart in a row twice the previous
 // delay, at most `max`; an attempt that made progress brings the delay back to `initial`.
-// Progress: the attempt's highest heartbeat step is beyond every earlier attempt's (any beat counts
-// when no earlier attempt beat). A `max` below `initial` is taken as `initial`. Without heartbeats there is no progress to measure: the
-// delay only grows, and the crash-loop guard is off.
+// Progress: the attempt's highest comparable heartbeat step is beyond every earlier attempt's (any
+// step counts when no earlier attempt reported one). An attempt that beat without a comparable step
+// (lines without a number, or the worker library's beat counter, which starts again at 1 in every
+// process) cannot be judged: it counts neither as progress nor against it. A `max` below `initial`
+// is taken as `initial`. Without heartbeats there is no progress to measure: the delay only grows,
+// and the crash-loop guard is off.
 // Crash loop: with the guard on (crash_loop_limit > 0, heartbeats in use), `crash_loop_limit`
-// failed attempts in a row without progress end the run instead of a restart.
+// failed attempts in a row without progress end the run instead of a restart: attempts that made
+// no step beyond the best one, or never beat at all.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,12 @@ struct RestartPolicyOptions {
   int crash_loop_limit = 0;  // 0: guard off
 };
 
+// What the heartbeats of a failed attempt tell about its progress.
+struct AttemptBeats {
+  std::optional<uint64_t> max_step;  // the highest comparable step any rank reported; nullopt: none
+  bool beat = false;                 // some rank beat, with or without a comparable step
+};
+
 struct RestartDecision {
   bool crash_loop = false;  // stop: `why` says so
   Duration delay{0};        // before the next attempt (when !crash_loop)
@@ -36,8 +46,8 @@ class RestartPolicy {
  public:
   explicit RestartPolicy(RestartPolicyOptions options) : options_(options), next_delay_(options.initial) {}
 
-  // An attempt failed; max_step: the highest heartbeat step any of its ranks reported.
-  RestartDecision OnFailedAttempt(std::optional<uint64_t> max_step);
+  // An attempt failed; `beats`: what its ranks' heartbeats said.
+  RestartDecision OnFailedAttempt(AttemptBeats beats);
 
   int attempts_without_progress() const { return without_progress_; }
 

@@ -26,7 +26,7 @@ class FakeHealthMonitor final : public health::Monitor {
   void WorkerExited(int local_rank) override { exited.push_back(local_rank); }
   void StopWatching() override { watching = false; }
   void Resumed(Duration suspended_for) override { resumed.push_back(suspended_for); }
-  std::optional<uint64_t> AttemptMaxStep() override { return max_step; }
+  health::AttemptBeats AttemptProgress() override { return {max_step, max_step.has_value() || beat_without_step}; }
   void CaptureStacks(int local_rank, pid_t pgid, OnStacks done) override {
     captures.push_back({local_rank, pgid});
     pending_captures.push_back(std::move(done));
@@ -66,6 +66,7 @@ class FakeHealthMonitor final : public health::Monitor {
   bool watching = false;
   std::vector<Duration> resumed;  // Resumed calls, in order
   std::optional<uint64_t> max_step;
+  bool beat_without_step = false;  // AttemptProgress: beats came, none with a comparable step
   std::vector<std::optional<uint64_t>> next_attempt_steps;  // max step of each coming attempt
 
  private:

@@ -33,10 +33,40 @@ TEST(HealthMonitorBeats, ADatagramLongerThanTheBufferGivesOnlyItsCompleteLines) 
   m.AttemptStarted(1, true);
   std::string big = "3 first\n" + std::string(4090, 'x') + "\n12345\n";
   ASSERT_EQ(::send(worker, big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
-  EXPECT_EQ(m.AttemptMaxStep(), 3u);
+  EXPECT_EQ(m.AttemptProgress().max_step, 3u);
   const std::string next = "7\n";
   ASSERT_EQ(::send(worker, next.data(), next.size(), 0), 2);
-  EXPECT_EQ(m.AttemptMaxStep(), 7u);
+  EXPECT_EQ(m.AttemptProgress().max_step, 7u);
+  ::close(worker);
+}
+
+// heartbeat() without a step sends the library's beat counter, marked "counter": it shows a hung
+// rank's last beat, but restarts at 1 in every process, so the restart policy does not compare it.
+TEST(HealthMonitorBeats, TheLibrarysBeatCounterIsABeatButNotAComparableStep) {
+  EXPECT_EQ(ParseBeat("12 1700000000 counter\n").step, 12u);
+  EXPECT_TRUE(ParseBeat("12 1700000000 counter\n").counter);
+  EXPECT_FALSE(ParseBeat("12 1700000000\n").counter);
+  EXPECT_FALSE(ParseBeat("12 1700000000 counter\n7\n").counter) << "the last numbered line decides";
+  EXPECT_FALSE(ParseBeat("alive\n").step);
+  EventLoop loop;
+  HangWatchOptions o;
+  o.heartbeat = Seconds(60);
+  o.first_heartbeat = Seconds(60);
+  HealthMonitor m(loop, o, StackTools{}, Seconds(1), nullptr);
+  SpawnSpec spec;
+  m.PrepareWorker(0, 0, &spec);
+  ASSERT_GE(spec.extra_fd, 0);
+  const int worker = ::dup(spec.extra_fd);
+  m.AttemptStarted(1, true);
+  EXPECT_FALSE(m.AttemptProgress().beat);
+  const std::string counted = "5000 1700000000 counter\n";
+  ASSERT_EQ(::send(worker, counted.data(), counted.size(), 0), static_cast<ssize_t>(counted.size()));
+  AttemptBeats b = m.AttemptProgress();
+  EXPECT_TRUE(b.beat);
+  EXPECT_FALSE(b.max_step);
+  const std::string stepped = "40 1700000001\n";
+  ASSERT_EQ(::send(worker, stepped.data(), stepped.size(), 0), static_cast<ssize_t>(stepped.size()));
+  EXPECT_EQ(m.AttemptProgress().max_step, 40u);
   ::close(worker);
 }
 
