@@ -5,7 +5,9 @@
 // ctrun::worker::EnvError with a message that names the missing or malformed variable and says how
 // to launch the program when the process was not started by a launcher. For debugging, when
 // CTRUN_WAIT_FOR_DEBUGGER_RANK is this rank (or "all"), from_env() prints the pid and waits (up to
-// 600 s) until a debugger is attached (TracerPid != 0). parse() is the same logic
+// 600 s) until a debugger is attached (TracerPid != 0); a value that is neither "all" nor a rank
+// of the job (decimal, below WORLD_SIZE: "yes" is not rank 0) stops no rank and prints a one-line
+// warning on stderr. parse() is the same logic
 // over any lookup function (for tests) and reports errors through `error` instead of throwing.
 //
 // Required: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.

@@ -111,11 +111,23 @@ bool TracerAttached() {
   return traced;
 }
 
-// CTRUN_WAIT_FOR_DEBUGGER_RANK=<rank>|all: that rank stops here until a debugger attaches.
-void MaybeWaitForDebugger(int rank) {
+// CTRUN_WAIT_FOR_DEBUGGER_RANK=<rank>|all: that rank stops here until a debugger attaches. The
+// rank is parsed strictly (decimal, the whole value, below WORLD_SIZE): anything else ("yes",
+// "1.5", a rank the job does not have) stops no rank and says so on stderr, on every rank.
+void MaybeWaitForDebugger(int rank, int world_size) {
   const char* v = std::getenv("CTRUN_WAIT_FOR_DEBUGGER_RANK");
   if (v == nullptr || *v == '\0') return;
-  if (std::strcmp(v, "all") != 0 && std::atoi(v) != rank) return;
+  if (std::strcmp(v, "all") != 0) {
+    long long wanted = 0;
+    if (!ParseInt(v, 0, world_size - 1, &wanted)) {
+      std::fprintf(stderr,
+                   "ctrun::worker: CTRUN_WAIT_FOR_DEBUGGER_RANK='%s' is neither a rank in [0, %d] nor \"all\"; "
+                   "not waiting for a debugger\n",
+                   v, world_size - 1);
+      return;
+    }
+    if (wanted != rank) return;
+  }
   std::fprintf(stderr, "ctrun::worker: rank %d (pid %d) waiting up to 600 s for a debugger to attach\n", rank,
                static_cast<int>(::getpid()));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
@@ -136,7 +148,7 @@ LaunchEnv LaunchEnv::from_env() {
       },
       &error);
   if (!env) throw EnvError(error);
-  MaybeWaitForDebugger(env->rank);
+  MaybeWaitForDebugger(env->rank, env->world_size);
   return *env;
 }
 

@@ -1,9 +1,14 @@
 // LaunchEnv parsing: the torchrun/ctrun worker variables, defaults, and clear errors.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "ctrun/launch_env.h"
+#include "helpers/test_util.h"
 
 namespace ctrun::worker {
 namespace {
@@ -111,6 +116,44 @@ TEST(LaunchEnv, FromEnvThrowsEnvErrorWhenNotLaunched) {
     FAIL() << "expected EnvError";
   } catch (const EnvError& e) {
     EXPECT_NE(std::string(e.what()).find("RANK is not set"), std::string::npos);
+  }
+}
+
+// CTRUN_WAIT_FOR_DEBUGGER_RANK takes "all" or a rank of the job, parsed strictly: "yes" or
+// " 0" is not rank 0 (std::atoi made them 0, and rank 0 waited 600 s for a debugger). Such a
+// value stops no rank and says so in one line; the helper must end well before its deadline.
+TEST(LaunchEnv, WaitForDebuggerRankTakesOnlyARankOrAll) {
+  const std::vector<std::string> launched = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=localhost",
+                                             "MASTER_PORT=29500"};
+  auto run = [&](const std::string& value, const std::vector<std::string>& prefix = {}) {
+    std::vector<std::string> env = launched;
+    env.push_back("CTRUN_WAIT_FOR_DEBUGGER_RANK=" + value);
+    std::vector<std::string> argv = prefix;
+    argv.push_back(WORKER_HELPER);
+    argv.push_back("launch-env");
+    return ctrun::testing::RunCommand(argv, env, std::chrono::seconds(30));
+  };
+  for (const std::string bad : {"yes", "true", " 0", "0 ", "+0", "0x1", "-1", "2", "99999999999999999999"}) {
+    const auto r = run(bad);
+    ASSERT_EQ(r.exit_code, 0) << "'" << bad << "': waited (-1) or failed: " << r.err;
+    EXPECT_EQ(r.out, "rank 0\n");
+    EXPECT_EQ(r.err, "ctrun::worker: CTRUN_WAIT_FOR_DEBUGGER_RANK='" + bad +
+                         "' is neither a rank in [0, 1] nor \"all\"; not waiting for a debugger\n");
+  }
+  const auto other = run("1");  // another rank's
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(other.out, "rank 0\n");
+  EXPECT_EQ(other.err, "");
+  // This rank, or all: it waits for a tracer. Under strace one is attached from the start, so
+  // the wait announces itself and ends at once.
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace not installed";
+  for (const std::string mine : {"0", "all"}) {
+    const auto r = run(mine, {"/usr/bin/strace", "-qq", "-o", "/dev/null", "-e", "trace=none"});
+    if (r.exit_code != 0 && r.err.find("ptrace") != std::string::npos) GTEST_SKIP() << "no ptrace here: " << r.err;
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "rank 0\n");
+    EXPECT_NE(r.err.find("rank 0 (pid "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("waiting up to 600 s for a debugger"), std::string::npos) << r.err;
   }
 }
 

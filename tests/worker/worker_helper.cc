@@ -14,6 +14,7 @@
 //                                again once the child is gone and prints the counter ("parent 2").
 //   throw                        installs the terminate handler and throws std::runtime_error.
 //   record MESSAGE               record_error(MESSAGE) with a backtrace; exit 0 if written.
+//   launch-env                   LaunchEnv::from_env() (and its debugger wait), prints "rank <r>".
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,10 @@ int main(int argc, char** argv) {
     if (std::system("if [ -e /proc/$$/fd/$CTRUN_HEARTBEAT_FD ]; then echo exec inherited; else echo exec closed; fi") != 0)
       return 1;
     return ForkedChildThenParentBeat();
+  }
+  if (mode == "launch-env") {
+    std::printf("rank %d\n", cw::LaunchEnv::from_env().rank);
+    return 0;
   }
   if (mode == "throw") {
     cw::install_terminate_handler();
