@@ -6,7 +6,9 @@
 //                              FIFO or stream socket works too; fstat decides, and any other kind
 //                              of fd, a regular file included, is treated like a closed one: not
 //                              used): each beat writes one line
-//                              "<step> <unix_time_ns>\n" (< PIPE_BUF, so atomic on a pipe). The
+//                              "<step> <unix_time_ns>\n", or from heartbeat() without a step
+//                              "<counter> <unix_time_ns> counter\n" (< PIPE_BUF, so atomic on a
+//                              pipe; the mark tells ctrun the number is no training step). The
 //                              reader takes the first field as the step and ignores the rest, so
 //                              "<step>\n" alone is a valid beat (what a Python worker writes). The
 //                              fd is made non-blocking, and a beat that would block is dropped (the
@@ -43,6 +45,8 @@ namespace ctrun::worker {
 
 // The variable that names the inherited fd (above).
 inline constexpr char kHeartbeatFdVariable[] = "CTRUN_HEARTBEAT_FD";
+// The third field of a beat line sent by heartbeat() without a step (above).
+inline constexpr char kHeartbeatCounterMark[] = "counter";
 
 // Returns the beat counter (1, 2, ...) of the beat written, or 0 when heartbeats are disabled or
 // the beat was dropped.

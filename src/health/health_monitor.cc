@@ -30,7 +30,8 @@ ParsedBeat ParseBeat(std::string_view d) {
       beat.step = v;
       std::string_view rest = line.substr(static_cast<size_t>(p - line.data()));
       while (!rest.empty() && (rest.back() == '\r' || rest.back() == ' ')) rest.remove_suffix(1);
-      beat.counter = rest.ends_with(" counter");
+      const std::string_view mark = worker::kHeartbeatCounterMark;  // the line's last field
+      beat.counter = rest.size() > mark.size() && rest.ends_with(mark) && rest[rest.size() - mark.size() - 1] == ' ';
     }
     start = end + 1;
   }

@@ -177,6 +177,13 @@ bool SendUnsent(State& s) {
   return s.unsent_len == 0;
 }
 
+// "<step> <unix_time_ns>\n"; heartbeat()'s counter also carries kHeartbeatCounterMark (it starts
+// again at 1 in every process: the agent shows it, but does not compare it across attempts).
+int FormatLine(char (&buf)[64], unsigned long long shown, bool counter) {
+  return std::snprintf(buf, sizeof buf, counter ? "%llu %llu %s\n" : "%llu %llu\n", shown,
+                       static_cast<unsigned long long>(NowUnixNs()), kHeartbeatCounterMark);
+}
+
 uint64_t Beat(std::optional<uint64_t> step) {
   State& s = GetState();
   if (s.forked.load(std::memory_order_relaxed)) return 0;
@@ -188,7 +195,7 @@ uint64_t Beat(std::optional<uint64_t> step) {
   char buf[64];
   if (s.mode == Mode::kSocket) {
     if (!SendUnsent(s)) return 0;
-    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));
+    const int len = FormatLine(buf, shown, !step);
     const ssize_t w = SendSome(s, buf, static_cast<size_t>(len));
     if (w < 0) return 0;  // dropped whole
     if (w < len) {        // a stream socket took part of it: the rest goes first next time
@@ -199,7 +206,7 @@ uint64_t Beat(std::optional<uint64_t> step) {
     return n;
   }
   if (s.mode == Mode::kFd) {
-    int len = std::snprintf(buf, sizeof buf, "%llu %llu\n", shown, static_cast<unsigned long long>(NowUnixNs()));
+    const int len = FormatLine(buf, shown, !step);
     // A closed reader must not SIGPIPE the worker: block SIGPIPE around the write and consume
     // the one this write raised (the standard trick for pipes, where MSG_NOSIGNAL does not apply).
     sigset_t pipe_set;
