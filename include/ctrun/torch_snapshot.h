@@ -13,6 +13,11 @@
 //    or dtype differs throws SnapshotError, e.g. "snapshot does not fit the model: size mismatch
 //    for fc1.weight: shape [64, 4] in the snapshot, [32, 4] in the model", and the model is left
 //    as it was. (LibTorch's Module::load alone would replace the tensors whatever their shape.)
+//    The snapshot's tensors (model, optimizer state, "extra") are loaded onto the device the
+//    model's parameters and buffers are on (CPU for a model without any), not the device they
+//    were saved from: a job resumed with another GPU mapping keeps each rank's model on the
+//    device it chose. A model spread over several devices has each tensor loaded where it was
+//    saved.
 //  - save_training_snapshot(store, state, progress, async): serializes on the calling thread (the
 //    only part that must see a consistent model), then hands the bytes to the store, in the
 //    background when async (see SnapshotStore::save_async for the at-most-one-in-flight rule).

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "ctrun/torch_dist.h"
@@ -253,6 +254,24 @@ void CheckFits(const torch::nn::Module& module, torch::serialize::InputArchive& 
   }
 }
 
+// Where a snapshot's tensors are loaded: the device of the model's parameters and buffers when
+// they are all on one (CPU when it has none), so that they land there whatever device they were
+// saved from (a job resumed with another GPU mapping would otherwise load rank 5's tensors on
+// the cuda:1 it saved from, and Module::load moves a parameter to its tensor's device). A model
+// spread over several devices gets nullopt: each tensor comes back where it was saved.
+std::optional<torch::Device> LoadDevice(const torch::nn::Module& model) {
+  std::optional<torch::Device> device;
+  auto see = [&](const at::Tensor& t) {
+    if (!device) device = t.device();
+    return *device == t.device();
+  };
+  for (const auto& p : model.parameters())
+    if (!see(p)) return std::nullopt;
+  for (const auto& b : model.buffers())
+    if (!see(b)) return std::nullopt;
+  return device.value_or(torch::Device(torch::kCPU));
+}
+
 }  // namespace
 
 std::vector<std::byte> serialize_training_state(const TrainState& state, const TrainProgress& progress) {
@@ -301,7 +320,9 @@ std::vector<std::byte> serialize_training_state(const TrainState& state, const T
 TrainProgress deserialize_training_state(const TrainState& state, const std::vector<std::byte>& bytes) {
   if (state.model == nullptr) throw std::invalid_argument("TrainState::model is null");
   torch::serialize::InputArchive root;
-  root.load_from(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::optional<torch::Device> device = LoadDevice(*state.model);
+  root.load_from(reinterpret_cast<const char*>(bytes.data()), bytes.size(),
+                 device ? c10::optional<torch::Device>(*device) : c10::nullopt);
   torch::serialize::InputArchive model;
   root.read("model", model);
   CheckFits(*state.model, model, "");  // throws before anything is loaded
@@ -330,7 +351,7 @@ TrainProgress deserialize_training_state(const TrainState& state, const std::vec
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the global generator
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
+    gen.set_state(rng.to(torch::kCPU));  // loaded on the model's device with the rest
   }
   TrainProgress p;
   p.epoch = ReadInt(root, "progress.epoch");
