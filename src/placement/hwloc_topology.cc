@@ -69,7 +69,9 @@ void Walk(const HwlocApi& api, hwloc_obj_t o, const CpuList& local, Topology* t)
   TopoObject obj{static_cast<int>(o->os_index), cpus};
   switch (o->type) {
     case HWLOC_OBJ_NUMANODE:
-      if (!cpus.empty()) t->numa_nodes.push_back(obj);
+      // hwloc gives a NUMA node its parent's CPUs, also to one that owns none (HBM in flat mode
+      // or GPU memory beside the DDR node, which comes first; see DropCpulessNodes).
+      if (!cpus.empty() && o->parent && o->parent->memory_first_child == o) t->numa_nodes.push_back(obj);
       break;
     case HWLOC_OBJ_PACKAGE: t->packages.push_back(obj); break;
     case HWLOC_OBJ_L3CACHE: t->l3s.push_back(obj); break;
@@ -80,6 +82,21 @@ void Walk(const HwlocApi& api, hwloc_obj_t o, const CpuList& local, Topology* t)
   for (unsigned i = 0; i < o->arity; ++i) Walk(api, o->children[i], cpus, t);
   for (hwloc_obj_t c = o->memory_first_child; c; c = c->next_sibling) Walk(api, c, cpus, t);
   for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) Walk(api, c, cpus, t);
+}
+
+// A NUMA node whose CPUs strictly contain another node's is memory attached above several nodes
+// (CXL memory at the machine's root): its CPUs belong to those nodes, not to it.
+void DropCpulessNodes(std::vector<TopoObject>* nodes) {
+  auto strictly_contains = [](const CpuList& big, const CpuList& small) {
+    return big.size() > small.size() && std::includes(big.begin(), big.end(), small.begin(), small.end());
+  };
+  std::vector<TopoObject> kept;
+  for (const TopoObject& n : *nodes) {
+    bool above_another = false;
+    for (const TopoObject& m : *nodes) above_another |= strictly_contains(n.cpus, m.cpus);
+    if (!above_another) kept.push_back(n);
+  }
+  *nodes = std::move(kept);
 }
 
 }  // namespace
@@ -103,6 +120,7 @@ StatusOr<Topology> LoadTopology(const std::string& xml_path, bool with_pci) {
     return Status::Error("hwloc cannot load the topology" + (xml_path.empty() ? "" : " from " + xml_path));
   Topology t;
   Walk(api, api.obj_by_depth(topo, 0, 0), {}, &t);
+  DropCpulessNodes(&t.numa_nodes);
   return t;
 }
 

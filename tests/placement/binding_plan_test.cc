@@ -74,6 +74,22 @@ TEST(NumaBinding, NodeOnOneTwoAndEightNodes) {
   EXPECT_EQ(Nodes(p8), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
+// NUMA nodes without CPUs (HBM or GPU memory beside each package's DDR node, CXL memory at the
+// machine's root) get their parent's CPUs from hwloc. They are not nodes to bind to: the plans
+// are those of the same machine without them.
+TEST(NumaBinding, NodesWithoutCpusAreLeftOut) {
+  Topology t = Load("topo_hbm.xml");
+  ASSERT_EQ(t.numa_nodes.size(), 2u);
+  EXPECT_EQ(t.numa_nodes[0].os_index, 0);
+  EXPECT_EQ(t.numa_nodes[1].os_index, 2);
+  auto node = Plan(t, BindMode::kNode, 4, k2NumaGpus);
+  EXPECT_EQ(Cpus(node), (std::vector<std::string>{"0-15", "0-15", "16-31", "16-31"}));
+  EXPECT_EQ(Nodes(node), (std::vector<int>{0, 0, 2, 2}));
+  auto ex = Plan(t, BindMode::kExclusive, 4, k2NumaGpus);
+  EXPECT_EQ(Cpus(ex), (std::vector<std::string>{"0-7", "8-15", "16-23", "24-31"}));
+  for (const auto& b : ex) EXPECT_FALSE(b.shared);
+}
+
 TEST(NumaBinding, RanksFollowTheirGpuNotTheirNumber) {
   Topology t2 = Load("topo_2numa.xml");
   // --gpus 2,0: local rank 0 has the GPU on node 1.

@@ -7,6 +7,9 @@ way real machines show them: the GPU's locality is its NUMA node's CPUs.
   topo_1numa.xml  1 package, 1 NUMA node, 2 L3, 8 cores x 2 threads (16 CPUs), 2 GPUs
   topo_2numa.xml  2 packages, 1 NUMA node each, 2 L3 each, 4 cores per L3 x 2 (32 CPUs), 4 GPUs
   topo_8numa.xml  2 packages x 4 NUMA nodes, 2 L3 per node, 4 cores per L3 x 2 (128 CPUs), 8 GPUs
+  topo_hbm.xml    topo_2numa.xml's CPUs and GPUs, plus NUMA nodes without CPUs: a second one in
+                  each package (HBM in flat mode, GPU memory) and one attached to the whole machine
+                  (CXL memory); hwloc gives them their parent's CPUs
 """
 import subprocess
 import xml.etree.ElementTree as ET
@@ -17,6 +20,9 @@ MACHINES = {
                        [["0000:18:00.0", "0000:3b:00.0"], ["0000:86:00.0", "0000:af:00.0"]]),
     "topo_8numa.xml": ("pack:2 numa:4 l3:2 core:4 pu:2",
                        [["0000:%02x:00.0" % b] for b in (0x01, 0x21, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)]),
+    # Holders in document order: the machine (its CXL node), then each package.
+    "topo_hbm.xml": ("[numa] pack:2 [numa] [numa] l3:2 core:4 pu:2",
+                     [[], ["0000:18:00.0", "0000:3b:00.0"], ["0000:86:00.0", "0000:af:00.0"]]),
 }
 
 
