@@ -1,5 +1,6 @@
 #include "health/hang_watcher.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -25,6 +26,7 @@ void HangWatcher::Start(int nranks, bool judge) {
   max_step_.reset();
   any_beat_ = false;
   started_ = timers_.Now();
+  grace_ended_ = started_;
   watching_ = judge && options_.any();
   if (!watching_) return;
   for (int i = 0; i < nranks; ++i) {
@@ -55,14 +57,13 @@ void HangWatcher::Beat(int local_rank, std::optional<uint64_t> step, bool compar
     r->last_step = step;
     if (comparable && (!max_step_ || *step > *max_step_)) max_step_ = step;
   }
+  const bool first = r->beats == 0;
+  const bool grace_was_open = first && FirstRankWithoutBeat() >= 0;
   ++r->beats;
   r->last_beat = timers_.Now();
-  // The first beat moves the deadline earlier (the first-beat deadline is the longer one): the
-  // lazy timer only ever moves later, so it is re-armed once, here.
-  if (r->beats == 1 && r->beat_timer) {
-    timers_.CancelTimer(*r->beat_timer);
-    ArmBeat(local_rank, BeatDeadline(*r));
-  }
+  // A first beat leaves the rank's deadline at the first-beat deadline while the grace lasts; the
+  // last one ends the grace, which moves every beaten rank's deadline earlier (re-armed there).
+  if (first) MaybeEndGrace(grace_was_open);
 }
 
 void HangWatcher::Output(int local_rank) {
@@ -73,6 +74,7 @@ void HangWatcher::Resumed(Duration suspended_for) {
   if (!watching_ || suspended_for <= Duration::zero()) return;
   // The lazy timers fire at the old deadlines, find the new ones later and re-arm there.
   started_ += suspended_for;
+  grace_ended_ += suspended_for;
   for (Rank& r : ranks_) {
     if (r.beats > 0) r.last_beat += suspended_for;
     r.last_output += suspended_for;
@@ -82,13 +84,19 @@ void HangWatcher::Resumed(Duration suspended_for) {
 void HangWatcher::IgnoreBeats(int local_rank) {
   Rank* r = Find(local_rank);
   if (!r) return;
+  const bool grace_was_open = FirstRankWithoutBeat() >= 0;
   r->beats_watched = false;
   if (r->beat_timer) timers_.CancelTimer(*r->beat_timer);
   r->beat_timer.reset();
+  MaybeEndGrace(grace_was_open);  // the ranks that beat no longer wait for this one's first beat
 }
 
 void HangWatcher::RankExited(int local_rank) {
-  if (Rank* r = Find(local_rank)) CancelRank(*r);
+  Rank* r = Find(local_rank);
+  if (!r) return;
+  const bool grace_was_open = FirstRankWithoutBeat() >= 0;
+  CancelRank(*r);
+  MaybeEndGrace(grace_was_open);
 }
 
 void HangWatcher::Stop() {
@@ -105,7 +113,29 @@ void HangWatcher::CancelRank(Rank& r) {
 }
 
 TimePoint HangWatcher::BeatDeadline(const Rank& r) const {
-  return r.beats == 0 ? started_ + options_.first_heartbeat : r.last_beat + options_.heartbeat;
+  // In the grace a beaten rank may be waiting for a beatless one (its first collective): it is
+  // not judged before that one is, at the first-beat deadline (OnBeatTimer gives that verdict).
+  if (r.beats == 0 || FirstRankWithoutBeat() >= 0) return started_ + options_.first_heartbeat;
+  // Silence counts from the last beat, or from the end of the grace if the rank waited through it.
+  return std::max(r.last_beat, grace_ended_) + options_.heartbeat;
+}
+
+int HangWatcher::FirstRankWithoutBeat() const {
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i].active && ranks_[i].beats_watched && ranks_[i].beats == 0) return static_cast<int>(i);
+  return -1;
+}
+
+void HangWatcher::MaybeEndGrace(bool was_open) {
+  if (!was_open || !watching_ || FirstRankWithoutBeat() >= 0) return;
+  grace_ended_ = timers_.Now();
+  // Their timers stand at the first-beat deadline; the lazy timers only move later by themselves.
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    if (!r.beat_timer) continue;
+    timers_.CancelTimer(*r.beat_timer);
+    ArmBeat(static_cast<int>(i), BeatDeadline(r));
+  }
 }
 
 void HangWatcher::ArmBeat(int local_rank, TimePoint deadline) {
@@ -132,12 +162,23 @@ void HangWatcher::OnBeatTimer(int local_rank) {
     return;
   }
   if (r.beats == 0) {
-    Hung(local_rank, "hung: no first heartbeat within " + FormatSeconds(now - started_), Channel::kBeat);
+    HungWithoutFirstBeat(local_rank);
+    return;
+  }
+  // A beaten rank's deadline in the grace is the first-beat deadline, which has then passed for
+  // the beatless rank too (at the same moment: which timer fires first is not known): the verdict
+  // is that rank's, the one the others wait for.
+  if (const int beatless = FirstRankWithoutBeat(); beatless >= 0) {
+    HungWithoutFirstBeat(beatless);
     return;
   }
   std::string why = "hung: no heartbeat for " + FormatSeconds(now - r.last_beat);
   if (r.last_step) why += " (last beat at step " + std::to_string(*r.last_step) + ")";
   Hung(local_rank, why, Channel::kBeat);
+}
+
+void HangWatcher::HungWithoutFirstBeat(int local_rank) {
+  Hung(local_rank, "hung: no first heartbeat within " + FormatSeconds(timers_.Now() - started_), Channel::kBeat);
 }
 
 void HangWatcher::OnOutputTimer(int local_rank) {
@@ -156,7 +197,9 @@ bool HangWatcher::SilentFor(const Rank& r, Channel channel, Duration at_least) c
   const TimePoint now = timers_.Now();
   if (channel == Channel::kOutput) return now - r.last_output >= at_least;
   if (!r.beats_watched) return false;
-  return now - (r.beats == 0 ? started_ : r.last_beat) >= at_least;
+  // Inside its first-beat deadline a beatless rank is starting (loading), not silent.
+  if (r.beats == 0) return now >= started_ + options_.first_heartbeat;
+  return now - r.last_beat >= at_least;
 }
 
 void HangWatcher::Hung(int local_rank, const std::string& why, Channel channel) {

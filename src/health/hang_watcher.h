@@ -5,6 +5,13 @@
 //   heartbeat: the first beat must come within first_heartbeat of Start(), every later one within
 //              heartbeat of the previous one;
 //   output:    some output within output of Start() and of the previous output.
+// The first-beat grace is the attempt's, not a rank's: while some watched rank has not beaten yet
+// (still loading its checkpoint, say), the ranks that have are not judged on heartbeat (they may
+// well wait for it in their first collective): their deadline is the first-beat deadline, which is
+// then the beatless rank's verdict, never theirs. Once every watched rank has beaten (or left:
+// exited, no channel), each rank has heartbeat from its last beat, or from that moment if its last
+// beat came before it (a rank that waited through the grace gets one full timeout, not less and
+// not more).
 // A missed deadline calls on_hang(local_rank, why, also_silent) once, with why like
 // "hung: no heartbeat for 92 s (last beat at step 1200)", and the watcher then stops watching
 // every rank (the agent stops the attempt). RankExited() stops watching that rank only.
@@ -12,11 +19,14 @@
 // also_silent lists (ascending) the other watched ranks silent on the same channel for at least
 // half its timeout by then: in a collective hang the rank that stopped and the ranks waiting for
 // it fall silent within moments of each other, so which one passes its deadline first says
-// little; the agent saves their stacks too.
+// little; the agent saves their stacks too. A rank that has not beaten yet counts as silent on
+// the heartbeat channel only once its first-beat deadline has passed: inside it, it is loading,
+// not silent.
 //
 // Timers are lazy: a beat only records its time; the rank's one timer fires at the deadline
 // computed from the start or the last beat and, if a beat came meanwhile, re-arms itself at the
-// new deadline (the first beat, which moves the deadline earlier, re-arms it once). So a beat
+// new deadline. Deadlines move earlier only when the grace ends (the last first beat, or the last
+// beatless rank leaving): then every rank that has beaten is re-armed, once per attempt. So a beat
 // costs no timer operation, and a verdict is given at the deadline
 // itself (the loop's timerfd), never later than the deadline plus the loop's latency.
 #pragma once
@@ -91,6 +101,13 @@ class HangWatcher {
     std::optional<TimerQueue::TimerId> output_timer;
   };
   TimePoint BeatDeadline(const Rank& r) const;
+  // The lowest active rank whose beats are watched and that has not beaten yet (-1: none): while
+  // there is one, the attempt is in its first-beat grace.
+  int FirstRankWithoutBeat() const;
+  // Call after a change that may have ended the grace (a first beat, a rank leaving), with whether
+  // it was open before: if it ended now, starts every beaten rank's timeout and re-arms its timer.
+  void MaybeEndGrace(bool was_open);
+  void HungWithoutFirstBeat(int local_rank);
   void ArmBeat(int local_rank, TimePoint deadline);
   void ArmOutput(int local_rank, TimePoint deadline);
   void OnBeatTimer(int local_rank);
@@ -105,6 +122,9 @@ class HangWatcher {
   const HangWatchOptions options_;
   OnHang on_hang_;
   TimePoint started_{};
+  // When the first-beat grace ended (meaningless while it lasts): no beaten rank's silence counts
+  // from before it.
+  TimePoint grace_ended_{};
   bool watching_ = false;
   std::vector<Rank> ranks_;
   std::optional<uint64_t> max_step_;

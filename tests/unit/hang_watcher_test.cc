@@ -89,9 +89,10 @@ TEST_F(HangWatcherTest, ARankWithoutAChannelIsNotJudgedByBeats) {
   EXPECT_EQ(verdicts[1].why, "hung: no output for 100 s");
 }
 
-// Ctrl-Z, 30 s, fg: the job stood still, nobody was silent. Every deadline moves by the time it
-// stood still (the timers that fell due meanwhile find the later deadline and re-arm), and the
-// first beat's deadline and the output deadline too.
+// Ctrl-Z, 100 s, fg: the job stood still, nobody was silent. Every deadline moves by the time it
+// stood still (the timers that fell due meanwhile find the later deadline and re-arm): the first
+// beat's deadline, the output deadline, and the beat deadlines, counted from the end of the
+// first-beat grace too.
 TEST_F(HangWatcherTest, TheTimeTheJobStoodStillIsNotSilence) {
   HangWatchOptions o = Beats(5, 60);
   o.output = Seconds(20);
@@ -103,12 +104,105 @@ TEST_F(HangWatcherTest, TheTimeTheJobStoodStillIsNotSilence) {
   watcher->Resumed(Seconds(100));
   timers.Advance(Duration::zero());
   EXPECT_TRUE(verdicts.empty()) << verdicts.front().why;
-  timers.Advance(Seconds(2.999));  // rank 0's beat deadline: 1 + 5 + 100 s
+  for (int i = 0; i < 5; ++i) {  // to 153 s: the first-beat deadline is 60 + 100 s
+    timers.Advance(Seconds(10));
+    watcher->Output(0);
+    watcher->Output(1);
+  }
+  watcher->Beat(1, 7);  // the grace ends here: rank 0's beat deadline is 158 s
+  timers.Advance(Seconds(2));
+  watcher->Beat(1, 8);
+  timers.Jump(Seconds(10));  // stood still again, from 155 s to 165 s
+  watcher->Resumed(Seconds(10));
+  timers.Advance(Seconds(2.999));  // rank 0's beat deadline: 153 + 5 + 10 s
+  EXPECT_TRUE(verdicts.empty()) << verdicts.front().why;
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 0);
+  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 57 s (last beat at step 7)");
+}
+
+// Rank 0 loads its checkpoint from the page cache, beats step 0 and waits in the first collective
+// for ranks 1 and 2, one still reading from network storage. Until every rank has beaten, no rank
+// is judged on the short timeout: a rank inside its first-beat deadline is loading, not hung, and
+// is neither blamed nor named silent. A rank that never beats is still found at that deadline.
+TEST_F(HangWatcherTest, RanksThatBeatWaitForThePeersStillInsideTheirFirstBeatDeadline) {
+  Make(Beats(60, 600)).Start(3);
+  const TimePoint t0 = timers.Now();
+  timers.Advance(Seconds(5));
+  watcher->Beat(0, 0);
+  timers.Advance(Seconds(5));
+  watcher->Beat(1, 0);
+  timers.Advance(Seconds(589.999));
+  EXPECT_TRUE(verdicts.empty()) << verdicts.front().why;
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 2);
+  EXPECT_EQ(verdicts[0].at, t0 + Seconds(600));
+  EXPECT_EQ(verdicts[0].why, "hung: no first heartbeat within 600 s");
+  EXPECT_EQ(verdicts[0].also_silent, (std::vector<int>{0, 1})) << "the ranks that wait for it";
+  EXPECT_EQ(timers.pending(), 0u);
+}
+
+// The grace ends with the last first beat: from then on each rank has the normal timeout from its
+// last beat, and a rank that waited through the grace has it from the grace's end, no longer.
+TEST_F(HangWatcherTest, TheLastFirstBeatStartsEveryRanksNormalTimeout) {
+  Make(Beats(60, 600)).Start(2);
+  const TimePoint t0 = timers.Now();
+  timers.Advance(Seconds(5));
+  watcher->Beat(0, 0);
+  timers.Advance(Seconds(295));
+  watcher->Beat(1, 0);  // 300 s: rank 0 waited until now; it has until 360 s
+  for (int i = 1; i <= 6; ++i) {
+    timers.Advance(Seconds(10));
+    watcher->Beat(1, static_cast<uint64_t>(i));
+  }
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].rank, 0);
+  EXPECT_EQ(verdicts[0].at, t0 + Seconds(360));
+  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 355 s (last beat at step 0)");
+  EXPECT_TRUE(verdicts[0].also_silent.empty());
+
+  Make(Beats(60, 600)).Start(2);
+  timers.Advance(Seconds(5));
+  watcher->Beat(0, 0);
+  timers.Advance(Seconds(295));
+  watcher->Beat(1, 0);
+  TimePoint last;
+  for (int i = 1; i <= 10; ++i) {  // both beat until 400 s, then rank 1 stops
+    timers.Advance(Seconds(10));
+    watcher->Beat(0, static_cast<uint64_t>(i));
+    watcher->Beat(1, static_cast<uint64_t>(i));
+    last = timers.Now();
+  }
+  watcher->Beat(0, 10);  // rank 0 beats on
+  timers.Advance(Seconds(59.999));
+  watcher->Beat(0, 10);
+  EXPECT_EQ(verdicts.size(), 1u);
+  timers.Advance(Seconds(0.001));
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[1].rank, 1);
+  EXPECT_EQ(verdicts[1].at, last + Seconds(60)) << "no grace left once every rank has beaten";
+  EXPECT_EQ(verdicts[1].why, "hung: no heartbeat for 60 s (last beat at step 10)");
+}
+
+// The last rank without a beat exits (or has no channel): the others wait for nobody any more,
+// and their timers, standing at the first-beat deadline, are brought in.
+TEST_F(HangWatcherTest, TheLastBeatlessRankLeavingEndsTheGrace) {
+  Make(Beats(60, 600)).Start(2);
+  const TimePoint t0 = timers.Now();
+  timers.Advance(Seconds(5));
+  watcher->Beat(0, 3);
+  timers.Advance(Seconds(95));
+  watcher->RankExited(1);
+  timers.Advance(Seconds(59.999));
   EXPECT_TRUE(verdicts.empty());
   timers.Advance(Seconds(0.001));
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].rank, 0);
-  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 5.0 s (last beat at step 7)");
+  EXPECT_EQ(verdicts[0].at, t0 + Seconds(160));
+  EXPECT_EQ(verdicts[0].why, "hung: no heartbeat for 155 s (last beat at step 3)");
 }
 
 TEST_F(HangWatcherTest, NoVerdictInAnAttemptStartedWithoutJudging) {
