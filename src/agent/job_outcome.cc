@@ -26,8 +26,8 @@ void DecideMultiNode(const Agent& agent, const std::vector<WorkerFailure>& failu
                                       : OutcomeKind::kWorkerFailure;
     if (c.rank >= 0) o->root_cause_rank = c.rank;
     o->root_cause = c.Describe();
-    if (end->cause_is_local)
-      if (auto root = ChooseRootCause(failures)) o->root_cause = DescribeFailure(failures[*root]);
+    if (end->cause_is_local)  // the same rank, told with what this node knows of it (its error file)
+      if (auto root = RootCauseOf(failures, o->root_cause_rank)) o->root_cause = DescribeFailure(failures[*root]);
   } else {
     o->kind = o->exit_code == rdzv::kExitRendezvous ? OutcomeKind::kRendezvousError : OutcomeKind::kWorkerFailure;
     o->root_cause = end ? end->message : agent.end_message();

@@ -522,6 +522,8 @@ SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
   } else if (agent.job_end() && agent.job_end()->cause && !agent.job_end()->cause_is_local) {
     opts.remote_root_cause = agent.job_end()->cause->Describe();
     opts.stop_reason = "stopped because " + opts.remote_root_cause;
+  } else if (agent.job_end() && agent.job_end()->cause && agent.job_end()->cause->rank >= 0) {
+    opts.agreed_root_rank = agent.job_end()->cause->rank;  // on this node
   }
   return opts;
 }

@@ -256,6 +256,13 @@ std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures
   return best;
 }
 
+std::optional<size_t> RootCauseOf(const std::vector<WorkerFailure>& failures, std::optional<int> agreed_rank) {
+  if (agreed_rank)
+    for (size_t i = 0; i < failures.size(); ++i)
+      if (failures[i].global_rank == *agreed_rank && !StoppedByCtrun(failures[i])) return i;
+  return ChooseRootCause(failures);
+}
+
 std::string FormatFailureSummary(const std::string& entrypoint_name,
                                  const std::vector<WorkerFailure>& failures,
                                  const std::string& hostname, const SummaryOptions& options) {
@@ -263,7 +270,8 @@ std::string FormatFailureSummary(const std::string& entrypoint_name,
   // The job's root cause on another node, as every node agreed, is the root cause here too: a
   // worker here that failed as well (its collective lost that peer) is not.
   static const std::vector<WorkerFailure> kNoCandidates;
-  const std::optional<size_t> root = ChooseRootCause(options.remote_root_cause.empty() ? failures : kNoCandidates);
+  const std::optional<size_t> root =
+      RootCauseOf(options.remote_root_cause.empty() ? failures : kNoCandidates, options.agreed_root_rank);
   const std::string title = entrypoint_name + " FAILED";
 
   // torch numbers the failures it collected (only workers that failed on their own); the workers
@@ -336,7 +344,7 @@ int JobExitCode(const std::vector<WorkerFailure>& failures) {
 Status WriteAgentErrorFile(const std::string& path, const std::vector<WorkerFailure>& failures,
                            const SummaryOptions& options) {
   if (path.empty()) return Status::Ok();
-  std::optional<size_t> root = ChooseRootCause(failures);
+  std::optional<size_t> root = RootCauseOf(failures, options.agreed_root_rank);
   if (!root) {
     if (failures.empty() || options.stop_reason.empty()) return Status::Ok();
     ErrorFileRecord r;

@@ -100,6 +100,10 @@ bool LostAPeer(const WorkerFailure& f);
 // (LostAPeer) before one that did, then the earliest FailureTime(); ties go to the lowest global
 // rank. nullopt when there is none (empty, or every worker was stopped by ctrun).
 std::optional<size_t> ChooseRootCause(const std::vector<WorkerFailure>& failures);
+// The root cause as the report shows it: the failure of `agreed_rank` when given (multi-node, the
+// cause every node agreed on is here) and found among the failures not StoppedByCtrun, else
+// ChooseRootCause's.
+std::optional<size_t> RootCauseOf(const std::vector<WorkerFailure>& failures, std::optional<int> agreed_rank);
 
 struct SummaryOptions {
   // Shown when there is no root cause, e.g. "ctrun received signal 15 (SIGTERM)".
@@ -107,6 +111,10 @@ struct SummaryOptions {
   // Multi-node: the root cause was a worker on another node ("node 1 (host-b): rank 5 exited
   // with code 1"); the root-cause section names it instead of <NO_ROOT_CAUSE>.
   std::string remote_root_cause;
+  // Multi-node: the root cause every node agreed on is this node's worker of that global rank. The
+  // summary and the agent's error file name it (the exit code is its), even when ChooseRootCause
+  // would order another local failure first.
+  std::optional<int> agreed_root_rank;
   // stderr lines shown for the root cause / for other workers that failed on their own, when they
   // left no error file. Workers stopped by ctrun get none (their stderr is collateral noise).
   size_t root_stderr_lines = 20;

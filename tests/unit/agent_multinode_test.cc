@@ -4,6 +4,7 @@
 
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
+#include "report/run_summary.h"
 #include "fakes/fake_rendezvous_log.h"
 #include "fakes/fake_spawner.h"
 #include "fakes/fake_timer_queue.h"
@@ -222,6 +223,50 @@ TEST_F(MultiNodeAgentTest, ARoundThatEndsTheJobWhileASucceededNodeSweepsEndsThat
   ASSERT_TRUE(b.agent->done());
   ASSERT_TRUE(a.agent->done()) << "node a waits for nothing";
   EXPECT_EQ(a.agent->exit_code(), 7);
+}
+
+// The job's cause is the failure the rendezvous agreed on (rank 2's abort, seen first). Another
+// rank here whose error file is older (rank 3 raised first, exited later) would come first in
+// ChooseRootCause: the outcome and the summary still name rank 2, whose code is the exit code.
+TEST_F(MultiNodeAgentTest, TheOutcomeAndTheSummaryNameTheAgreedRank) {
+  Node& a = Add(2, 2, 2, 0);
+  Node& b = Add(2, 2, 2, 0);
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  b.Exit(0, ExitStatus::Signaled(SIGABRT));
+  b.Exit(1, ExitStatus::Exited(1));
+  Settle();
+  a.DieOfSignals();
+  Settle();
+  ASSERT_TRUE(b.agent->done());
+  ASSERT_EQ(b.agent->exit_code(), 128 + SIGABRT);
+  const auto t = std::chrono::system_clock::now();
+  std::vector<WorkerFailure> failures(2);
+  failures[0].global_rank = 2;
+  failures[0].status = ExitStatus::Signaled(SIGABRT);
+  failures[0].time = t;
+  failures[1].global_rank = 3;
+  failures[1].local_rank = 1;
+  failures[1].status = ExitStatus::Exited(1);
+  failures[1].time = t + std::chrono::seconds(1);
+  failures[1].error_data = ErrorFileContents{};
+  failures[1].error_data->message = "ValueError: raised first";
+  failures[1].error_data->timestamp_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>((t - std::chrono::seconds(1)).time_since_epoch()).count();
+  ASSERT_EQ(ChooseRootCause(failures), 1u) << "by time alone, rank 3";
+  const RunOutcome o = DecideJobOutcome(*b.agent, failures);
+  EXPECT_EQ(o.root_cause_rank, 2);
+  EXPECT_EQ(o.exit_code, 128 + SIGABRT);
+  EXPECT_NE(o.root_cause.find("rank 2 (local_rank 0"), std::string::npos) << o.root_cause;
+  SummaryOptions opts;
+  opts.agreed_root_rank = 2;
+  const std::string summary = FormatFailureSummary("train", failures, "host-b", opts);
+  const size_t root = summary.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << summary;
+  EXPECT_NE(summary.find("rank      : 2", root), std::string::npos) << summary;
+  EXPECT_EQ(RootCauseOf(failures, std::nullopt), 1u);
+  EXPECT_EQ(RootCauseOf(failures, 2), 0u);
 }
 
 TEST_F(MultiNodeAgentTest, SuccessIsAgreedOnlyWhenEveryNodeSucceeded) {
