@@ -11,8 +11,9 @@
 //    Before it loads anything it checks every parameter and buffer of the model against the
 //    snapshot (as Python's load_state_dict does, strictly): a tensor that is missing or whose shape
 //    or dtype differs throws SnapshotError, e.g. "snapshot does not fit the model: size mismatch
-//    for fc1.weight: shape [64, 4] in the snapshot, [32, 4] in the model", and the model is left
-//    as it was. (LibTorch's Module::load alone would replace the tensors whatever their shape.)
+//    for fc1.weight: shape [64, 4] in the snapshot, [32, 4] in the model", and so does a tensor
+//    or module of the snapshot that the model lacks ("snapshot does not fit the model: unexpected
+//    module fc2 in the snapshot", Python's "Unexpected key(s)"); the model is left as it was. (LibTorch's Module::load alone would replace the tensors whatever their shape.)
 //    The snapshot's tensors (model, optimizer state, "extra") are loaded onto the device the
 //    model's parameters and buffers are on (CPU for a model without any), not the device they
 //    were saved from: a job resumed with another GPU mapping keeps each rank's model on the

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "ctrun/torch_dist.h"
@@ -228,11 +229,14 @@ std::string TensorMismatch(const std::string& name, const at::Tensor& saved, con
   return {};
 }
 
-// Module::load replaces each tensor with the archived one (Tensor::set_) whatever its shape, so
-// a snapshot of another model would load silently. This walks the module tree as Module::load
-// does (own parameters, own buffers, then each serializable child's sub-archive) and throws
-// SnapshotError for the first tensor that is missing or differs in shape or dtype, before
-// anything is changed. Names are dotted paths ("fc1.weight"), as in named_parameters().
+// Module::load replaces each tensor with the archived one (Tensor::set_) whatever its shape, and
+// ignores what the archive holds beyond the model, so a snapshot of another model would load
+// silently. This walks the module tree as Module::load does (own parameters, own buffers, then
+// each serializable child's sub-archive) and throws SnapshotError for the first tensor that is
+// missing or differs in shape or dtype, and for an entry of the archive that the level has no
+// parameter, buffer or serializable child of that name for (Module::save writes nothing else;
+// Python's load_state_dict reports it as an unexpected key), before anything is changed. Names
+// are dotted paths ("fc1.weight"), as in named_parameters().
 void CheckFits(const torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix) {
   auto check = [&](const std::string& key, const at::Tensor& current, bool is_buffer) {
     at::Tensor saved;  // undefined: try_read hands over the archived tensor without touching ours
@@ -243,14 +247,32 @@ void CheckFits(const torch::nn::Module& module, torch::serialize::InputArchive& 
     if (std::string why = TensorMismatch(prefix + key, saved, current); !why.empty())
       throw SnapshotError("snapshot does not fit the model: " + why);
   };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value(), false);
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value(), true);
+  std::set<std::string> expected;
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    check(p.key(), p.value(), false);
+    expected.insert(p.key());
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    check(b.key(), b.value(), true);
+    expected.insert(b.key());
+  }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
+    expected.insert(child.key());
     torch::serialize::InputArchive sub;
     if (!archive.try_read(child.key(), sub))
       throw SnapshotError("snapshot does not fit the model: it has no module " + prefix + child.key());
     CheckFits(*child.value(), sub, prefix + child.key() + ".");
+  }
+  // What the model lacks comes last: a snapshot of an unrelated model is reported by what it
+  // does not have, as before.
+  for (const std::string& key : archive.keys()) {
+    if (expected.count(key) != 0) continue;
+    c10::IValue entry;
+    (void)archive.try_read(key, entry);
+    const char* kind = entry.isTensor() ? "tensor " : entry.isObject() ? "module " : "entry ";
+    throw SnapshotError("snapshot does not fit the model: unexpected " + std::string(kind) + prefix + key +
+                        " in the snapshot");
   }
 }
 

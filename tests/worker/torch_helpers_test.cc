@@ -160,6 +160,45 @@ TEST(TrainingSnapshot, RefusesASnapshotOfAnotherShapeOrDtype) {
   EXPECT_TRUE(torch::equal(same.fc->weight, net.fc->weight));
 }
 
+// Net with one more layer, and Inner with one more buffer: what only the snapshot has is refused
+// too (Python's strict load_state_dict: "Unexpected key(s)").
+struct Deeper : torch::nn::Module {
+  Deeper() : fc(register_module("fc", torch::nn::Linear(4, 3))), fc2(register_module("fc2", torch::nn::Linear(3, 2))) {}
+  torch::nn::Linear fc;
+  torch::nn::Linear fc2;
+};
+struct InnerPlus : torch::nn::Module {
+  explicit InnerPlus(int64_t n) {
+    scale = register_buffer("scale", torch::ones({n}));
+    shift = register_buffer("shift", torch::zeros({n}));
+  }
+  at::Tensor scale;
+  at::Tensor shift;
+};
+struct OuterPlus : torch::nn::Module {
+  explicit OuterPlus(int64_t n) : body(register_module("body", std::make_shared<InnerPlus>(n))) {}
+  std::shared_ptr<InnerPlus> body;
+};
+
+TEST(TrainingSnapshot, RefusesASnapshotWithTensorsOrModulesTheModelLacks) {
+  torch::manual_seed(2);
+  Deeper deeper;
+  const std::vector<std::byte> bytes = serialize_training_state(TrainState{&deeper}, TrainProgress{0, 3, 0});
+  Net net;
+  EXPECT_EQ(LoadError(net, bytes), "snapshot does not fit the model: unexpected module fc2 in the snapshot");
+  OuterPlus plus(3);
+  const std::vector<std::byte> plus_bytes = serialize_training_state(TrainState{&plus}, TrainProgress{});
+  Outer outer(3);
+  EXPECT_EQ(LoadError(outer, plus_bytes), "snapshot does not fit the model: unexpected tensor body.shift in the snapshot");
+  // The other way round the snapshot lacks them, as before.
+  const std::vector<std::byte> net_bytes = serialize_training_state(TrainState{&net}, TrainProgress{});
+  EXPECT_EQ(LoadError(deeper, net_bytes), "snapshot does not fit the model: it has no module fc2");
+  // A module without state of its own still fits its own snapshot.
+  Deeper again;
+  EXPECT_EQ(LoadError(again, bytes), "");
+  EXPECT_TRUE(torch::equal(again.fc2->weight, deeper.fc2->weight));
+}
+
 TEST(TrainingSnapshot, ResumeRefusesASnapshotOfAnotherModelAndKeepsIt) {
   TempDir dir;
   SnapshotOptions o;
