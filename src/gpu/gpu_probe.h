@@ -20,7 +20,7 @@ namespace ctrun {
 // The GPUs workers will see, in the order they see them (CUDA device 0 first).
 struct GpuInventory {
   std::string source = "none";       // "nvml", "procfs", "sysfs", "CUDA_VISIBLE_DEVICES", "none"
-  std::vector<std::string> visible;  // each GPU's CUDA_VISIBLE_DEVICES entry as written, or its index
+  std::vector<std::string> visible;  // each GPU's CUDA_VISIBLE_DEVICES entry as written, or its ordinal
   std::vector<GpuDevice> devices;    // parallel to visible; index -1 / empty ids when unknown
   bool as_written = false;           // no physical GPU found: CUDA_VISIBLE_DEVICES taken as written
   int count() const { return static_cast<int>(visible.size()); }

@@ -40,6 +40,13 @@ std::string UuidFromInformation(const std::string& text) {
   return "";
 }
 
+// CUDA numbers the GPUs it can open from 0, in the order found (the driver's list leaves out those
+// it cannot open): that position is each one's ordinal, whatever its NVML index.
+std::vector<GpuDevice> Numbered(std::vector<GpuDevice> devices) {
+  for (size_t i = 0; i < devices.size(); ++i) devices[i].ordinal = static_cast<int>(i);
+  return devices;
+}
+
 }  // namespace
 
 std::string GpuInventory::VisibleValue() const {
@@ -57,7 +64,7 @@ std::vector<GpuDevice> SystemGpuProbe::PhysicalDevices(std::string* source) {
     auto devs = driver_->Devices();
     if (!devs.empty()) {
       *source = "nvml";
-      return devs;
+      return Numbered(std::move(devs));
     }
   }
   std::vector<GpuDevice> out;
@@ -72,7 +79,7 @@ std::vector<GpuDevice> SystemGpuProbe::PhysicalDevices(std::string* source) {
   }
   if (!out.empty()) {
     *source = "procfs";
-    return out;
+    return Numbered(std::move(out));
   }
   const std::string pci = root_ + "/sys/bus/pci/devices";
   for (const auto& dev : ListDir(pci)) {
@@ -88,7 +95,7 @@ std::vector<GpuDevice> SystemGpuProbe::PhysicalDevices(std::string* source) {
     out.push_back(std::move(d));
   }
   if (!out.empty()) *source = "sysfs";
-  return out;
+  return Numbered(std::move(out));
 }
 
 GpuInventory SystemGpuProbe::Probe() {
@@ -98,7 +105,7 @@ GpuInventory SystemGpuProbe::Probe() {
   const std::optional<std::string> env = env_("CUDA_VISIBLE_DEVICES");
   if (!env) {
     inv.source = source;
-    for (const auto& d : physical) inv.visible.push_back(std::to_string(d.index));
+    for (const auto& d : physical) inv.visible.push_back(std::to_string(d.ordinal));
     inv.devices = std::move(physical);
     return inv;
   }
@@ -109,6 +116,7 @@ GpuInventory SystemGpuProbe::Probe() {
     for (size_t i = 0; i < spec.entries.size(); ++i) {
       GpuDevice d;
       d.index = i < spec.ordinals.size() ? spec.ordinals[i] : -1;
+      d.ordinal = d.index;
       if (spec.kind == VisibleDevicesSpec::Kind::kUuids) d.uuid = spec.entries[i];
       inv.visible.push_back(spec.entries[i]);
       inv.devices.push_back(std::move(d));

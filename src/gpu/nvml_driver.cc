@@ -62,6 +62,8 @@ class NvmlDriver final : public GpuDriver {
     if (api_.count(&n) != kNvmlSuccess) return out;
     for (unsigned i = 0; i < n; ++i) {
       NvmlDevice h = nullptr;
+      // NO_PERMISSION: a device cgroup keeps this process off the GPU (CUDA does not see it
+      // either). Left out; the others keep their NVML index (the probe gives CUDA's ordinals).
       if (api_.handle(i, &h) != kNvmlSuccess) continue;
       GpuDevice d;
       d.index = static_cast<int>(i);

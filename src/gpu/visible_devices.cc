@@ -90,7 +90,7 @@ std::vector<int> ResolveVisibleDevices(const VisibleDevicesSpec& spec, const std
   std::vector<int> out;
   if (spec.kind == VisibleDevicesSpec::Kind::kOrdinals) {
     for (int o : spec.ordinals) {
-      auto it = std::find_if(devices.begin(), devices.end(), [o](const GpuDevice& d) { return d.index == o; });
+      auto it = std::find_if(devices.begin(), devices.end(), [o](const GpuDevice& d) { return d.ordinal == o; });
       if (it == devices.end()) break;
       out.push_back(static_cast<int>(it - devices.begin()));
     }

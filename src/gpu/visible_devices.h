@@ -6,7 +6,8 @@
 //    non-numeric entry ends the list ("0,-1,2" is one device; "-1" and "" are none).
 //  - UUID entries may be any unique prefix of a device's UUID ("GPU-8a1b"); the list ends at the
 //    first entry that does not start with the list's prefix or names no device.
-//  - An ordinal past the last device ends the list there ("0,1,9" on 4 GPUs is two devices).
+//  - Ordinals count only the GPUs this process can open (GpuDevice::ordinal, not the NVML index).
+//    An ordinal past the last device ends the list there ("0,1,9" on 4 GPUs is two devices).
 //  - The same device named twice hides every device (the runtime reports none), and so does an
 //    ambiguous UUID prefix.
 #pragma once

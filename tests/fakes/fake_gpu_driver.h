@@ -19,6 +19,7 @@ class FakeGpuDriver final : public GpuDriver {
     for (int i = 0; i < n; ++i) {
       GpuDevice g;
       g.index = i;
+      g.ordinal = i;
       g.uuid = "GPU-000" + std::to_string(i) + "aaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
       char bus[32];
       std::snprintf(bus, sizeof bus, "0000:%02x:00.0", (i + 1) * 16);
@@ -27,9 +28,16 @@ class FakeGpuDriver final : public GpuDriver {
     }
     return d;
   }
-  std::vector<GpuDevice> Devices() override { return devices; }
+  // As NVML's driver lists them: without the devices whose handle lookup fails.
+  std::vector<GpuDevice> Devices() override {
+    std::vector<GpuDevice> out;
+    for (const GpuDevice& d : devices)
+      if (!no_handle.count(d.index)) out.push_back(d);
+    return out;
+  }
   StatusOr<std::vector<GpuProcess>> Processes(int index) override {
     ++queries;
+    if (no_handle.count(index)) return Status::Error("NVML has no device " + std::to_string(index));
     if (failing.count(index)) return Status::Error("fake NVML error");
     return processes[index];
   }
@@ -37,6 +45,8 @@ class FakeGpuDriver final : public GpuDriver {
   std::vector<GpuDevice> devices;
   std::map<int, std::vector<GpuProcess>> processes;  // by NVML index
   std::map<int, bool> failing;
+  // NVML indices whose handle lookup fails (NO_PERMISSION: a device cgroup blocks the GPU).
+  std::map<int, bool> no_handle;
   int queries = 0;
 };
 

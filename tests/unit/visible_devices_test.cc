@@ -99,6 +99,45 @@ TEST(GpuInventory, CudaVisibleDevicesNarrowsAndKeepsItsSpelling) {
   EXPECT_EQ(inv.VisibleValue(), "GPU-0003,GPU-0001");
 }
 
+// GPUs 2 and 3 of 8 allowed by the device cgroup (Slurm ConstrainDevices, docker --gpus): NVML
+// counts all 8 but cannot open the others, and CUDA numbers the two it can open 0 and 1.
+FakeGpuDriver TwoOfEightAllowed() {
+  auto nvml = FakeGpuDriver::WithDevices(8);
+  for (int i : {0, 1, 4, 5, 6, 7}) nvml.no_handle[i] = true;
+  return nvml;
+}
+
+TEST(GpuInventory, OrdinalsCountOnlyTheGpusThisProcessCanOpen) {
+  auto nvml = TwoOfEightAllowed();
+  SystemGpuProbe unset(EnvWith(std::nullopt), "/nonexistent", &nvml);
+  GpuInventory inv = unset.Probe();
+  EXPECT_EQ(inv.visible, (std::vector<std::string>{"0", "1"}));
+  ASSERT_EQ(inv.count(), 2);
+  EXPECT_EQ(inv.devices[0].index, 2);  // NVML calls (process lists) still use the NVML index
+  EXPECT_EQ(inv.devices[0].ordinal, 0);
+  EXPECT_EQ(inv.devices[1].index, 3);
+  EXPECT_EQ(inv.devices[1].ordinal, 1);
+  // --gpus 1: the workers' CUDA_VISIBLE_DEVICES names the second GPU CUDA sees, not NVML's 3.
+  auto sel = SelectGpus(inv, {1});
+  ASSERT_TRUE(sel.ok());
+  EXPECT_EQ(sel.value().VisibleValue(), "1");
+  EXPECT_EQ(sel.value().devices[0].index, 3);
+
+  SystemGpuProbe both(EnvWith("1,0"), "/nonexistent", &nvml);
+  inv = both.Probe();
+  ASSERT_EQ(inv.count(), 2);
+  EXPECT_EQ(inv.devices[0].index, 3);
+  EXPECT_EQ(inv.devices[1].index, 2);
+  // An NVML index CUDA does not have: past the last ordinal, so no GPU.
+  SystemGpuProbe past(EnvWith("2"), "/nonexistent", &nvml);
+  EXPECT_EQ(past.Probe().count(), 0);
+  // UUIDs name the same GPUs whatever the numbering.
+  SystemGpuProbe by_uuid(EnvWith("GPU-0003"), "/nonexistent", &nvml);
+  inv = by_uuid.Probe();
+  ASSERT_EQ(inv.count(), 1);
+  EXPECT_EQ(inv.devices[0].index, 3);
+}
+
 TEST(GpuInventory, WithoutADriverEntriesAreTakenAsWritten) {
   SystemGpuProbe p(EnvWith("GPU-ab,GPU-cd,GPU-ef"), "/nonexistent");
   EXPECT_EQ(p.Probe().count(), 3);
