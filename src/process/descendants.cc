@@ -133,7 +133,8 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
     // The pid was listed before its pidfd was opened, though: a victim reaped by its parent in
     // between may have left its number to a stranger. The pidfd's process still has the parent
     // the listing saw, or it is not killed (if the pid is recycled after the check, the pidfd
-    // names the dead process and the kill fails).
+    // names the dead process and the kill fails). Without a pidfd the parent is checked all the
+    // same, just before a kill by number (a far smaller window than since the listing).
     std::vector<UniqueFd> fds;
     std::vector<pollfd> pfds;
     for (const Entry& v : victims) {
@@ -142,13 +143,15 @@ SweepResult KillDescendants(const std::vector<pid_t>& keep, std::chrono::millise
       siginfo_t info{};
       if (::waitid(P_PID, static_cast<id_t>(p), &info, WEXITED | WNOHANG) == 0 && info.si_pid == p) continue;
       UniqueFd fd = PidfdOpen(p);
-      if (fd && ParentPid("/proc", p) != std::optional<pid_t>(v.ppid)) continue;
+      const int open_errno = errno;
+      if (!fd && open_errno == ESRCH) continue;  // gone since the listing
+      if (ParentPid("/proc", p) != std::optional<pid_t>(v.ppid)) continue;
       if (fd) {
         (void)PidfdSignal(fd, SIGKILL);
         pfds.push_back({fd.get(), POLLIN, 0});
         fds.push_back(std::move(fd));
       } else {
-        ::kill(p, SIGKILL);  // no pidfds (Linux < 5.3), or already gone
+        ::kill(p, SIGKILL);  // no pidfd (Linux < 5.3, or out of fds): by number, after the check
       }
       if (killed.insert(p).second) result.killed.push_back(p);
     }
