@@ -70,6 +70,7 @@ void Agent::JoinRendezvous() {
   rdzv::NodeDesc self;
   self.nproc = config_.nproc_per_node;
   self.declared_rank = config_.rdzv.backend == "static" ? config_.node_rank : -1;
+  self.role = config_.role;
   if (Status s = hooks_.PrepareJoin(&self); !s.ok()) {
     setup_failed_ = true;
     end_message_ = s.message();

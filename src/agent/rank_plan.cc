@@ -20,6 +20,17 @@ RankInfo RankFor(const LaunchConfig& config, int local_rank, const std::optional
   }
   r.role_rank = r.global_rank;
   r.role_world_size = r.world_size;
+  // With a round, ranks of a role count over the nodes of that role, in node-rank order (nodes may
+  // run different --role values; each role's ranks start at 0).
+  if (round && static_cast<size_t>(round->node_rank) < round->nodes.size()) {
+    r.role_rank = local_rank;
+    r.role_world_size = 0;
+    for (size_t i = 0; i < round->nodes.size(); ++i) {
+      if (round->nodes[i].role != config.role) continue;
+      if (static_cast<int>(i) < round->node_rank) r.role_rank += round->nodes[i].nproc;
+      r.role_world_size += round->nodes[i].nproc;
+    }
+  }
   return r;
 }
 

@@ -25,8 +25,8 @@ struct RankPlan {
 };
 
 // The ranks of local rank i: from the round when multi-node; otherwise group node_rank of
-// max_nodes with contiguous ranks (single node: the local ranks). Role ranks are the global ranks
-// (one role per job).
+// max_nodes with contiguous ranks (single node: the local ranks). Role ranks count over the nodes
+// of this node's --role, in node-rank order (the global ranks when every node has one role).
 RankInfo RankFor(const LaunchConfig& config, int local_rank, const std::optional<rdzv::RoundInfo>& round);
 
 RankPlan PlanRank(const LaunchConfig& config, const Environment& base_env, const std::string& executable,

@@ -225,6 +225,7 @@ std::optional<State> ApplyGone(const State& in, const std::string& id, const cha
 Json NodeToJson(const NodeDesc& n) {
   Json j = {{"id", n.id}, {"host", n.host}, {"addr", n.addr}, {"port", n.store_port}, {"nproc", n.nproc}};
   if (n.declared_rank >= 0) j["rank"] = n.declared_rank;
+  if (n.role != "default") j["role"] = n.role;
   return j;
 }
 
@@ -236,6 +237,7 @@ NodeDesc NodeFromJson(const Json& j) {
   n.store_port = IntAt<int>(j, "port");
   n.nproc = IntAt<int>(j, "nproc");
   n.declared_rank = j.contains("rank") ? IntAt<int>(j, "rank") : -1;
+  if (j.contains("role")) n.role = j.at("role").get<std::string>();
   return n;
 }
 

@@ -47,6 +47,7 @@ struct NodeDesc {
   int store_port = 0;      // this agent's workers' store for the round (served when node rank 0)
   int nproc = 1;           // its --nproc_per_node
   int declared_rank = -1;  // static backend: its --node_rank; -1 for elastic backends
+  std::string role = "default";  // its --role: ROLE_RANK and ROLE_WORLD_SIZE count per role
 
   bool operator==(const NodeDesc&) const = default;
 };

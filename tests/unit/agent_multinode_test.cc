@@ -80,8 +80,9 @@ struct Node {
 
 class MultiNodeAgentTest : public ::testing::Test {
  protected:
-  Node& Add(int nproc, int min_nodes, int max_nodes, int max_restarts = 0) {
+  Node& Add(int nproc, int min_nodes, int max_nodes, int max_restarts = 0, const std::string& role = "default") {
     auto n = std::make_unique<Node>();
+    n->config.role = role;
     n->config.nproc_per_node = nproc;
     n->config.entrypoint = "./train";
     n->config.min_nodes = min_nodes;
@@ -134,6 +135,28 @@ TEST_F(MultiNodeAgentTest, RanksAreContiguousPerNodeAndTheEnvNamesTheWholeJob) {
   EXPECT_EQ(b.Env(0, "MASTER_ADDR"), "10.0.0.0");
   EXPECT_EQ(b.Env(0, "MASTER_PORT"), "7000") << "node 0's workers' store of this round";
   EXPECT_EQ(a.Env(3, "MASTER_PORT"), "7000");
+}
+
+// Nodes with different --role values: each role's ranks start at 0 and its world is its nodes'
+// workers, as torchrun computes them per role.
+TEST_F(MultiNodeAgentTest, RoleRanksCountWithinEachRole) {
+  Node& a = Add(2, 3, 3, 0, "trainer");
+  Node& b = Add(1, 3, 3, 0, "eval");
+  Node& c = Add(3, 3, 3, 0, "trainer");
+  a.agent->Start();
+  b.agent->Start();
+  c.agent->Start();
+  Settle();
+  ASSERT_EQ(c.spawner.specs.size(), 3u);
+  EXPECT_EQ(a.Env(1, "ROLE_RANK"), "1");
+  EXPECT_EQ(a.Env(1, "ROLE_WORLD_SIZE"), "5");
+  EXPECT_EQ(b.Env(0, "ROLE_RANK"), "0");
+  EXPECT_EQ(b.Env(0, "ROLE_WORLD_SIZE"), "1");
+  EXPECT_EQ(b.Env(0, "ROLE_NAME"), "eval");
+  EXPECT_EQ(c.Env(2, "RANK"), "5");
+  EXPECT_EQ(c.Env(2, "ROLE_RANK"), "4");
+  EXPECT_EQ(c.Env(0, "ROLE_WORLD_SIZE"), "5");
+  EXPECT_EQ(c.Env(0, "WORLD_SIZE"), "6");
 }
 
 TEST_F(MultiNodeAgentTest, AWorkerFailureOnOneNodeRestartsEveryNodeWithOneCount) {
