@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "agent/launch_checks.h"
 #include "base/shebang.h"
@@ -39,6 +40,32 @@ bool IsPython(pid_t pid) {
 void RemoveIfEmpty(const std::string& path) {
   struct stat st;
   if (!path.empty() && ::stat(path.c_str(), &st) == 0 && st.st_size == 0) ::unlink(path.c_str());
+}
+
+bool NonEmpty(const std::string& path) {
+  struct stat st;
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
+}
+
+std::string BaseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// gdb's stdout of the Python step shows the dumper's result as a line "$1 = 0x0" when it returned
+// NULL (every thread written); an error string, or no such line (gdb could not attach, or was
+// killed before it printed), is a dump that failed.
+bool DumperReturnedNull(const std::string& gdb_stdout_path) {
+  const std::string out = ReadFileHead(gdb_stdout_path, 64 << 10);
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    std::string_view line(out.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.starts_with('$') && line.ends_with(" = 0x0") &&
+        line.find_first_not_of("0123456789", 1) == line.size() - 6)
+      return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 }  // namespace
@@ -113,10 +140,13 @@ void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
         ++active_->python;
         // One call: gdb cannot always restore the registers after an inferior call (some VMs
         // refuse the extended state), so nothing may depend on a second one. The dumper needs no
-        // GIL; it writes to the process's stderr, which the relay carries to the rank's log.
+        // GIL; it writes to the process's stderr, which the relay carries to the rank's log. Its
+        // result (const char*: NULL, or why it wrote nothing) is printed by the same call, to
+        // python.<pid>.out.
+        const std::string py = dir + "/python." + p;
         t->steps.push_back({{tools_.gdb, "-batch", "-nx", "-p", p, "-ex",
-                             "call (void)_Py_DumpTracebackThreads(2, (void*)0, (void*)0)"},
-                            "", "", /*python=*/true});
+                             "call (char*)_Py_DumpTracebackThreads(2, (void*)0, (void*)0)"},
+                            py + ".out", py + ".err", /*python=*/true});
       }
       active_->targets.push_back(std::move(t));
     }
@@ -134,7 +164,8 @@ void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
 
 void StackCapture::StartNext(Target& t) {
   while (t.next < t.steps.size()) {
-    const Step& s = t.steps[t.next++];
+    Step& s = t.steps[t.next++];
+    s.started = true;  // its files are (re)created by the spawn, even one that then fails
     SpawnSpec spec;
     spec.executable = s.argv[0];
     spec.argv = s.argv;
@@ -157,7 +188,6 @@ void StackCapture::StartNext(Target& t) {
 }
 
 void StackCapture::OnToolExited(Target& t) {
-  if (t.next > 0 && t.steps[t.next - 1].python) ++active_->python_done;
   loop_.RemoveFd(t.pidfd.get());
   t.pidfd.reset();
   t.tool = -1;
@@ -188,7 +218,7 @@ void StackCapture::Finish(bool timed_out) {
   active_->deadline.reset();
   for (auto& t : active_->targets) {
     KillTool(*t);
-    for (const Step& s : t->steps) RemoveIfEmpty(s.err);
+    Collect(*t);
   }
   const std::string summary = Summary(timed_out);
   Done done = std::move(active_->done);
@@ -196,14 +226,43 @@ void StackCapture::Finish(bool timed_out) {
   done(summary);
 }
 
+void StackCapture::Collect(Target& t) {
+  Active& a = *active_;
+  for (const Step& s : t.steps) {
+    if (!s.started) continue;  // never ran (cut at the bound): nothing of it to judge or remove
+    if (s.python) {
+      if (DumperReturnedNull(s.out)) {
+        ++a.python_done;
+        ::unlink(s.out.c_str());  // gdb's chatter, and its stderr's, say nothing once it worked
+        ::unlink(s.err.c_str());
+        continue;
+      }
+    } else if (NonEmpty(s.out)) {
+      ++a.saved;
+      RemoveIfEmpty(s.err);  // a tool's warnings beside saved stacks are kept, not pointed to
+      continue;
+    }
+    RemoveIfEmpty(s.out);
+    RemoveIfEmpty(s.err);
+    if (s.python && NonEmpty(s.out)) a.error_files.push_back(BaseName(s.out));  // the dumper's reason
+    if (NonEmpty(s.err)) a.error_files.push_back(BaseName(s.err));
+  }
+}
+
 std::string StackCapture::Summary(bool timed_out) const {
   const Active& a = *active_;
   if (!a.note.empty()) return a.note;
   const size_t n = a.targets.size();
-  std::string s = "stacks of " + std::to_string(n) + (n == 1 ? " process" : " processes") + " saved in " + a.dir +
-                  " (native: " + (tools_.eu_stack.empty() ? "gdb" : "eu-stack");
+  const size_t k = static_cast<size_t>(a.saved);
+  const std::string processes = std::to_string(n) + (n == 1 ? " process" : " processes");
+  std::string s;
+  if (k == n) s = "stacks of " + processes + " saved in " + a.dir;
+  else if (k > 0) s = "stacks of " + std::to_string(k) + " of " + processes + " saved in " + a.dir;
+  else s = "stacks not saved in " + a.dir + ": no native stack of the rank's " + processes + " could be read";
+  s += std::string(" (native: ") + (tools_.eu_stack.empty() ? "gdb" : "eu-stack");
   if (a.python > 0) {
-    // Only dumps whose gdb ended on its own are counted as written; the bound cuts the others.
+    // Only dumps whose dumper said it wrote them are counted; the bound or a failed attach cut
+    // the others.
     const std::string done = a.python_done == a.python ? "" : std::to_string(a.python_done) + " of ";
     s += "; Python: " + done + std::to_string(a.python) + " process" + (a.python == 1 ? "" : "es") + ", on the rank's stderr";
   }
@@ -211,6 +270,13 @@ std::string StackCapture::Summary(bool timed_out) const {
   s += ")";
   if (timed_out) s += "; the capture was cut at its " + FormatSeconds(timeout_) + " bound (--stack-timeout)";
   if (a.failed_starts > 0) s += "; " + std::to_string(a.failed_starts) + " tool run(s) could not start";
+  if (!a.error_files.empty()) {
+    // Why the others failed (ptrace not permitted, no such process, ...), in the same directory.
+    constexpr size_t kNamed = 4;
+    s += "; tool errors in ";
+    for (size_t i = 0; i < a.error_files.size() && i < kNamed; ++i) s += (i ? ", " : "") + a.error_files[i];
+    if (a.error_files.size() > kNamed) s += " and " + std::to_string(a.error_files.size() - kNamed) + " more";
+  }
   return s;
 }
 

@@ -9,9 +9,18 @@
 //           interpreter's own signal-safe dumper (_Py_DumpTracebackThreads, what faulthandler
 //           uses; no GIL needed) inside the process: every thread's Python stack goes to the
 //           process's stderr, i.e. the rank's console lines / stderr log and the summary's stderr
-//           tail. Nothing is set up in workers beforehand: workers that never hang run exactly as
-//           without ctrun. (The call runs code in the hung process, which is stopped right after;
-//           where gdb cannot restore the interrupted system call, the process may then fail.)
+//           tail. gdb prints the dumper's result (NULL: every thread written, else its reason) to
+//           <dir>/python.<pid>.out (its stderr to .err). Nothing is set up in workers beforehand:
+//           workers that never hang run exactly as without ctrun. (The call runs code in the hung
+//           process, which is stopped right after; where gdb cannot restore the interrupted system
+//           call, the process may then fail.)
+// What counts is what was written, never a tool's exit status (the agent's reaper may reap a tool
+// before its pidfd is read, and gdb exits 0 when `thread apply all bt` found no process): a
+// process's stacks are saved when its native.<pid>.txt is not empty (an empty one, from a tool
+// that could not attach, e.g. ptrace EPERM under Yama, is removed), and its Python stacks when
+// python.<pid>.out shows the dumper returned NULL. The summary counts those, and names the error
+// files kept for the others (empty .err files, and the .out and .err of a dump that worked, are
+// removed).
 // The tools run as ctrun's children in their own process groups (PosixSpawner: PR_SET_PDEATHSIG);
 // their exits are seen through pidfds (the agent's reaper reaps them as unknown pids). One deadline
 // bounds the whole capture: tools still running then are SIGKILLed (a SIGSTOPped or D-state target
@@ -67,6 +76,7 @@ class StackCapture {
     std::string out;  // stdout file
     std::string err;  // stderr file ("" = /dev/null)
     bool python = false;  // the Python dump (gdb's inferior call)
+    bool started = false;  // spawned: its files are this capture's, not left from an earlier one
   };
   struct Target {
     pid_t pid = -1;
@@ -81,11 +91,16 @@ class StackCapture {
     std::vector<std::unique_ptr<Target>> targets;
     std::optional<TimerQueue::TimerId> deadline;
     int python = 0;       // Python dumps planned
-    int python_done = 0;  // ... whose gdb ended on its own (not killed at the bound)
+    int python_done = 0;  // ... whose dumper returned NULL (Finish, from python.<pid>.out)
+    int saved = 0;        // processes whose native.<pid>.txt is not empty (Finish)
+    std::vector<std::string> error_files;  // kept for the processes or dumps that failed (Finish)
     int failed_starts = 0;
     std::string note;
   };
   void StartNext(Target& t);
+  // Counts what the steps of t wrote (saved, python_done, error_files) and removes what says
+  // nothing; after its tool is gone.
+  void Collect(Target& t);
   void OnToolExited(Target& t);
   void OnDeadline();
   void Finish(bool timed_out);
