@@ -287,6 +287,9 @@ struct PosixSpawner::ChildImage {
   ChildPlan plan;
   StdioPlumbing in, out, err;
   UniqueFd err_read, err_write;
+  // The image's own copy of the spec's extra_fd: the caller may close its fd once Spawn returns,
+  // while a vfork-style child still in its clone shares our fd table and has yet to dup2 it.
+  UniqueFd extra;
   int cgroup_dir_fd = -1;
   int spec_cgroup_procs_fd = -1;  // the spec's, for a fork after all (plan's is -1 when vfork-style)
   bool pending_fork = false;      // not cloned vfork-style: Batch::Finish forks it
@@ -305,6 +308,7 @@ struct PosixSpawner::ChildImage {
     out.child_end.reset();
     err.child_end.reset();
     err_write.reset();
+    extra.reset();
   }
 };
 
@@ -341,6 +345,10 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   if (!PrepareStdio(spec.stderr_target, /*input=*/false, &image->err, &what)) return fail(what, errno);
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
+  if (spec.extra_fd >= 0) {
+    image->extra.reset(::fcntl(spec.extra_fd, F_DUPFD_CLOEXEC, 3));
+    if (!image->extra) return fail("dup of fd " + std::to_string(spec.extra_fd), errno);
+  }
   image->err_read.reset(errpipe[0]);
   image->err_write.reset(errpipe[1]);
   // The agent's ends live above the high-fd line, out of every later child's copy of the table.
@@ -361,7 +369,7 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   plan.out_fd = image->out.child_end.get();
   plan.err_fd = image->err.child_end.get();
   plan.error_pipe = image->err_write.get();
-  plan.extra_fd = spec.extra_fd;
+  plan.extra_fd = image->extra.get();
   plan.extra_target = spec.extra_fd_target;
   image->affinity = std::make_unique<CpuMask>(spec.cpu_affinity);
   plan.affinity = image->affinity.get();

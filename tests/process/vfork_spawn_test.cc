@@ -280,6 +280,41 @@ TEST(VforkSpawn, AChildStillSharingTheAgentsFdTablePastTheExecWaitKeepsItsDescri
   }
 }
 
+// The same for the caller's extra fd (a heartbeat channel): the caller closes it once Spawn has
+// returned, and its number may be taken by the agent's next descriptor before the held child
+// runs. The child still gets the channel it was given as fd 3, not the newcomer.
+TEST(VforkSpawn, AChildStillSharingTheAgentsFdTableGetsTheExtraFdItWasGiven) {
+  if (!VforkCloneBuilt()) GTEST_SKIP() << "no vfork-style clone on this architecture";
+  if (!ReserveHighFds()) GTEST_SKIP() << "no room above fd " << kHighFdLine << " or no close_range here";
+  PosixSpawner sp(200ms, PosixSpawner::Method::kVforkStoppedAtEntry);
+  int channel[2], newcomer[2];
+  ASSERT_EQ(::pipe2(channel, O_CLOEXEC), 0);
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", "echo beat >&3; exit 5"};
+  spec.stop_before_exec = true;  // stops as it begins, before it takes a table of its own
+  spec.extra_fd = channel[1];
+  spec.extra_fd_target = 3;
+  std::vector<SpawnResult> results;
+  sp.SpawnMany({spec}, &results);
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].ok) << results[0].error.message;
+  const pid_t held = results[0].process.pid;
+  ::close(channel[1]);  // as the health monitor closes the worker's end once the attempt starts
+  ASSERT_EQ(::pipe2(newcomer, O_CLOEXEC), 0);  // may take the number just freed
+  ASSERT_TRUE(WaitFor([&] { return ProcState(held) == 'T'; }, 5s)) << ProcState(held);
+  ASSERT_EQ(::kill(held, SIGCONT), 0);
+  int st = 0;
+  ASSERT_EQ(RetryOnEintr([&] { return ::waitpid(held, &st, 0); }), held);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << "status " << st;
+  char buf[16] = {};
+  ::fcntl(channel[0], F_SETFL, O_NONBLOCK);
+  EXPECT_EQ(::read(channel[0], buf, sizeof buf - 1), 5) << "the beat went elsewhere";
+  EXPECT_STREQ(buf, "beat\n");
+  ::fcntl(newcomer[0], F_SETFL, O_NONBLOCK);
+  EXPECT_EQ(::read(newcomer[0], buf, sizeof buf), -1) << "the newcomer got the child's fd 3";
+  for (int fd : {channel[0], newcomer[0], newcomer[1]}) ::close(fd);
+}
+
 // An exec that hangs (the child holds the spawn thread) costs the exec wait once: the batch does
 // not wait a second time for the confirmation it already waited for. The worker comes back
 // started, its exec unconfirmed, and runs on once its exec goes through.
