@@ -1,5 +1,7 @@
 #include "gpu/gpu_release.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <string>
 
@@ -19,7 +21,13 @@ ProcState ReadProcState(pid_t pid) {
 
 GpuReleaseWaiter::GpuReleaseWaiter(GpuDriver& driver, std::vector<int> devices, TimerQueue& timers,
                                    ProcStateReader proc, Options options)
-    : driver_(driver), devices_(std::move(devices)), timers_(timers), proc_(std::move(proc)), options_(options) {}
+    : driver_(driver),
+      devices_(std::move(devices)),
+      timers_(timers),
+      proc_(std::move(proc)),
+      options_(std::move(options)) {
+  if (!options_.warn) options_.warn = [](const std::string& line) { spdlog::warn("{}", line); };
+}
 
 GpuReleaseWaiter::~GpuReleaseWaiter() {
   if (timer_) timers_.CancelTimer(*timer_);
@@ -39,7 +47,12 @@ std::vector<std::string> GpuReleaseWaiter::Holders(bool* any_d_state) {
   auto is_ours = [&](pid_t p) { return std::find(ours_.begin(), ours_.end(), p) != ours_.end(); };
   for (int dev : devices_) {
     auto procs = driver_.Processes(dev);
-    if (!procs.ok()) continue;  // the driver cannot tell: nothing to wait for on this GPU
+    if (!procs.ok()) {  // the driver cannot tell: nothing to wait for on this GPU, said once
+      if (unlistable_.insert(dev).second)
+        options_.warn("restarts do not wait for GPU " + std::to_string(dev) +
+                      " to be released by the previous attempt: " + procs.message());
+      continue;
+    }
     for (const GpuProcess& p : procs.value()) {
       const ProcState st = proc_(p.pid);
       if (!is_ours(p.pid) && !(st.exists && is_ours(st.pgrp))) continue;

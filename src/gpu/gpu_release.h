@@ -10,6 +10,9 @@
 // shows is a context still being torn down: waited for like a live one.
 // At the deadline, what is still there is reported by pid (uninterruptible "D" state said: such
 // a process cannot be killed) and the restart is refused (done gets an error).
+// A GPU whose processes NVML cannot list (e.g. NO_PERMISSION on a MIG-enabled GPU for a user
+// other than root) is not waited for: the first time, one warning line names the GPU and NVML's
+// reason, so a restart that then meets the GPU still held is not a mystery.
 //
 // Limitation: NVML reports host pids; inside a PID namespace (a container) they do not match the
 // workers' pids, and the wait ends at once.
@@ -20,6 +23,8 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -42,6 +47,8 @@ class GpuReleaseWaiter {
   struct Options {
     Duration timeout = std::chrono::seconds(15);
     Duration interval = std::chrono::milliseconds(50);
+    // Where the warnings go, one line each; ctrun's log (spdlog::warn) when empty.
+    std::function<void(const std::string&)> warn;
   };
   // devices: the NVML indices of the job's GPUs. Not owned: driver, timers.
   GpuReleaseWaiter(GpuDriver& driver, std::vector<int> devices, TimerQueue& timers, ProcStateReader proc,
@@ -69,6 +76,7 @@ class GpuReleaseWaiter {
   std::function<void(Status)> done_;
   TimePoint deadline_{};
   std::optional<TimerQueue::TimerId> timer_;
+  std::set<int> unlistable_;  // GPUs already warned about: their processes cannot be listed
 };
 
 }  // namespace ctrun

@@ -35,6 +35,7 @@ struct NvmlApi {
   NvmlReturn (*graphics_procs)(NvmlDevice, unsigned*, NvmlProcessInfo*);
   NvmlReturn (*max_mig)(NvmlDevice, unsigned*);                  // optional
   NvmlReturn (*mig_handle)(NvmlDevice, unsigned, NvmlDevice*);   // optional
+  const char* (*error_string)(NvmlReturn);                       // optional
 };
 
 template <typename Fn>
@@ -83,8 +84,8 @@ class NvmlDriver final : public GpuDriver {
 
   StatusOr<std::vector<GpuProcess>> Processes(int index) override {
     NvmlDevice h = nullptr;
-    if (api_.handle(static_cast<unsigned>(index), &h) != kNvmlSuccess)
-      return Status::Error("NVML has no device " + std::to_string(index));
+    if (NvmlReturn r = api_.handle(static_cast<unsigned>(index), &h); r != kNvmlSuccess)
+      return Status::Error("NVML has no device " + std::to_string(index) + ": " + Reason(r));
     std::vector<GpuProcess> out;
     for (auto query : {api_.compute_procs, api_.graphics_procs}) {
       if (!query) continue;
@@ -100,7 +101,8 @@ class NvmlDriver final : public GpuDriver {
         count = room;
         r = query(h, &count, infos.data());
       }
-      if (r != kNvmlSuccess) return Status::Error("NVML cannot list the processes on GPU " + std::to_string(index));
+      if (r != kNvmlSuccess)
+        return Status::Error("NVML cannot list the processes on GPU " + std::to_string(index) + ": " + Reason(r));
       for (unsigned i = 0; i < count && i < room; ++i)
         out.push_back({static_cast<pid_t>(infos[i].pid), infos[i].used_gpu_memory});
     }
@@ -108,6 +110,12 @@ class NvmlDriver final : public GpuDriver {
   }
 
  private:
+  // NVML's words for a return code ("Insufficient Permissions"), with the code itself.
+  std::string Reason(NvmlReturn r) const {
+    const char* text = api_.error_string ? api_.error_string(r) : nullptr;
+    return (text && *text ? std::string(text) + " " : std::string()) + "(NVML error " + std::to_string(r) + ")";
+  }
+
   std::string Uuid(NvmlDevice h) {
     char buf[96] = {0};
     return api_.uuid(h, buf, sizeof buf) == kNvmlSuccess ? std::string(buf) : "";
@@ -153,6 +161,7 @@ std::unique_ptr<GpuDriver> LoadNvml() {
           {"nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v3"});
   Resolve(lib, &api.max_mig, {"nvmlDeviceGetMaxMigDeviceCount"});
   Resolve(lib, &api.mig_handle, {"nvmlDeviceGetMigDeviceHandleByIndex"});
+  Resolve(lib, &api.error_string, {"nvmlErrorString"});
   if (!ok || api.init() != kNvmlSuccess) {
     ::dlclose(lib);
     return nullptr;

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "fakes/fake_gpu_driver.h"
 #include "fakes/fake_timer_queue.h"
@@ -26,7 +28,7 @@ class GpuReleaseTest : public ::testing::Test {
           auto it = procs.find(p);
           return it == procs.end() ? ProcState{} : it->second;
         },
-        GpuReleaseWaiter::Options{2s, 50ms});
+        GpuReleaseWaiter::Options{2s, 50ms, [this](const std::string& line) { warnings.push_back(line); }});
     return *waiter;
   }
   void Wait(std::vector<pid_t> pids) {
@@ -42,6 +44,7 @@ class GpuReleaseTest : public ::testing::Test {
   std::unique_ptr<GpuReleaseWaiter> waiter;
   int calls = 0;
   Status result = Status::Error("not called");
+  std::vector<std::string> warnings;
 };
 
 TEST_F(GpuReleaseTest, NothingOnTheGpusGoesAheadAtOnce) {
@@ -97,6 +100,30 @@ TEST_F(GpuReleaseTest, ADriverErrorDoesNotHoldTheRestart) {
   Wait({100});
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(result.ok());
+}
+
+// NVML refuses the process list (NO_PERMISSION on a MIG-enabled GPU for a non-root user): the
+// restart goes ahead, and a warning says once per GPU that its release is not waited for, and why.
+TEST_F(GpuReleaseTest, AGpuWhoseProcessesCannotBeListedIsNamedOnce) {
+  nvml.failing[1] = true;
+  nvml.processes[0] = {{100, 1}};
+  GpuReleaseWaiter& w = Waiter();
+  w.Wait({100}, [this](Status s) {
+    ++calls;
+    result = s;
+  });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "restarts do not wait for GPU 1 to be released by the previous attempt: fake NVML error");
+  nvml.processes[0].clear();
+  timers.Advance(50ms);  // the next check: GPU 1 still fails, no second line
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(result.ok());
+  w.Wait({200}, [this](Status s) {  // the next restart's wait
+    ++calls;
+    result = s;
+  });
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(warnings.size(), 1u);
 }
 
 TEST_F(GpuReleaseTest, DestroyingTheWaiterCancelsItsTimer) {
