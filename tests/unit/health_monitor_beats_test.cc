@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "sys/event_loop.h"
@@ -20,24 +21,35 @@ namespace {
 
 // A beat longer than the monitor's buffer: its complete lines count, the number cut at the
 // buffer's end does not ("12" of "12345" would tell the restart policy a wrong step).
-TEST(HealthMonitorBeats, ADatagramLongerThanTheBufferGivesOnlyItsCompleteLines) {
-  EventLoop loop;
-  HangWatchOptions o;
-  o.heartbeat = Seconds(60);
-  o.first_heartbeat = Seconds(60);
-  HealthMonitor m(loop, o, StackTools{}, Seconds(1), nullptr);
-  SpawnSpec spec;
-  m.PrepareWorker(0, 0, &spec);
-  ASSERT_GE(spec.extra_fd, 0);
-  const int worker = ::dup(spec.extra_fd);  // the monitor closes its copy once the attempt starts
-  m.AttemptStarted(1, true);
-  std::string big = "3 first\n" + std::string(4090, 'x') + "\n12345\n";
-  ASSERT_EQ(::send(worker, big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
-  EXPECT_EQ(m.AttemptProgress().max_step, 3u);
-  const std::string next = "7\n";
-  ASSERT_EQ(::send(worker, next.data(), next.size(), 0), 2);
-  EXPECT_EQ(m.AttemptProgress().max_step, 7u);
-  ::close(worker);
+// One rank's channel on a real loop that is never run; the test plays the worker.
+class OneRankChannel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HangWatchOptions o;
+    o.heartbeat = Seconds(60);
+    o.first_heartbeat = Seconds(60);
+    monitor_ = std::make_unique<HealthMonitor>(loop_, o, StackTools{}, Seconds(1), nullptr);
+    SpawnSpec spec;
+    monitor_->PrepareWorker(0, 0, &spec);
+    ASSERT_GE(spec.extra_fd, 0);
+    worker_ = ::dup(spec.extra_fd);  // the monitor closes its copy once the attempt starts
+    monitor_->AttemptStarted(1, true);
+  }
+  void TearDown() override { ::close(worker_); }
+  void Send(const std::string& datagram) {
+    ASSERT_EQ(::send(worker_, datagram.data(), datagram.size(), 0), static_cast<ssize_t>(datagram.size()));
+  }
+
+  EventLoop loop_;
+  std::unique_ptr<HealthMonitor> monitor_;
+  int worker_ = -1;
+};
+
+TEST_F(OneRankChannel, ADatagramLongerThanTheBufferGivesOnlyItsCompleteLines) {
+  Send("3 first\n" + std::string(4090, 'x') + "\n12345\n");
+  EXPECT_EQ(monitor_->AttemptProgress().max_step, 3u);
+  Send("7\n");
+  EXPECT_EQ(monitor_->AttemptProgress().max_step, 7u);
 }
 
 // heartbeat() without a step sends the library's beat counter, marked "counter": it shows a hung
@@ -48,26 +60,16 @@ TEST(HealthMonitorBeats, TheLibrarysBeatCounterIsABeatButNotAComparableStep) {
   EXPECT_FALSE(ParseBeat("12 1700000000\n").counter);
   EXPECT_FALSE(ParseBeat("12 1700000000 counter\n7\n").counter) << "the last numbered line decides";
   EXPECT_FALSE(ParseBeat("alive\n").step);
-  EventLoop loop;
-  HangWatchOptions o;
-  o.heartbeat = Seconds(60);
-  o.first_heartbeat = Seconds(60);
-  HealthMonitor m(loop, o, StackTools{}, Seconds(1), nullptr);
-  SpawnSpec spec;
-  m.PrepareWorker(0, 0, &spec);
-  ASSERT_GE(spec.extra_fd, 0);
-  const int worker = ::dup(spec.extra_fd);
-  m.AttemptStarted(1, true);
-  EXPECT_FALSE(m.AttemptProgress().beat);
-  const std::string counted = "5000 1700000000 counter\n";
-  ASSERT_EQ(::send(worker, counted.data(), counted.size(), 0), static_cast<ssize_t>(counted.size()));
-  AttemptBeats b = m.AttemptProgress();
+}
+
+TEST_F(OneRankChannel, CounterBeatsAreBeatsWithoutAComparableStep) {
+  EXPECT_FALSE(monitor_->AttemptProgress().beat);
+  Send("5000 1700000000 counter\n");
+  const AttemptBeats b = monitor_->AttemptProgress();
   EXPECT_TRUE(b.beat);
   EXPECT_FALSE(b.max_step);
-  const std::string stepped = "40 1700000001\n";
-  ASSERT_EQ(::send(worker, stepped.data(), stepped.size(), 0), static_cast<ssize_t>(stepped.size()));
-  EXPECT_EQ(m.AttemptProgress().max_step, 40u);
-  ::close(worker);
+  Send("40 1700000001\n");
+  EXPECT_EQ(monitor_->AttemptProgress().max_step, 40u);
 }
 
 // Out of fds (EMFILE) when a rank's channel is made: that rank runs without one. It gets no stale
