@@ -1,7 +1,8 @@
 // GpuProbe: the GPUs this node's workers can use, found at run time without linking CUDA (the
 // agent stays lean and runs on machines without CUDA).
 // Physical devices: NVML (a GpuDriver, loaded with dlopen), else /proc/driver/nvidia/gpus (bus
-// ids and UUIDs), else NVIDIA PCI display/3D controllers in sysfs (bus ids), in PCI bus order.
+// ids and UUIDs), else NVIDIA PCI display/3D controllers in sysfs bound to the `nvidia` driver
+// (bus ids), in PCI bus order.
 // CUDA_VISIBLE_DEVICES, when set, narrows and orders them as the CUDA runtime does
 // (gpu/visible_devices.h); when no physical device can be found its entries are taken as written
 // (a machine whose driver ctrun cannot see, or a simulated device list in tests).

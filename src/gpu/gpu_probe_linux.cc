@@ -1,4 +1,5 @@
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -38,6 +39,17 @@ std::string UuidFromInformation(const std::string& text) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("GPU UUID:", 0) == 0) return Trim(line.substr(9));
   return "";
+}
+
+// The name of the kernel driver bound to a PCI device (the last part of its `driver` link,
+// "../../../bus/pci/drivers/nvidia"); "" when none is bound.
+std::string BoundDriver(const std::string& device_dir) {
+  char target[4096];
+  const ssize_t n = ::readlink((device_dir + "/driver").c_str(), target, sizeof target - 1);
+  if (n <= 0) return "";
+  const std::string link(target, static_cast<size_t>(n));
+  const size_t slash = link.find_last_of('/');
+  return slash == std::string::npos ? link : link.substr(slash + 1);
 }
 
 // CUDA numbers the GPUs it can open from 0, in the order found (the driver's list leaves out those
@@ -89,6 +101,9 @@ std::vector<GpuDevice> SystemGpuProbe::PhysicalDevices(std::string* source) {
     cls = Trim(cls);
     // 0x0300xx VGA controller, 0x0302xx 3D controller (data-centre GPUs).
     if (cls.rfind("0x0300", 0) != 0 && cls.rfind("0x0302", 0) != 0) continue;
+    // Only a GPU the NVIDIA driver drives can run CUDA: one passed through to a VM (vfio-pci),
+    // driven by nouveau, or bound to no driver is no GPU for the workers.
+    if (BoundDriver(pci + "/" + dev) != "nvidia") continue;
     GpuDevice d;
     d.index = static_cast<int>(out.size());
     d.pci_bus_id = NormalizePciBusId(dev);

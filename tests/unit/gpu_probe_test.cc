@@ -49,11 +49,16 @@ class SysfsFixture : public ::testing::Test {
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
-  void PciDevice(const std::string& name, const std::string& vendor, const std::string& cls) {
+  // driver: the kernel driver bound to it ("" none), a `driver` link as sysfs has it.
+  void PciDevice(const std::string& name, const std::string& vendor, const std::string& cls,
+                 const std::string& driver = "nvidia") {
     fs::path d = root_ / "sys/bus/pci/devices" / name;
     fs::create_directories(d);
     std::ofstream(d / "vendor") << vendor << "\n";
     std::ofstream(d / "class") << cls << "\n";
+    if (driver.empty()) return;
+    fs::create_directories(root_ / "sys/bus/pci/drivers" / driver);
+    fs::create_directory_symlink("../../../bus/pci/drivers/" + driver, d / "driver");
   }
   fs::path root_;
 };
@@ -61,11 +66,28 @@ class SysfsFixture : public ::testing::Test {
 TEST_F(SysfsFixture, CountsNvidiaDisplayAnd3dControllers) {
   PciDevice("0000:01:00.0", "0x10de", "0x030200");
   PciDevice("0000:02:00.0", "0x10de", "0x030000");
-  PciDevice("0000:02:00.1", "0x10de", "0x040300");  // its HDMI audio function
-  PciDevice("0000:03:00.0", "0x8086", "0x030000");  // not NVIDIA
+  PciDevice("0000:02:00.1", "0x10de", "0x040300", "snd_hda_intel");  // its HDMI audio function
+  PciDevice("0000:03:00.0", "0x8086", "0x030000", "i915");           // not NVIDIA
   SystemGpuProbe p(NoEnv(), root_.string());
   EXPECT_EQ(p.Count().count, 2);
   EXPECT_EQ(p.Count().source, "sysfs");
+}
+
+// NVIDIA GPUs CUDA cannot use: passed through to a VM, driven by nouveau, bound to no driver.
+// Counting them would start workers that fail in CUDA's init instead of the "no GPU" error.
+TEST_F(SysfsFixture, CountsOnlyGpusBoundToTheNvidiaDriver) {
+  PciDevice("0000:01:00.0", "0x10de", "0x030200", "vfio-pci");
+  PciDevice("0000:02:00.0", "0x10de", "0x030000", "nouveau");
+  PciDevice("0000:03:00.0", "0x10de", "0x030200", "");
+  SystemGpuProbe none(NoEnv(), root_.string());
+  EXPECT_EQ(none.Count().count, 0);
+  EXPECT_EQ(none.Count().source, "none");
+  PciDevice("0000:04:00.0", "0x10de", "0x030200", "nvidia");
+  SystemGpuProbe one(NoEnv(), root_.string());
+  GpuInventory inv = one.Probe();
+  ASSERT_EQ(inv.count(), 1);
+  EXPECT_EQ(inv.devices[0].pci_bus_id, "0000:04:00.0");
+  EXPECT_EQ(inv.visible, std::vector<std::string>{"0"});
 }
 
 TEST_F(SysfsFixture, ProcDriverWinsOverSysfs) {
