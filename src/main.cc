@@ -42,9 +42,18 @@ std::string RandomRunId() {
   return id.empty() ? "standalone" : id;
 }
 
+// The CPUs this process may run on (taskset, cpusets), for --nproc_per_node=cpu|auto; the
+// online count only when the kernel will not say.
 int CpuCount() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  // A kernel built for more than CPU_SETSIZE (1024) possible CPUs refuses a smaller mask (EINVAL,
+  // for this process and a valid buffer the one way it fails): ask again with a larger one, as
+  // OwnAffinity in placement/job_placement.cc does.
+  for (int ncpus = CPU_SETSIZE; ncpus <= (1 << 22); ncpus *= 2) {
+    std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set(CPU_ALLOC(ncpus), [](cpu_set_t* s) { CPU_FREE(s); });
+    if (!set) break;
+    const size_t size = CPU_ALLOC_SIZE(ncpus);
+    if (sched_getaffinity(0, size, set.get()) == 0) return CPU_COUNT_S(size, set.get());
+  }
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
 }
