@@ -200,7 +200,8 @@ constexpr std::array kOptions = {
               "stops (and restarts, if restarts are left; else ctrun exits 124). Workers beat through CTRUN_HEARTBEAT_FD (the "
               "worker library's heartbeat(), or one os.write from Python)."},
     OptionDef{"heartbeat_first_timeout", 0, Kind::kValue, "", "SECONDS", "max(600, --heartbeat-timeout)",
-              Group::kHealth, "Deadline of a rank's first heartbeat (start-up, checkpoint load)."},
+              Group::kHealth, "Deadline of a rank's first heartbeat (start-up, checkpoint load); until every rank of "
+              "the node has beaten, no rank is judged on --heartbeat-timeout."},
     OptionDef{"output_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
               "A rank that writes nothing to stdout or stderr for this long is hung (for workers that "
               "cannot beat)."},
