@@ -48,11 +48,10 @@ class GpuProbe {
 class SystemGpuProbe final : public GpuProbe {
  public:
   // env: lookup for CUDA_VISIBLE_DEVICES; sys_root prefixes /proc and /sys (tests use a fixture);
-  // driver: NVML when loaded (not owned, may be null); warn: where a warning line goes (entries
-  // of CUDA_VISIBLE_DEVICES CUDA will not use), ctrun's log (spdlog::warn) when empty.
+  // driver: NVML when loaded (not owned, may be null).
   SystemGpuProbe(std::function<std::optional<std::string>(const std::string&)> env, std::string sys_root = "",
-                 GpuDriver* driver = nullptr, std::function<void(const std::string&)> warn = nullptr)
-      : env_(std::move(env)), root_(std::move(sys_root)), driver_(driver), warn_(std::move(warn)) {}
+                 GpuDriver* driver = nullptr)
+      : env_(std::move(env)), root_(std::move(sys_root)), driver_(driver) {}
   GpuInventory Probe() override;
 
  private:
@@ -60,7 +59,6 @@ class SystemGpuProbe final : public GpuProbe {
   std::function<std::optional<std::string>(const std::string&)> env_;
   std::string root_;
   GpuDriver* driver_;
-  std::function<void(const std::string&)> warn_;
 };
 
 // --gpus: keeps the GPUs at these positions of `inv` (in the given order). An error names the

@@ -1,5 +1,4 @@
 #include <dirent.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,14 +126,6 @@ GpuInventory SystemGpuProbe::Probe() {
   }
   const VisibleDevicesSpec spec = ParseVisibleDevices(*env);
   inv.source = "CUDA_VISIBLE_DEVICES";
-  if (!spec.unused_mig.empty()) {
-    std::string unused;
-    for (const auto& e : spec.unused_mig) unused += (unused.empty() ? "" : ", ") + e;
-    const std::string line = "CUDA_VISIBLE_DEVICES: a CUDA process uses one MIG instance only, the first listed (" +
-                             spec.entries.front() + "); left out: " + unused;
-    if (warn_) warn_(line);
-    else spdlog::warn("{}", line);
-  }
   if (physical.empty()) {  // nothing to check the entries against: take them as written
     inv.as_written = !spec.entries.empty();
     for (size_t i = 0; i < spec.entries.size(); ++i) {

@@ -82,9 +82,6 @@ VisibleDevicesSpec ParseVisibleDevices(std::string_view value) {
   if (spec.hides_all) {
     spec.entries.clear();
     spec.ordinals.clear();
-  } else if (prefix && std::string_view(prefix) == "MIG-" && spec.entries.size() > 1) {
-    spec.unused_mig.assign(spec.entries.begin() + 1, spec.entries.end());
-    spec.entries.resize(1);
   }
   return spec;
 }
@@ -103,7 +100,7 @@ std::vector<int> ResolveVisibleDevices(const VisibleDevicesSpec& spec, const std
     const int i = FindByUuid(e, devices);
     if (i == -2) return {};  // ambiguous: the runtime sees nothing
     if (i < 0) break;
-    if (std::find(out.begin(), out.end(), i) != out.end()) return {};
+    if (std::find(out.begin(), out.end(), i) != out.end() && !StartsWith(e, "MIG-")) return {};
     out.push_back(i);
   }
   return out;

@@ -10,8 +10,6 @@
 //    An ordinal past the last device ends the list there ("0,1,9" on 4 GPUs is two devices).
 //  - The same device named twice hides every device (the runtime reports none), and so does an
 //    ambiguous UUID prefix.
-//  - A CUDA process enumerates a single MIG instance (CUDA 11 and 12): of a MIG list only the
-//    first entry counts; the others are kept apart (unused_mig) to be named in a warning.
 #pragma once
 
 #include <string>
@@ -28,7 +26,6 @@ struct VisibleDevicesSpec {
   std::vector<std::string> entries;  // the accepted entries as written (trimmed), in order
   std::vector<int> ordinals;         // kOrdinals: entries read as numbers
   bool hides_all = false;            // a repeated entry: the runtime sees no device
-  std::vector<std::string> unused_mig;  // a MIG list's entries after the first (not in entries)
 };
 
 VisibleDevicesSpec ParseVisibleDevices(std::string_view value);
