@@ -73,25 +73,28 @@ std::function<void(const std::vector<pid_t>&)> g_after_listing_for_testing;
 // (in the cgroup) reaped it, and the number was taken again. So each is opened as a pidfd first
 // and killed only when it is still listed after its pidfd was opened: a pidfd whose process was
 // alive at that second listing names a process in the cgroup, and one that died before it makes
-// the kill fail. Pidfds are opened in batches, to bound the fds held. Without pidfds (Linux < 5.3)
-// pids are killed by number and the window stays.
+// the kill fail. Pidfds are opened in batches, to bound the fds held. A pid without a pidfd for
+// another reason than being gone (Linux < 5.3, out of fds, a seccomp filter) is killed by number
+// if the second listing still has it: the window shrinks to the time between the two.
 bool KillListed(const std::string& cgroup) {
   constexpr size_t kBatch = 256;
   const std::optional<std::vector<pid_t>> pids = ListedPids(cgroup);
   if (!pids) return false;
   if (g_after_listing_for_testing) g_after_listing_for_testing(*pids);
   for (size_t begin = 0; begin < pids->size(); begin += kBatch) {
-    std::vector<std::pair<pid_t, UniqueFd>> opened;
+    std::vector<std::pair<pid_t, UniqueFd>> opened;  // an invalid fd: no pidfd, the process lives
     for (size_t i = begin; i < std::min(pids->size(), begin + kBatch); ++i) {
       UniqueFd fd = PidfdOpen((*pids)[i]);
-      if (fd) opened.emplace_back((*pids)[i], std::move(fd));
-      else if (errno == ENOSYS) ::kill((*pids)[i], SIGKILL);
+      if (fd || errno != ESRCH) opened.emplace_back((*pids)[i], std::move(fd));
     }
     if (opened.empty()) continue;
     const std::vector<pid_t> now = ListedPids(cgroup).value_or(std::vector<pid_t>{});
     const std::set<pid_t> still(now.begin(), now.end());
-    for (const auto& [pid, fd] : opened)
-      if (still.count(pid) > 0) (void)PidfdSignal(fd, SIGKILL);
+    for (const auto& [pid, fd] : opened) {
+      if (still.count(pid) == 0) continue;
+      if (fd) (void)PidfdSignal(fd, SIGKILL);
+      else ::kill(pid, SIGKILL);
+    }
   }
   return true;
 }
