@@ -343,12 +343,12 @@ bool PosixSpawner::PrepareChild(const SpawnSpec& spec, const sigset_t& ignored, 
   if (!PrepareStdio(spec.stdin_target, /*input=*/true, &image->in, &what)) return fail(what, errno);
   if (!PrepareStdio(spec.stdout_target, /*input=*/false, &image->out, &what)) return fail(what, errno);
   if (!PrepareStdio(spec.stderr_target, /*input=*/false, &image->err, &what)) return fail(what, errno);
-  int errpipe[2];
-  if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
   if (spec.extra_fd >= 0) {
     image->extra.reset(::fcntl(spec.extra_fd, F_DUPFD_CLOEXEC, 3));
     if (!image->extra) return fail("dup of fd " + std::to_string(spec.extra_fd), errno);
   }
+  int errpipe[2];
+  if (::pipe2(errpipe, O_CLOEXEC) != 0) return fail("pipe2", errno);
   image->err_read.reset(errpipe[0]);
   image->err_write.reset(errpipe[1]);
   // The agent's ends live above the high-fd line, out of every later child's copy of the table.
