@@ -423,7 +423,7 @@ std::string ParamsMismatch(const Params& mine, const Params& job, std::string_vi
 
 std::string Encode(const State& s) {
   Json j;
-  j["v"] = 3;
+  j["v"] = 4;  // 4: members carry their role
   j["round"] = s.round;
   j["phase"] = PhaseName(s.phase);
   j["members"] = Json::array();
@@ -454,9 +454,9 @@ StatusOr<State> Decode(std::string_view text) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error("rendezvous state is not a JSON object");
   try {
-    if (const int v = IntAt<int>(j, "v"); v != 3)
+    if (const int v = IntAt<int>(j, "v"); v != 4)
       return Status::Error("rendezvous state has format version " + std::to_string(v) +
-                           ", this ctrun reads version 3: every node of a job must run the same ctrun release");
+                           ", this ctrun reads version 4: every node of a job must run the same ctrun release");
     State s;
     s.round = IntAt<uint64_t>(j, "round");
     const std::string phase = j.at("phase").get<std::string>();

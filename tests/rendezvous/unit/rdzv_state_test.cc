@@ -343,10 +343,10 @@ TEST(RdzvState, ARefusalIsRecordedInItsEntryAloneAndRoundTrips) {
 TEST(RdzvState, DecodeRejectsGarbageWithAMessage) {
   EXPECT_FALSE(Decode("").ok());
   EXPECT_FALSE(Decode("[1,2]").ok());
-  EXPECT_FALSE(Decode("{\"v\":3}").ok());
-  // Another release's format (1: before the job's rules were in the state; 2: before may_finish)
-  // names the cause.
-  for (const char* other : {"{\"v\":1}", "{\"v\":2}", "{\"v\":4}"}) {
+  EXPECT_FALSE(Decode("{\"v\":4}").ok());
+  // Another release's format (1: before the job's rules were in the state; 2: before may_finish;
+  // 3: before members' roles) names the cause.
+  for (const char* other : {"{\"v\":1}", "{\"v\":2}", "{\"v\":3}", "{\"v\":5}"}) {
     auto r = Decode(other);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.message().find("every node of a job must run the same ctrun release"), std::string::npos)
