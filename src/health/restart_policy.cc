@@ -13,7 +13,9 @@ RestartDecision RestartPolicy::OnFailedAttempt(AttemptBeats beats) {
   if (progress) {
     without_progress_ = 0;
     next_delay_ = options_.initial;
-  } else if (!unjudged) {
+  } else if (unjudged) {
+    without_progress_ = 0;  // it ran and beat: the attempts before it are no longer "in a row"
+  } else {
     ++without_progress_;
   }
   RestartDecision d;

@@ -7,7 +7,8 @@
 // Progress: the attempt's highest comparable heartbeat step is beyond every earlier attempt's (any
 // step counts when no earlier attempt reported one). An attempt that beat without a comparable step
 // (lines without a number, or the worker library's beat counter, which starts again at 1 in every
-// process) cannot be judged: it counts neither as progress nor against it. A `max` below `initial`
+// process) cannot be judged: it is no crash-loop attempt (the count starts again after it), but it
+// does not bring the back-off delay back to `initial` either. A `max` below `initial`
 // is taken as `initial`. Without heartbeats there is no progress to measure: the delay only grows,
 // and the crash-loop guard is off.
 // Crash loop: with the guard on (crash_loop_limit > 0, heartbeats in use), `crash_loop_limit`

@@ -70,15 +70,20 @@ TEST(RestartPolicyTest, NeverBeatingIsACrashLoop) {
 }
 
 // Beats without a comparable step (lines without a number, the library's beat counter) say the
-// rank was alive but not how far it got: such an attempt neither resets the guard nor counts
-// toward it. A job beating that way that fails now and then is never taken for a crash loop.
+// rank was alive but not how far it got: such an attempt is no crash-loop attempt, and the ones
+// before it are no longer in a row. A job beating that way that fails now and then is never
+// taken for a crash loop. The back-off is not reset by it.
 TEST(RestartPolicyTest, AttemptsThatBeatWithoutAComparableStepAreNotJudged) {
-  RestartPolicy p(Opts(0, 0, true, 2));
+  RestartPolicy p(Opts(1, 100, true, 2));
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(p.OnFailedAttempt(BeatsWithoutStep()).crash_loop) << i;
   EXPECT_EQ(p.attempts_without_progress(), 0);
   EXPECT_FALSE(p.OnFailedAttempt(NoBeat()).crash_loop);
-  EXPECT_FALSE(p.OnFailedAttempt(BeatsWithoutStep()).crash_loop) << "does not reset the count either";
+  EXPECT_FALSE(p.OnFailedAttempt(BeatsWithoutStep()).crash_loop);
+  EXPECT_FALSE(p.OnFailedAttempt(NoBeat()).crash_loop) << "not in a row";
   EXPECT_TRUE(p.OnFailedAttempt(NoBeat()).crash_loop);
+  RestartPolicy q(Opts(1, 100, true, 0));
+  EXPECT_EQ(ToSeconds(q.OnFailedAttempt(BeatsWithoutStep()).delay), 1);
+  EXPECT_EQ(ToSeconds(q.OnFailedAttempt(BeatsWithoutStep()).delay), 2) << "the back-off still grows";
 }
 
 }  // namespace
