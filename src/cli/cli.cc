@@ -546,9 +546,8 @@ class Builder {
       return {};
     });
     Flag("standalone", c.standalone);
-    // torchrun's --standalone ignores the node rank. One from PET_NODE_RANK (set in every worker
-    // pod of a Kubeflow PyTorchJob) is not the user's and goes with it; --node_rank is refused.
-    if (!c.standalone || values_.count("node_rank") > 0) IntAtLeast("node_rank", 0, &c.node_rank);
+    IntAtLeast("node_rank", 0, &c.node_rank);
+    c.node_rank_from_env = values_.count("node_rank") == 0 && Lookup("node_rank").has_value();
     Text("master_addr", [&](const Raw& r) -> Status {
       auto v = ParseAddress(r.text);
       if (!v) return v.status();

@@ -35,6 +35,7 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;  // --rdzv_conf k=v,k=v
   bool standalone = false;                 // --standalone
   int node_rank = 0;                       // --node_rank
+  bool node_rank_from_env = false;         // it came from PET_NODE_RANK (a standalone job ignores it)
   std::string master_addr = "127.0.0.1";   // --master_addr
   std::optional<int> master_port;          // --master_port (29500 when static and unset)
   std::string local_addr;                  // --local_addr

@@ -265,6 +265,9 @@ Status ResolveSettings(LaunchConfig* c) {
                            "nodes could not learn the port");
     c->standalone = true;  // as torchrun, whose --standalone is c10d at localhost:0
   }
+  // torchrun's standalone job ignores the node rank. One from PET_NODE_RANK (set in every worker
+  // pod of a Kubeflow PyTorchJob) is not the user's and goes with it; --node_rank is refused.
+  if (c->standalone && c->node_rank_from_env) c->node_rank = 0;
   if (c->standalone) {
     if (c->max_nodes > 1)
       return Status::Error("--standalone runs a single node, but --nnodes=" + std::to_string(c->min_nodes) + ":" +

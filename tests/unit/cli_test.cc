@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "helpers/map_env.h"
 #include "cli/value_parsers.h"
+#include "rendezvous/settings.h"
 
 namespace ctrun {
 namespace {
@@ -421,10 +422,20 @@ TEST(CliEnv, BooleanFlagWinsOverPetZero) {
 // torchrun's --standalone ignores the node rank. A PET_NODE_RANK in the environment (every worker
 // pod of a Kubeflow PyTorchJob has one) is ignored with it; only an explicit --node_rank is refused.
 TEST(CliEnv, StandaloneIgnoresANodeRankFromTheEnvironment) {
-  const LaunchConfig c = Ok({"--standalone", "./t"}, {{"PET_NODE_RANK", "1"}});
+  auto resolved = [](LaunchConfig c) {
+    EXPECT_TRUE(rdzv::ResolveSettings(&c).ok());
+    return c;
+  };
+  LaunchConfig c = resolved(Ok({"--standalone", "./t"}, {{"PET_NODE_RANK", "1"}}));
   EXPECT_TRUE(c.standalone);
   EXPECT_EQ(c.node_rank, 0);
-  EXPECT_EQ(Ok({"./t"}, {{"PET_STANDALONE", "1"}, {"PET_NODE_RANK", "2"}}).node_rank, 0);
+  EXPECT_EQ(resolved(Ok({"./t"}, {{"PET_STANDALONE", "1"}, {"PET_NODE_RANK", "2"}})).node_rank, 0);
+  // A c10d endpoint on port 0 is a standalone job too.
+  c = resolved(Ok({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "./t"}, {{"PET_NODE_RANK", "1"}}));
+  EXPECT_TRUE(c.standalone);
+  EXPECT_EQ(c.node_rank, 0);
+  c = Ok({"--standalone", "--node_rank=1", "./t"});
+  EXPECT_FALSE(rdzv::ResolveSettings(&c).ok()) << "an explicit --node_rank is still refused";
 }
 
 TEST(CliEnv, TorchrunTestLaunchWithEnvVars) {
