@@ -18,7 +18,9 @@
 //    model's parameters and buffers are on (CPU for a model without any), not the device they
 //    were saved from: a job resumed with another GPU mapping keeps each rank's model on the
 //    device it chose. A model spread over several devices has each tensor loaded where it was
-//    saved.
+//    saved. load_extra gets its tensors on that device too (as torch.load with map_location
+//    does): a tensor that must live on the CPU, such as a generator's state for set_state, is
+//    moved back with .to(torch::kCPU) there (the library does so for its own "rng_cpu").
 //  - save_training_snapshot(store, state, progress, async): serializes on the calling thread (the
 //    only part that must see a consistent model), then hands the bytes to the store, in the
 //    background when async (see SnapshotStore::save_async for the at-most-one-in-flight rule).
