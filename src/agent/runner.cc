@@ -510,6 +510,7 @@ bool StoppedWhenTheJobSucceeded(const Agent& agent, const std::vector<WorkerFail
 SummaryOptions MakeSummaryOptions(const Agent& agent, const RealHooks& hooks,
                                   const std::optional<OomKillSample>& oom_after) {
   SummaryOptions opts;
+  opts.single_node = !agent.multi_node();
   opts.oom_before = hooks.oom_before();
   opts.agent_store_port = hooks.agent_store_port();
   opts.oom_after = oom_after;
@@ -787,11 +788,19 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   // directories show what ran. A successful run's base, or that of a run that failed before any
   // worker (a rendezvous that never completed), holds nothing anyone will read: removed.
   // Looked at once, and only where it decides something: a failed run's fresh base without log files.
+  // A base about to be removed that holds a file after all (an earlier attempt's error file, or
+  // anything a worker wrote there) is kept: ctrun removes directories, never a file.
   const bool error_files = log_dir->temporary_base() && !log_files && code != 0 && logs::HoldsAFile(log_dir->run_dir());
-  const bool keep_base = log_files || (code != 0 && (outcome.attempts > 0 || error_files));
+  bool keep_base = log_files || (code != 0 && (outcome.attempts > 0 || error_files));
+  bool holds_files = false;
   if (log_dir->temporary_base() && !keep_base) {
-    if (Status s = log_dir->RemoveTemporaryBase(); !s.ok()) spdlog::warn("{}", s.message());
-  } else {
+    StatusOr<bool> removed = log_dir->RemoveTemporaryBase();
+    if (!removed.ok()) spdlog::warn("{}", removed.message());
+    keep_base = holds_files = removed.ok() && !*removed;
+  }
+  if (holds_files) {
+    spdlog::info("this run's log directory is kept: it holds files: {}", log_dir->run_dir());
+  } else if (keep_base || !log_dir->temporary_base()) {
     // A kept run directory holds only attempts that ran, and every directory of them.
     if (Status s = log_dir->RestoreReleased(); !s.ok()) spdlog::warn("{}", s.message());
     if (Status s = log_dir->DropAhead(); !s.ok()) spdlog::warn("{}", s.message());

@@ -111,6 +111,21 @@ Status MakeRankDirs(const std::string& dir, int nproc) {
 // rmdir of `dir`; true when it is gone (removed, or was not there).
 bool RemoveEmptyDir(const std::string& dir) { return ::rmdir(dir.c_str()) == 0 || errno == ENOENT; }
 
+// rmdir of `dir` and of every directory under it, deepest first; nothing else is ever removed, and
+// no symlink is followed. True when `dir` is gone (or was not there).
+bool RemoveEmptyTree(const std::string& dir) {
+  if (RemoveEmptyDir(dir)) return true;
+  if (errno != ENOTEMPTY && errno != EEXIST) return false;
+  UniqueFd fd(RetryOnEintr([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }));
+  if (!fd) return false;
+  for (const std::string& name : NamesIn(fd.get())) {
+    struct stat st {};
+    if (::fstatat(fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+      (void)RemoveEmptyTree(dir + "/" + name);
+  }
+  return RemoveEmptyDir(dir);
+}
+
 // rmdir of the rank directories 0..nproc-1 of an attempt directory, then of the directory itself;
 // true when all of them are gone. Stops at the first that is not (a file or directory inside).
 bool RemoveRankDirs(const std::string& dir, int nproc) {
@@ -204,8 +219,8 @@ StatusOr<LogDir> LogDir::Create(const std::optional<std::string>& base, const st
   return made;
 }
 
-Status LogDir::RemoveTemporaryBase() {
-  if (temp_base_.empty()) return Status::Ok();
+StatusOr<bool> LogDir::RemoveTemporaryBase() {
+  if (temp_base_.empty()) return false;
   SettleReleases();  // what it removed reads as gone below (ENOENT)
   // The usual end of a successful run: the base holds nothing but the empty directories made
   // here. They go one rmdir each, deepest first, without a walk of the tree (8 ranks: 11 calls;
@@ -221,8 +236,31 @@ Status LogDir::RemoveTemporaryBase() {
   }
   for (auto it = attempts_made_.rbegin(); gone && it != attempts_made_.rend(); ++it)
     gone = RemoveRankDirs(it->first, it->second);
-  if (gone && RemoveEmptyDir(run_dir_) && RemoveEmptyDir(temp_base_)) return Status::Ok();
-  return RemoveTree(temp_base_);  // see sys/remove_tree.h
+  if (gone && RemoveEmptyDir(run_dir_) && RemoveEmptyDir(temp_base_)) return true;
+  // Something else is in the tree. A file is never removed, whoever wrote it (an error file of an
+  // earlier attempt, a saved stack, whatever a worker put next to its error file): the tree is
+  // kept whole, with torchrun's layout. Directories alone (a worker's empty scratch directory)
+  // go by rmdir.
+  if (!HoldsAFile(temp_base_) && RemoveEmptyTree(temp_base_)) return true;
+  if (Status s = RemakeAttemptDirs(); !s.ok()) return s;
+  return false;
+}
+
+Status LogDir::RemakeAttemptDirs() {
+  SettleReleases();
+  released_.clear();  // every directory it removed is made again below
+  Status result = Status::Ok();
+  auto make = [&result](const std::string& dir, mode_t mode) {
+    if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST && result.ok())
+      result = Status::Errno("cannot make " + dir + " again", errno);
+  };
+  make(temp_base_, 0700);  // modes as made: mkdtemp, then mkdir 0777 under the umask
+  make(run_dir_, 0700);
+  for (const auto& [dir, nproc] : attempts_made_) {
+    make(dir, 0777);
+    for (int r = 0; r < nproc; ++r) make(dir + "/" + std::to_string(r), 0777);
+  }
+  return result;
 }
 
 StatusOr<AttemptPaths> LogDir::PrepareAttempt(int attempt, int nproc) {

@@ -4,9 +4,9 @@
 //   <base>/<run_id>_<random>/attempt_<n>/filtered_{stdout,stderr}.log  (--duplicate-*-filters)
 //
 // - <base> is --log_dir; when absent, a fresh mkdtemp "$TMPDIR/torchelastic_XXXXXX" (torchrun's
-//   default), so TORCHELASTIC_ERROR_FILE can always be set. LogDir removes nothing itself; the
-//   runner says where log files went and removes a fresh base after a successful run without log
-//   files (RemoveTemporaryBase).
+//   default), so TORCHELASTIC_ERROR_FILE can always be set. LogDir removes no file, ever; the
+//   runner says where log files went and removes a fresh base that holds nothing but directories
+//   after a successful run without log files (RemoveTemporaryBase).
 // - <run_id>_<random> is made once per agent (mkdtemp), attempt_<n> is removed and recreated on
 //   each (re)start, and every per-rank directory exists even without redirects.
 // - MakeAhead makes a coming attempt's directories early, on a thread of its own, under the hidden
@@ -80,9 +80,12 @@ class LogDir {
   bool files_enabled() const { return run_dir_ != kDevNull; }
   // The base was made here (no --log_dir): "$TMPDIR/torchelastic_XXXXXX".
   bool temporary_base() const { return !temp_base_.empty(); }
-  // rm -rf of that fresh base (after waiting for a pending MakeAhead); does nothing when --log_dir
-  // was given. The directories made here go by rmdir alone when nothing else is in the tree.
-  Status RemoveTemporaryBase();
+  // Removes that fresh base (after waiting for a pending MakeAhead) when it holds nothing but
+  // directories: true when it is gone. A file anywhere in it (an error file of an earlier attempt,
+  // a saved stack, anything a worker wrote there) is never removed: the base is kept whole, every
+  // attempt directory with its rank directories in place (made again where they were removed),
+  // and the result is false. False too when --log_dir was given (nothing is removed then).
+  [[nodiscard]] StatusOr<bool> RemoveTemporaryBase();
 
   // Eager removal, for a fresh base that will hold no log file (the caller decides: a successful
   // run then removes the base whole). The rank directory of a worker that finished cleanly is
@@ -105,6 +108,9 @@ class LogDir {
     void operator()(Ahead* a) const;  // joins the thread, then frees
   };
   LogDir(std::string run_dir, std::string temp_base) : run_dir_(std::move(run_dir)), temp_base_(std::move(temp_base)) {}
+  // Makes again, where missing, the base, the run directory and every attempt directory made here
+  // with its rank directories (what an interrupted removal took); clears released_.
+  Status RemakeAttemptDirs();
   // Waits for the pending tree; true when it was made for (attempt, nproc) and is now `dir`.
   bool TakeAhead(int attempt, int nproc, const std::string& dir);
   std::string run_dir_;

@@ -149,6 +149,24 @@ TEST(LogsE2E, AFailedRunKeepsEveryRankDirectoryEvenOfRanksThatFinishedFirst) {
   EXPECT_NE(r.err.find("no worker wrote an error file; this run's log directory is kept: " + run), std::string::npos) << r.err;
 }
 
+// A run that recovers from a failure ends successfully, but the failed attempt left its error
+// file in the fresh base: ctrun never removes a file, so the base is kept, named, and whole.
+TEST(LogsE2E, ASuccessfulRunKeepsAFreshBaseThatHoldsAnEarlierAttemptsErrorFile) {
+  TempDir tmp;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=kept"},
+                            {"--only-rank", "1", "--only-attempt", "0", "--error-file", "boom", "--exit", "2"}),
+                      {"TMPDIR=" + tmp.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string base;
+  for (const auto& e : fs::directory_iterator(tmp.path())) base = e.path().string();
+  ASSERT_EQ(fs::path(base).filename().string().rfind("torchelastic_", 0), 0u) << base;
+  const std::string run = RunDir(base);
+  ASSERT_FALSE(run.empty());
+  EXPECT_NE(ReadFileOr(run + "/attempt_0/1/error.json").find("boom"), std::string::npos);
+  for (const char* dir : {"/attempt_0/0", "/attempt_1/0", "/attempt_1/1"}) EXPECT_TRUE(fs::is_directory(run + dir)) << dir;
+  EXPECT_NE(r.err.find("this run's log directory is kept: it holds files: " + run), std::string::npos) << r.err;
+}
+
 TEST(LogsE2E, ErrorFileEnvPointsIntoTheAttemptDirectory) {
   TempDir d;
   TempDir logs;

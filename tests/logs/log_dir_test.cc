@@ -191,9 +191,9 @@ TEST(LogDir, DropAheadRemovesTheTreeNoAttemptTook) {
   EXPECT_TRUE(dir->DropAhead().ok());  // nothing pending: nothing to do
 }
 
-// The directories it made go by rmdir alone; what else is in the tree (an error file of a failed
-// attempt, a directory a worker made) goes too, by rm -rf.
-TEST(LogDir, RemovingTheTemporaryBaseRemovesEveryAttemptAndWhatWorkersLeftInThem) {
+// The directories it made go by rmdir alone, and so do directories a worker made that hold
+// nothing.
+TEST(LogDir, RemovingTheTemporaryBaseRemovesEveryAttemptAndEmptyDirectoriesWorkersMade) {
   for (const bool leftovers : {false, true}) {
     TempDir tmp;
     auto dir = CreateInTmpdir(tmp.path());
@@ -201,14 +201,43 @@ TEST(LogDir, RemovingTheTemporaryBaseRemovesEveryAttemptAndWhatWorkersLeftInThem
     auto a0 = dir->PrepareAttempt(0, 4);
     ASSERT_TRUE(a0.ok()) << a0.message();
     if (leftovers) {
-      std::ofstream(a0->ranks[1].error_file) << "{}";
       fs::create_directories(a0->ranks[2].dir + "/scratch/deep");
+      fs::create_directories(dir->run_dir() + "/../cache");
     }
     ASSERT_TRUE(dir->PrepareAttempt(1, 4).ok());
     ASSERT_TRUE(dir->PrepareAttempt(1, 4).ok());  // the same attempt prepared again
     dir->MakeAhead(2, 4);
-    EXPECT_TRUE(dir->RemoveTemporaryBase().ok()) << leftovers;
+    StatusOr<bool> removed = dir->RemoveTemporaryBase();
+    ASSERT_TRUE(removed.ok()) << removed.message();
+    EXPECT_TRUE(*removed) << leftovers;
     EXPECT_TRUE(Entries(tmp.path()).empty()) << leftovers;
+  }
+}
+
+// A file is never removed, wherever it lies and whoever wrote it (an earlier attempt's error
+// file, a worker's output next to it, a file in the base itself, a symlink): the base is kept,
+// every attempt with all its rank directories in place, and only the tree made ahead goes.
+TEST(LogDir, ATemporaryBaseThatHoldsAFileIsKeptWholeWithTorchrunsLayout) {
+  const std::vector<std::string> places = {"attempt_0/1/error.json", "attempt_1/3/out.pt", "attempt_1/notes",
+                                           "written-by-a-worker", "../base-file", "attempt_0/0/link"};
+  for (const std::string& place : places) {
+    TempDir tmp;
+    auto dir = CreateInTmpdir(tmp.path());
+    ASSERT_TRUE(dir.ok()) << dir.message();
+    ASSERT_TRUE(dir->PrepareAttempt(0, 4).ok());
+    ASSERT_TRUE(dir->PrepareAttempt(1, 4).ok());
+    dir->MakeAhead(2, 4);
+    const std::string file = dir->run_dir() + "/" + place;
+    if (place.ends_with("link")) fs::create_symlink("/nonexistent", file);
+    else std::ofstream(file) << "data";
+    StatusOr<bool> removed = dir->RemoveTemporaryBase();
+    ASSERT_TRUE(removed.ok()) << removed.message();
+    EXPECT_FALSE(*removed) << place;
+    EXPECT_TRUE(fs::exists(fs::symlink_status(file))) << place;
+    for (const char* attempt : {"attempt_0", "attempt_1"})
+      for (const char* rank : {"0", "1", "2", "3"})
+        EXPECT_TRUE(fs::is_directory(dir->run_dir() + "/" + attempt + "/" + rank)) << place << " " << attempt << "/" << rank;
+    EXPECT_FALSE(fs::exists(dir->run_dir() + "/.attempt_2")) << place;
   }
 }
 
@@ -334,8 +363,11 @@ TEST_F(LogDirRelease, AReleasedRankDirectoryWithAFileInItStaysAndSoDoesEverythin
   ASSERT_TRUE(dir->RestoreReleased().ok());  // settles the releases first
   EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "1"}));
   EXPECT_TRUE(fs::exists(a0.ranks[0].error_file));
-  EXPECT_TRUE(dir->RemoveTemporaryBase().ok());
-  EXPECT_TRUE(Entries(tmp.path()).empty());
+  StatusOr<bool> removed = dir->RemoveTemporaryBase();  // a file is never removed: the base is kept
+  ASSERT_TRUE(removed.ok()) << removed.message();
+  EXPECT_FALSE(*removed);
+  EXPECT_TRUE(fs::exists(a0.ranks[0].error_file));
+  EXPECT_EQ(Entries(a0.dir), (std::vector<std::string>{"0", "1"}));
 }
 
 // Multi-node, a finished node may start another round: its next attempt finds the base, the run
