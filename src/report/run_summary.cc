@@ -94,7 +94,12 @@ std::string CauseText(const WorkerFailure& f, const std::vector<WorkerFailure>& 
   if (!f.never_started.empty()) return "never started: " + f.never_started;
   if (FailedBeforeStop(f))
     return "failed on its own (its error file predates ctrun's stop signal, which ended it while it exited)";
-  if (!StoppedByCtrun(f)) return LostAPeer(f) ? "lost a peer (a consequence of another rank's failure)" : "failed on its own";
+  if (!StoppedByCtrun(f)) {
+    if (!LostAPeer(f)) return "failed on its own";
+    const bool peer_failed = std::any_of(all.begin(), all.end(), [&f](const WorkerFailure& g) { return &g != &f && !StoppedByCtrun(g); });
+    if (o.single_node && !peer_failed) return "failed on its own (it lost a connection, but no other rank failed)";
+    return "lost a peer (a consequence of another rank's failure)";
+  }
   if (root) return "stopped by ctrun after rank " + std::to_string(all[*root].global_rank) + " failed";
   if (!o.stop_reason.empty()) return "stopped by ctrun (" + o.stop_reason + ")";
   return "stopped by ctrun";

@@ -115,6 +115,11 @@ struct SummaryOptions {
   // summary and the agent's error file name it (the exit code is its), even when ChooseRootCause
   // would order another local failure first.
   std::optional<int> agreed_root_rank;
+  // A single-node job: every peer a worker could lose runs here, so a failure that reads as a lost
+  // peer while no other rank failed on its own lost something else (a connection of its own, a
+  // peer that exited 0 early) and is labelled as failing on its own. False keeps the lost-peer
+  // label (another node may hold the peer).
+  bool single_node = false;
   // stderr lines shown for the root cause / for other workers that failed on their own, when they
   // left no error file. Workers stopped by ctrun get none (their stderr is collateral noise).
   size_t root_stderr_lines = 20;

@@ -445,6 +445,28 @@ TEST(ReportSummary, ARemoteRootCauseIsTheRootCauseAndALocalLostPeerIsNot) {
   EXPECT_NE(out.find("cause     : lost a peer (a consequence of another rank's failure)"), std::string::npos) << out;
 }
 
+// A single-node job whose only failure reads as a lost peer (a worker's own connection was reset,
+// or its peer exited 0 early): no other rank failed, so that is not what happened. Another rank's
+// failure, or a job across nodes, keeps the label.
+TEST(ReportSummary, ALostConnectionWithNoOtherFailureHereIsTheRanksOwnFailureOnOneNode) {
+  std::vector<WorkerFailure> fs = {Failure(0, ExitStatus::Exited(1), At(300)), Failure(1, ExitStatus::Signaled(SIGTERM), At(301))};
+  fs[0].stderr_tail = "Traceback (most recent call last):\nConnectionResetError: [Errno 104] Connection reset by peer\n";
+  fs[1].stopped_by_ctrun = true;
+  ASSERT_TRUE(LostAPeer(fs[0]));
+  SummaryOptions o;
+  o.single_node = true;
+  EXPECT_NE(FormatFailureSummary("w", fs, "h", o).find("cause     : failed on its own (it lost a connection, but no other rank failed)"),
+            std::string::npos);
+  o.single_node = false;
+  EXPECT_NE(FormatFailureSummary("w", fs, "h", o).find("cause     : lost a peer (a consequence of another rank's failure)"),
+            std::string::npos);
+  o.single_node = true;
+  fs[1] = Failure(1, ExitStatus::Exited(2), At(299));
+  fs[1].stderr_tail = "ValueError: bad batch\n";
+  EXPECT_NE(FormatFailureSummary("w", fs, "h", o).find("cause     : lost a peer (a consequence of another rank's failure)"),
+            std::string::npos);
+}
+
 // Rank 1 raised and wrote its error file, then spent a while in interpreter shutdown; rank 0 lost
 // its peer, exited first, and ctrun's SIGTERM ended rank 1 while it was still exiting. Rank 1's
 // file predates the signal: it failed on its own, and is the root cause.
