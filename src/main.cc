@@ -36,10 +36,16 @@
 
 namespace {
 
-// 32 hex digits from the kernel's CSPRNG, like uuid4().hex.
+// A version-4 UUID from the kernel's CSPRNG, spelt as torchrun's str(uuid.uuid4()):
+// "xxxxxxxx-xxxx-4xxx-Yxxx-xxxxxxxxxxxx", Y one of 8, 9, a, b.
 std::string RandomRunId() {
-  std::string id = ctrun::RandomHex(16);
-  return id.empty() ? "standalone" : id;
+  std::string hex = ctrun::RandomHex(16);
+  if (hex.size() != 32) return "standalone";
+  hex[12] = '4';
+  const int y = hex[16] <= '9' ? hex[16] - '0' : hex[16] - 'a' + 10;
+  hex[16] = "89ab"[y & 3];
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
+         hex.substr(20);
 }
 
 // The CPUs this process may run on (taskset, cpusets), for --nproc_per_node=cpu|auto; the

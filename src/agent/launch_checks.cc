@@ -133,6 +133,7 @@ std::string ShebangPython(const std::string& script, const std::string* path) {
 
 std::string ClassifyEntrypoint(LaunchConfig* c, const std::string* path) {
   c->python_text_entrypoint = false;
+  c->python_shebang_entrypoint = false;
   if (c->no_python || c->module || UsesPython(*c)) return "";
   struct stat st;
   if (::stat(c->entrypoint.c_str(), &st) != 0) return "";
@@ -152,8 +153,10 @@ std::string ClassifyEntrypoint(LaunchConfig* c, const std::string* path) {
   if (executable && HasShebang(head)) {
     // The kernel runs it with its interpreter; a bare name runs what PATH has, and one PATH lacks
     // is the working directory's script, which torchrun would run under Python.
-    if (c->entrypoint.find('/') != std::string::npos || ResolveExecutable(c->entrypoint, path).find('/') != std::string::npos)
+    if (c->entrypoint.find('/') != std::string::npos || ResolveExecutable(c->entrypoint, path).find('/') != std::string::npos) {
+      c->python_shebang_entrypoint = true;  // IsPythonText: the #! line names python
       return "";
+    }
     c->python_text_entrypoint = true;
     return c->entrypoint + " is not in PATH; the working directory's Python script of that name runs under Python, "
                            "as torchrun runs every entrypoint (give it as ./" + c->entrypoint + " to run it by its #! line)";
@@ -207,12 +210,15 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
     return python_exec;
   }
   std::string resolved = ResolveExecutable(c.entrypoint, env.Get("PATH"));
-  if (resolved.find('/') == std::string::npos) {
-    struct stat st;
-    const bool here = ::stat(c.entrypoint.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  // A directory (one with a __main__.py runs under Python: ClassifyEntrypoint), given as a path or
+  // as a bare name that PATH lacks.
+  struct stat st;
+  const bool here = ::stat(c.entrypoint.c_str(), &st) == 0;
+  if (here && S_ISDIR(st.st_mode) && (c.entrypoint.find('/') != std::string::npos || resolved.find('/') == std::string::npos))
+    return Status::Error("cannot execute " + c.entrypoint + ": is a directory without a __main__.py");
+  if (resolved.find('/') == std::string::npos)
     return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH" +
-                         (here ? " (the working directory has one: give it as ./" + c.entrypoint + ")" : ""));
-  }
+                         (here && S_ISREG(st.st_mode) ? " (the working directory has one: give it as ./" + c.entrypoint + ")" : ""));
   if (Status s = CheckExecutable(c.entrypoint, resolved); !s.ok()) return s;
   return resolved;
 }

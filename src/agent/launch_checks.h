@@ -49,6 +49,8 @@ std::string ShebangPython(const std::string& script, const std::string* path);
 // A Python text file: a regular file whose first 4 KiB hold no NUL byte and that starts with a
 // python #! line or with no #! line at all (a "#!/bin/sh" script without the exec bit stays an
 // error). `path`: $PATH. Returns the one-line notice to log when it applies, else "".
+// An executable Python text file with a #! line that the kernel runs sets
+// config->python_shebang_entrypoint instead (its workers get PYTHONUNBUFFERED=1: BuildWorkerEnv).
 std::string ClassifyEntrypoint(LaunchConfig* config, const std::string* path);
 
 // The info line naming the interpreter the workers run under and where it came from; "" when the

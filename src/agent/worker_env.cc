@@ -65,6 +65,13 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
       static_cast<size_t>(rank.local_rank) < attempt.error_files.size() ? attempt.error_files[rank.local_rank] : "";
   set("TORCHELASTIC_ERROR_FILE", error_file);
   if (config.nproc_per_node > 1 && !env.Has("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  // torchrun runs every script as `python -u`: unbuffered, so a worker's lines reach the console as
+  // it prints them and are not lost when it is killed. A script exec'd by its python #! line gets
+  // no -u; the variable is Python's own spelling of it (an empty value reads as unset to Python).
+  if (config.python_shebang_entrypoint) {
+    const std::string* v = env.Get("PYTHONUNBUFFERED");
+    if (v == nullptr || v->empty()) set("PYTHONUNBUFFERED", "1");
+  }
   if (config.virtual_local_rank) {
     // Narrow each worker to its own device: the local_rank-th visible one, or "local_rank".
     std::string visible = std::to_string(rank.local_rank);

@@ -548,6 +548,7 @@ class Builder {
     Flag("standalone", c.standalone);
     IntAtLeast("node_rank", 0, &c.node_rank);
     c.node_rank_from_env = values_.count("node_rank") == 0 && Lookup("node_rank").has_value();
+    c.nnodes_from_env = values_.count("nnodes") == 0 && Lookup("nnodes").has_value();
     Text("master_addr", [&](const Raw& r) -> Status {
       auto v = ParseAddress(r.text);
       if (!v) return v.status();
@@ -569,7 +570,9 @@ class Builder {
     IntAtLeast("max_restarts", 0, &c.max_restarts);
     Seconds("monitor_interval", /*zero_ok=*/false, &c.monitor_interval);
     Text("start_method", [&](const Raw& r) -> Status {
-      if (Status s = CheckChoice("start_method", r.text); !s.ok()) return s;
+      // argparse checks choices only on the command line, not on PET_START_METHOD (a default), and
+      // torchrun never uses the method for a script: any value from the variable runs, as there.
+      if (Status s = CheckChoice("start_method", r.text); !s.ok() && values_.count("start_method") != 0) return s;
       c.start_method = r.text;
       return {};
     });

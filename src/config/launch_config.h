@@ -35,6 +35,7 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;  // --rdzv_conf k=v,k=v
   bool standalone = false;                 // --standalone
   int node_rank = 0;                       // --node_rank
+  bool nnodes_from_env = false;            // it came from PET_NNODES (named in errors about it)
   bool node_rank_from_env = false;         // it came from PET_NODE_RANK (a standalone job ignores it)
   std::string master_addr = "127.0.0.1";   // --master_addr
   std::optional<int> master_port;          // --master_port (29500 when static and unset)
@@ -67,6 +68,8 @@ struct LaunchConfig {
   bool expand_placeholders = false;        // --expand-placeholders (ctrun): ${rank} etc. in args too
   bool python_text_entrypoint = false;     // not from a flag: a non-executable Python text file runs
                                            // under Python (agent/launch_checks.h ClassifyEntrypoint)
+  bool python_shebang_entrypoint = false;  // not from a flag: an executable script whose #! line runs
+                                           // Python, exec'd by that line (ClassifyEntrypoint)
 
   // --- worker output and logs ----------------------------------------------------------------
   std::optional<std::string> log_dir;      // --log_dir

@@ -269,9 +269,12 @@ Status ResolveSettings(LaunchConfig* c) {
   // pod of a Kubeflow PyTorchJob) is not the user's and goes with it; --node_rank is refused.
   if (c->standalone && c->node_rank_from_env) c->node_rank = 0;
   if (c->standalone) {
-    if (c->max_nodes > 1)
-      return Status::Error("--standalone runs a single node, but --nnodes=" + std::to_string(c->min_nodes) + ":" +
-                           std::to_string(c->max_nodes) + " asks for more: drop one of them");
+    if (c->max_nodes > 1) {
+      const std::string nodes = c->min_nodes == c->max_nodes ? std::to_string(c->max_nodes)
+                                                             : std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes);
+      return Status::Error("--standalone runs a single node, but " + std::string(c->nnodes_from_env ? "PET_NNODES=" : "--nnodes=") +
+                           nodes + " asks for more: drop one of them");
+    }
     if (c->node_rank != 0)
       return Status::Error("--node_rank=" + std::to_string(c->node_rank) +
                            " with --standalone: a single node has node rank 0 (drop --node_rank)");

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "helpers/ctrun_command.h"
@@ -76,7 +77,8 @@ TEST(CtrunE2E, AnEmptyRunIdIsARandomOneOnOneNodeAndAnEmptyRoleIsKept) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string env = ReadFileOr(d / "env.0");
   const std::string id = EnvValue(env, "TORCHELASTIC_RUN_ID");
-  EXPECT_EQ(id.size(), 32u) << id;
+  // torchrun's str(uuid.uuid4())
+  EXPECT_TRUE(std::regex_match(id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"))) << id;
   EXPECT_EQ(EnvValue(env, "ROLE_NAME"), "");
   EXPECT_EQ(ctrun::testing::CountOf(r.err, "--rdzv_id is empty: the run id is the random " + id), 1) << r.err;
   auto multi = RunCommand(Ctrun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=",

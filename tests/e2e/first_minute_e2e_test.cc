@@ -237,6 +237,19 @@ TEST(FirstMinuteE2E, AShebangScriptWhosePythonLacksTorchIsToldWhatChoseIt) {
       << r.err;
 }
 
+// torchrun runs a script as `python -u script`, so a line printed just before a crash is seen. A
+// script that ctrun execs by its python #! line is unbuffered too (PYTHONUNBUFFERED=1).
+TEST(FirstMinuteE2E, AScriptRunByItsPythonShebangLosesNoLineWhenItIsKilled) {
+  TempDir d;
+  WriteExecutable(d / "train",
+                  "#!/usr/bin/python3\nimport os, signal\nprint('the last words', os.environ.get('RANK'))\n"
+                  "os.kill(os.getpid(), signal.SIGKILL)\n");
+  // Without the variable in ctrun's own environment (a developer's shell or CI may export it).
+  const RunResult r = RunCommand({"/usr/bin/env", "-u", "PYTHONUNBUFFERED", CTRUN_BINARY, "--standalone", d / "train"});
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.err;
+  EXPECT_TRUE(Contains(r.out, "the last words 0")) << r.out;
+}
+
 TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
   TempDir d;
   const std::string py = FakePython(d);
@@ -312,6 +325,22 @@ TEST(FirstMinuteE2E, ScriptsDirectoriesAndZipappsPythonRunsRunUnderPythonLikeTor
     EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", entry, "x"})) << entry;
     EXPECT_TRUE(Contains(r.err, notice)) << r.err;
   }
+}
+
+// A directory Python cannot run (no __main__.py) is named as one, given as a path or as a bare
+// name PATH lacks; a PET_NNODES that contradicts --standalone is named as the variable.
+TEST(FirstMinuteE2E, ADirectoryWithoutMainAndAStandaloneNnodesFromTheEnvironmentAreNamed) {
+  TempDir d;
+  std::filesystem::create_directories(d / "pkgdir");
+  for (const std::string entry : {"pkgdir", "./pkgdir"}) {
+    const RunResult r = RunCommand(
+        {"/bin/sh", "-c", "cd \"$1\" && shift && exec \"$@\"", "sh", d.path(), CTRUN_BINARY, "--standalone", entry});
+    EXPECT_EQ(r.exit_code, 2) << entry << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "cannot execute " + entry + ": is a directory without a __main__.py")) << r.err;
+  }
+  const RunResult r = RunCommand({CTRUN_BINARY, "--standalone", FAKE_WORKER}, {"PET_NNODES=2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--standalone runs a single node, but PET_NNODES=2 asks for more")) << r.err;
 }
 
 // --- 6. placeholders ---------------------------------------------------------------------------

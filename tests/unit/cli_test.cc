@@ -423,7 +423,8 @@ TEST(CliEnv, BooleanFlagWinsOverPetZero) {
 // pod of a Kubeflow PyTorchJob has one) is ignored with it; only an explicit --node_rank is refused.
 TEST(CliEnv, StandaloneIgnoresANodeRankFromTheEnvironment) {
   auto resolved = [](LaunchConfig c) {
-    EXPECT_TRUE(rdzv::ResolveSettings(&c).ok());
+    Status s = rdzv::ResolveSettings(&c);
+    EXPECT_TRUE(s.ok()) << s.message();
     return c;
   };
   LaunchConfig c = resolved(Ok({"--standalone", "./t"}, {{"PET_NODE_RANK", "1"}}));
@@ -451,6 +452,15 @@ TEST(CliEnv, PetModuleTogetherWithNoPythonFlagIsRefused) {
   CliOutcome o = Parse({"--no-python", "./t"}, {{"PET_MODULE", "1"}});
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_THAT(o.error, HasSubstr("Don't use both"));
+}
+
+// argparse checks --start_method's choices on the command line only; PET_START_METHOD is a
+// default, which it takes as it is (and torchrun never uses the method for a script).
+TEST(CliEnv, AnyPetStartMethodRunsButTheFlagIsChecked) {
+  EXPECT_EQ(Ok({"./t"}, {{"PET_START_METHOD", "bogus"}}).start_method, "bogus");
+  CliOutcome o = Parse({"--start_method=bogus", "./t"});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_THAT(o.error, HasSubstr("--start_method"));
 }
 
 TEST(CliEnv, AgentStoreDisabledByTorchVariable) {

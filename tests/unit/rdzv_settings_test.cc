@@ -68,7 +68,11 @@ TEST(ResolveSettings, StandaloneAndOneStaticNodeStaySingleNode) {
   EXPECT_FALSE(c.rdzv.multi_node);
   c = Multi("c10d", 2, 2);
   c.standalone = true;
-  EXPECT_NE(ResolveSettings(&c).message().find("--standalone runs a single node"), std::string::npos);
+  EXPECT_EQ(ResolveSettings(&c).message(), "--standalone runs a single node, but --nnodes=2 asks for more: drop one of them");
+  c = Multi("c10d", 1, 3);
+  c.standalone = true;
+  c.nnodes_from_env = true;  // a Kubeflow pod's PET_NNODES: named as such
+  EXPECT_EQ(ResolveSettings(&c).message(), "--standalone runs a single node, but PET_NNODES=1:3 asks for more: drop one of them");
 }
 
 TEST(ResolveSettings, StaticUsesMasterAddrAndPortLikeTorchrun) {

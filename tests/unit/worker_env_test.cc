@@ -202,6 +202,20 @@ TEST_F(EnvFixture, APythonScriptPathIsSubstitutedLikeItsArguments) {
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt), (std::vector<std::string>{"./bin${local_rank}"}));
 }
 
+// torchrun runs `python -u script`; a script exec'd by its python #! line is unbuffered through
+// the variable instead, unless the user chose a value.
+TEST_F(EnvFixture, AScriptRunByItsPythonShebangIsUnbufferedUnlessTheUserSaysOtherwise) {
+  Environment base = Env({"HOME=/root"});
+  config.entrypoint = "./train";
+  EXPECT_FALSE(BuildWorkerEnv(config, base, rank, attempt).Has("PYTHONUNBUFFERED"));
+  config.python_shebang_entrypoint = true;
+  EXPECT_EQ(*BuildWorkerEnv(config, base, rank, attempt).Get("PYTHONUNBUFFERED"), "1");
+  base.Set("PYTHONUNBUFFERED", "");
+  EXPECT_EQ(*BuildWorkerEnv(config, base, rank, attempt).Get("PYTHONUNBUFFERED"), "1");
+  base.Set("PYTHONUNBUFFERED", "0");  // any non-empty value already means unbuffered to Python
+  EXPECT_EQ(*BuildWorkerEnv(config, base, rank, attempt).Get("PYTHONUNBUFFERED"), "0");
+}
+
 TEST_F(EnvFixture, ANonExecutablePythonTextFileRunsUnderPython) {
   config.entrypoint = "./train";
   config.python_text_entrypoint = true;
