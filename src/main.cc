@@ -255,6 +255,7 @@ int main(int argc, char** argv) {
     if (ctrun::Status s = ctrun::ResolveNproc(&config, gpus.value(), CpuCount()); !s.ok())
       return ending.Usage(s.message());
     if (std::string notice = CpuCountNotice(config, gpus.value()); !notice.empty()) spdlog::info("{}", notice);
+    if (std::string notice = ctrun::MigListNotice(config, gpus.value()); !notice.empty()) spdlog::warn("{}", notice);
     if (std::string notice = UnverifiedGpusNotice(config, gpus.value()); !notice.empty()) spdlog::warn("{}", notice);
     if (ctrun::Status s = ctrun::CheckWorkerLimits(config.nproc_per_node, ctrun::ReadSystemLimits()); !s.ok())
       return ending.Usage(s.message());

@@ -49,6 +49,35 @@ Status CheckSupported(const LaunchConfig& c) {
   return Status::Ok();
 }
 
+namespace {
+
+// CUDA_VISIBLE_DEVICES lists MIG instances (the first entry decides, as for the runtime).
+bool IsMigList(const GpuInventory& g) { return !g.visible.empty() && g.visible.front().rfind("MIG-", 0) == 0; }
+
+// The GPUs one worker count per GPU can use: a CUDA process uses only the first MIG instance of a
+// list of several (torch.cuda.device_count() is 1, so torchrun starts one worker), unless
+// --virtual-local-rank hands each worker its own entry. The inventory keeps every entry (GPU
+// placement and --virtual-local-rank go by it).
+int UsableGpus(const LaunchConfig& c, const GpuInventory& g) {
+  return IsMigList(g) && !c.virtual_local_rank ? std::min(g.count(), 1) : g.count();
+}
+
+}  // namespace
+
+std::string MigListNotice(const LaunchConfig& c, const GpuInventory& g) {
+  if (!IsMigList(g) || g.count() < 2 || c.virtual_local_rank || c.nproc_per_node < 1) return "";
+  const std::string listed = "CUDA_VISIBLE_DEVICES lists " + std::to_string(g.count()) +
+                             " MIG instances, and a CUDA process uses only the first";
+  const std::string own = "--virtual-local-rank gives each worker its own instance";
+  if (c.nproc.kind == NprocSpec::Kind::kCount) {
+    if (c.nproc_per_node < 2) return "";
+    return listed + ": the " + std::to_string(c.nproc_per_node) + " workers all see " + g.visible.front() +
+           " as device 0, and a worker that picks device LOCAL_RANK finds none past it; " + own;
+  }
+  return listed + ": --nproc_per_node=" + std::string(c.nproc.kind == NprocSpec::Kind::kGpu ? "gpu" : "auto") +
+         " starts 1 worker, as torchrun does; " + own;
+}
+
 Status ResolveNproc(LaunchConfig* c, const GpuInventory& g, int cpus) {
   switch (c->nproc.kind) {
     case NprocSpec::Kind::kCount:
@@ -63,10 +92,10 @@ Status ResolveNproc(LaunchConfig* c, const GpuInventory& g, int cpus) {
                              std::string(g.source == "CUDA_VISIBLE_DEVICES" ? "CUDA_VISIBLE_DEVICES"
                                                                             : "NVML, /proc/driver/nvidia and sysfs") +
                              ")");
-      c->nproc_per_node = g.count();
+      c->nproc_per_node = UsableGpus(*c, g);
       break;
     case NprocSpec::Kind::kAuto:
-      c->nproc_per_node = g.count() > 0 ? g.count() : cpus;
+      c->nproc_per_node = g.count() > 0 ? UsableGpus(*c, g) : cpus;
       break;
   }
   if (c->nproc_per_node < 1) return Status::Error("--nproc_per_node resolved to 0 workers");

@@ -19,6 +19,11 @@ namespace ctrun {
 Status CheckSupported(const LaunchConfig& config);
 // cpus: the number of CPUs this process may run on (sched_getaffinity); gpus: after --gpus.
 Status ResolveNproc(LaunchConfig* config, const GpuInventory& gpus, int cpus);
+// After ResolveNproc: the warning line for a CUDA_VISIBLE_DEVICES list of several MIG instances
+// (a CUDA process uses only the first): gpu/auto counted one worker for it, or a count of workers
+// all share the first instance; "" when it does not apply (--virtual-local-rank gives each worker
+// its own entry).
+std::string MigListNotice(const LaunchConfig& config, const GpuInventory& gpus);
 // After ResolveNproc: --virtual-local-rank has a CUDA_VISIBLE_DEVICES entry for every local
 // rank (worker_env: the workers' base environment, after --gpus); --debug-rank names a rank of
 // a fixed-size job.

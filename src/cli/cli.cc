@@ -89,7 +89,8 @@ constexpr std::array kOptions = {
     OptionDef{"nproc_per_node", 0, Kind::kValue, "PET_NPROC_PER_NODE", "N|cpu|gpu|auto", "1", Group::kWorkers,
               "Workers per node: a count; cpu (one per CPU this process may run on: its affinity); gpu (one per visible GPU, counted at run "
               "time through NVML, else /proc/driver/nvidia or sysfs, after CUDA_VISIBLE_DEVICES and "
-              "--gpus; an error when there is none); auto (gpu when there are GPUs, else cpu)."},
+              "--gpus; an error when there is none; a list of several MIG instances counts 1 unless --virtual-local-rank); "
+              "auto (gpu when there are GPUs, else cpu)."},
     OptionDef{"max_restarts", 0, Kind::kValue, "PET_MAX_RESTARTS", "N", "0", Group::kWorkers,
               "Restarts of the whole worker group allowed before the job fails."},
     OptionDef{"monitor_interval", 0, Kind::kValue, "PET_MONITOR_INTERVAL", "SECONDS", "0.1", Group::kWorkers,

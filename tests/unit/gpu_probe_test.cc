@@ -121,6 +121,44 @@ TEST(ResolveNproc, CountsCpuGpuAuto) {
   EXPECT_EQ(c.nproc_per_node, 6);
 }
 
+// A CUDA process uses only the first MIG instance of a CUDA_VISIBLE_DEVICES list of several: gpu
+// and auto start one worker for it (torchrun's device_count is 1) and say so, unless
+// --virtual-local-rank gives each worker its own entry; the inventory keeps every entry.
+TEST(ResolveNproc, AMigListCountsOneInstanceUnlessEachWorkerGetsItsOwn) {
+  GpuInventory mig = Gpus(3);
+  mig.visible = {"MIG-aaaa", "MIG-bbbb", "MIG-cccc"};
+  LaunchConfig c;
+  for (NprocSpec::Kind kind : {NprocSpec::Kind::kGpu, NprocSpec::Kind::kAuto}) {
+    c.nproc.kind = kind;
+    c.virtual_local_rank = false;
+    ASSERT_TRUE(ResolveNproc(&c, mig, 6).ok());
+    EXPECT_EQ(c.nproc_per_node, 1);
+    EXPECT_EQ(MigListNotice(c, mig), std::string("CUDA_VISIBLE_DEVICES lists 3 MIG instances, and a CUDA process uses only the first: "
+                                                 "--nproc_per_node=") + (kind == NprocSpec::Kind::kGpu ? "gpu" : "auto") +
+                                         " starts 1 worker, as torchrun does; --virtual-local-rank gives each worker its own instance");
+    c.virtual_local_rank = true;
+    ASSERT_TRUE(ResolveNproc(&c, mig, 6).ok());
+    EXPECT_EQ(c.nproc_per_node, 3);
+    EXPECT_EQ(MigListNotice(c, mig), "");
+  }
+  c = LaunchConfig{};
+  c.nproc.kind = NprocSpec::Kind::kCount;
+  c.nproc.count = 2;
+  ASSERT_TRUE(ResolveNproc(&c, mig, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 2);
+  EXPECT_NE(MigListNotice(c, mig).find("the 2 workers all see MIG-aaaa as device 0"), std::string::npos);
+  c.nproc.count = 1;
+  ASSERT_TRUE(ResolveNproc(&c, mig, 6).ok());
+  EXPECT_EQ(MigListNotice(c, mig), "");
+  mig.visible.resize(1);  // one instance: nothing to say
+  mig.devices.resize(1);
+  c.nproc.kind = NprocSpec::Kind::kGpu;
+  ASSERT_TRUE(ResolveNproc(&c, mig, 6).ok());
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(MigListNotice(c, mig), "");
+  EXPECT_EQ(MigListNotice(c, Gpus(4)), "");
+}
+
 // 2147483647 nodes x 2 workers: the world size overflowed int (world_size=-2 in a dry run).
 TEST(ResolveNproc, ARankCountPastIntIsRefused) {
   LaunchConfig c;
