@@ -21,6 +21,8 @@ import argparse
 import hashlib
 import io
 import os
+import re
+import socket
 import struct
 import sys
 
@@ -36,9 +38,48 @@ MAGIC = b"CTPYSNP1"
 HEADER = struct.Struct("<8sQ32s")
 
 
+HOST = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "unknown-host"
+TEMP_PREFIX = ".tmp-"
+FOREIGN_TEMP_AGE_S = 3600
+
+
+def temp_name(path):
+    """The temp file of a save: host and pid name its writer (the C++ library's rule, shared
+    with its snapshots in the same directory), so a store opened later can tell a dead writer's."""
+    return os.path.join(os.path.dirname(path), "%s%s-%s-%d" % (TEMP_PREFIX, os.path.basename(path), HOST, os.getpid()))
+
+
+def remove_dead_writers_temps(d):
+    """Temps of saves cut short (a SIGKILL mid-save) hold a whole snapshot each and would pile up
+    over restarts. One of this host whose pid is gone goes now; another host's (a shared file
+    system) only after an hour without a change, as its writer's pid cannot be checked here."""
+    for name in os.listdir(d):
+        m = re.fullmatch(re.escape(TEMP_PREFIX) + r"snapshot-\d+\.ptsnap-(.+)-(\d+)", name)
+        if not m:
+            continue
+        path = os.path.join(d, name)
+        host, pid = m.group(1), int(m.group(2))
+        try:
+            # Our own pid: saves here are synchronous, so none is in flight; the file is a dead
+            # writer's that had our pid (a restarted container's fresh pid namespace).
+            if host == HOST and pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                    continue
+                except ProcessLookupError:
+                    pass
+                except PermissionError:
+                    continue  # alive, another user's
+            elif host != HOST and time.time() - os.lstat(path).st_mtime < FOREIGN_TEMP_AGE_S:
+                continue
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def write_atomic(path, data):
     d = os.path.dirname(path)
-    tmp = os.path.join(d, ".tmp-%s-%d" % (os.path.basename(path), os.getpid()))
+    tmp = temp_name(path)
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -60,6 +101,7 @@ class SnapshotStore:
         self.dir = directory
         self.keep = keep
         os.makedirs(directory, exist_ok=True)
+        remove_dead_writers_temps(directory)
 
     def path(self, step):
         return os.path.join(self.dir, "snapshot-%020d.ptsnap" % step)
