@@ -79,7 +79,56 @@ void Agent::JoinRendezvous() {
     Finish(1);
     return;
   }
+  gpu_wait_.round_ready = false;  // a round completed before this join is over
   rdzv_->Join(std::move(self));
+}
+
+// Multi-node, the workers of an attempt are all gone: the join of the next round, with the wait
+// for their processes to leave the GPUs beside it (started first, so no round can complete
+// before it is pending). The round is not delayed: OnRoundReady holds the workers until it
+// answers. A wait still pending from an earlier join of this attempt goes on (its bound is not
+// restarted); one already answered Ok is not repeated.
+void Agent::JoinNextRound() {
+  if (!workers_.empty() && !gpu_wait_.pending && !gpu_wait_.released) WaitForGpuRelease();
+  if (state_ == AgentState::kDone) return;  // it failed at once: this node has left
+  JoinRendezvous();
+}
+
+void Agent::WaitForGpuRelease() {
+  std::vector<pid_t> previous;
+  for (const auto& w : workers_) previous.push_back(w.pid);
+  const uint64_t id = ++gpu_wait_.id;
+  gpu_wait_.pending = true;
+  hooks_.BeforeRestart(previous, [this, id](Status s) { OnGpuWaitAnswered(id, std::move(s)); });
+}
+
+// Races: the answer may come before the round completes (OnRoundReady then starts the workers
+// at once) or after (they start here, in the round that waited for it). A new round may complete
+// while it is pending, after the one that waited stopped: that one's workers start on this
+// answer instead. An answer after the run ended (Finish clears pending), or from an earlier wait
+// (another id), starts nothing.
+void Agent::OnGpuWaitAnswered(uint64_t id, Status s) {
+  if (id != gpu_wait_.id || !gpu_wait_.pending) return;
+  gpu_wait_.pending = false;
+  if (!s.ok()) {
+    LeaveForHeldGpus(s);
+    return;
+  }
+  gpu_wait_.released = true;
+  if (!gpu_wait_.round_ready || state_ != AgentState::kRendezvous) return;
+  gpu_wait_.round_ready = false;
+  StartAttempt();
+}
+
+// The previous attempt still holds GPUs past the wait's bound: workers started here now could
+// fail at start-up (out of memory, NCCL). This node leaves the job, as a setup failure does (the
+// others re-form without it if enough remain), and ends with exit 1.
+void Agent::LeaveForHeldGpus(const Status& s) {
+  setup_failed_ = true;
+  end_message_ = s.message() + "; this node leaves the job";
+  hooks_.Log(2, end_message_);
+  rdzv_->Leave();
+  Finish(1);
 }
 
 void Agent::OnRoundReady(const rdzv::RoundInfo& round) {
@@ -97,7 +146,13 @@ void Agent::OnRoundReady(const rdzv::RoundInfo& round) {
                                            {"world_size", round.world_size},
                                            {"restart_count", round.restart_count},
                                            {"reason", round.reason}});
-  hooks_.OnRound(round);
+  hooks_.OnRound(round);  // at once: node rank 0 serves the round's store to the other nodes' workers
+  if (gpu_wait_.pending) {  // OnGpuWaitAnswered starts the workers
+    gpu_wait_.round_ready = true;
+    hooks_.Log(0, "waiting for the previous attempt's processes to leave the GPUs before starting round " +
+                      std::to_string(round.round) + "'s workers");
+    return;
+  }
   StartAttempt();
 }
 
@@ -108,7 +163,9 @@ void Agent::OnRoundStopping(const std::string& why) {
       BeginStopping(StopReason::kRemote, SIGTERM);
       return;
     case AgentState::kRendezvous:
-      JoinRendezvous();  // our workers had already finished: join the next round at once
+      // Our workers had already finished (the exit barrier), or the round stopped before they
+      // started (its wait for the GPUs pending): join the next round at once.
+      JoinNextRound();
       return;
     case AgentState::kStopping:
       round_stopped_ = true;  // the rendezvous is joined again once the workers are gone
@@ -165,6 +222,7 @@ void Agent::StartAttempt() {
   }
   failures_.clear();
   workers_.clear();
+  gpu_wait_.released = false;  // the next join waits for these workers' processes
   killed_ = false;
   round_stopped_ = false;
   state_ = AgentState::kRunning;
@@ -910,7 +968,7 @@ void Agent::FinishMultiNodeAttempt() {
     rdzv_->ReportSucceeded();
     return;
   }
-  JoinRendezvous();
+  JoinNextRound();
 }
 
 void Agent::EmitStop(StopReason reason, int sig) {
@@ -976,6 +1034,8 @@ void Agent::Finish(int code) {
   deadline_timer_.reset();
   exit_code_ = code;
   restart_pending_ = false;  // a BeforeRestart answer that comes after this starts nothing
+  gpu_wait_.pending = false;   // the same, multi-node
+  gpu_wait_.round_ready = false;
   state_ = AgentState::kDone;
 }
 

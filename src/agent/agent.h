@@ -37,6 +37,14 @@
 // followed by SIGCONT: a stopped worker (Ctrl-Z, a debugger, SIGTTIN) acts on it at once
 // instead of sitting out the grace period.
 //
+// Multi-node, the wait for the GPUs' release (AgentHooks::BeforeRestart) runs beside the
+// rendezvous: it starts with the join that follows an attempt whose workers are all gone (after a
+// failure, a remote stop, or a success whose exit barrier a round stop broke; never before the
+// first round, nor while in the exit barrier), and the round's workers start once both the round
+// is complete and the wait has answered Ok, whichever comes last. An error answer (the GPUs still
+// held past the wait's bound) makes this node leave the job (Rendezvous::Leave, exit 1): the
+// others go on without it if enough remain.
+//
 // Job control (Ctrl-Z): SuspendWorkers sends SIGTSTP to every worker group with members;
 // ResumeWorkers sends SIGCONT and moves the grace / final-wait / back-off deadlines by the time the
 // job was suspended, so a teardown's grace period and a restart's back-off count only time the job
@@ -47,6 +55,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -84,9 +93,12 @@ class AgentHooks {
   virtual void ConfigureStdio(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
   // After ConfigureStdio: the rest of the worker's placement (CPU affinity, a debugger).
   virtual void ConfigureWorker(int /*local_rank*/, const RankInfo& /*rank*/, int /*attempt*/, SpawnSpec* /*spec*/) {}
-  // Single node, after a failed attempt's workers are gone and before the restart: calls
-  // ready(Ok) when the restart may go ahead, now or later from the event loop (GPUs released),
-  // or ready(error) to end the run instead. worker_pids: the previous attempt's workers.
+  // After an attempt's workers are gone, before the next attempt's start: calls ready(Ok) when
+  // it may go ahead, now or later from the event loop (GPUs released), or ready(error) to end the
+  // run instead. worker_pids: the previous attempt's workers. Single node, after a failed
+  // attempt (before the restart); multi-node, from the join of the next round on, beside the
+  // rendezvous (an error there makes this node leave the job). An answer that comes after the run
+  // ended (a signal, the deadline, the job's end) starts nothing.
   virtual void BeforeRestart(const std::vector<pid_t>& /*worker_pids*/, std::function<void(Status)> ready) {
     ready(Status::Ok());
   }
@@ -132,6 +144,8 @@ struct FailureRecord {
   std::string never_started;  // its exec failed after ctrun stopped waiting for it
 };
 
+// kRendezvous (multi-node): waiting for a round or in the exit barrier, or with the round
+// complete, waiting for the previous attempt's processes to leave the GPUs before its workers start.
 // kBackoff: between two attempts of a single-node job, every worker of the failed one gone:
 // the --restart-backoff delay, then the wait for the GPUs' release (BeforeRestart). A signal or
 // the deadline there ends the run; a late exit (a worker given up on in D state) changes nothing.
@@ -240,6 +254,10 @@ class Agent final : public rdzv::RendezvousListener {
 
   void StartAttempt();
   void JoinRendezvous();
+  void JoinNextRound();
+  void WaitForGpuRelease();
+  void OnGpuWaitAnswered(uint64_t id, Status s);
+  void LeaveForHeldGpus(const Status& s);
   void FinishMultiNodeAttempt();
   void FillRank(int local_rank, RankInfo* rank) const;
   bool DebuggedRankInJob() const;
@@ -313,6 +331,16 @@ class Agent final : public rdzv::RendezvousListener {
   // The round stopped while this attempt was already stopping (a success's sweep included): the
   // attempt's end joins the next round instead of reporting a success the round cannot take.
   bool round_stopped_ = false;
+  // Multi-node: the wait for the processes of the attempt in workers_ to leave the GPUs (see the
+  // top of this file). One wait per attempt: a join again while it is pending (the round stopped
+  // before it started its workers) keeps it, and none follows its Ok until another attempt starts.
+  struct GpuWait {
+    uint64_t id = 0;           // the latest wait started; an answer that carries another id is stale
+    bool pending = false;      // started and not answered (cleared by Finish: a later answer is dropped)
+    bool released = false;     // answered Ok for the attempt in workers_
+    bool round_ready = false;  // the round completed while pending: its workers start on Ok
+  };
+  GpuWait gpu_wait_;
   std::optional<rdzv::JobEnd> job_end_;
   EventSink* events_ = &NullEvents();
   int attempt_ = 0;  // the attempt_<n> number of the attempt running

@@ -2,6 +2,8 @@
 // clock. No fork, no socket, no sleep: the whole cross-node protocol is exercised in-process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "agent/agent.h"
 #include "agent/job_outcome.h"
 #include "report/run_summary.h"
@@ -33,6 +35,12 @@ class NodeHooks : public AgentHooks {
     return Status::Ok();
   }
   void OnRound(const rdzv::RoundInfo& r) override { round = r; }
+  // The wait for the GPUs' release: recorded; answered Ok at once unless hold_gpu_waits, when the
+  // test answers it through gpu_waits[i].ready.
+  void BeforeRestart(const std::vector<pid_t>& worker_pids, std::function<void(Status)> ready) override {
+    gpu_waits.push_back({worker_pids, ready});
+    if (!hold_gpu_waits) ready(Status::Ok());
+  }
   void Log(int level, const std::string& msg) override { logs.push_back(std::to_string(level) + " " + msg); }
   bool Logged(const std::string& part) const {
     for (const auto& l : logs)
@@ -46,6 +54,12 @@ class NodeHooks : public AgentHooks {
   rdzv::RoundInfo round;
   std::vector<int> attempts;
   std::vector<std::string> logs;
+  struct GpuWait {
+    std::vector<pid_t> worker_pids;
+    std::function<void(Status)> ready;
+  };
+  bool hold_gpu_waits = false;
+  std::vector<GpuWait> gpu_waits;
 };
 
 struct Node {
@@ -307,6 +321,7 @@ TEST_F(MultiNodeAgentTest, SuccessIsAgreedOnlyWhenEveryNodeSucceeded) {
   ASSERT_TRUE(b.agent->done());
   EXPECT_EQ(a.agent->exit_code(), 0);
   EXPECT_EQ(b.agent->exit_code(), 0);
+  EXPECT_TRUE(a.hooks.gpu_waits.empty()) << "no wait for the GPUs after a success";
 }
 
 TEST_F(MultiNodeAgentTest, SignalledAgentLeavesAndTheOthersGoOnWithoutCounting) {
@@ -406,6 +421,213 @@ TEST_F(MultiNodeAgentTest, EveryNodeNumbersARoundsAttemptTheSame) {
   EXPECT_EQ(a.hooks.attempts, (std::vector<int>{0, 1}));
   EXPECT_EQ(b.hooks.attempts, (std::vector<int>{1})) << "b numbers the round it joined as its own first";
   EXPECT_EQ(b.Env(0, "TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
+// Multi-node restarts wait for the GPUs' release too, beside the rendezvous: node a's workers are
+// gone, it joins the next round at once (the round completes, b's workers start), and a's workers
+// start only once its wait says the previous attempt's processes have left the GPUs.
+TEST_F(MultiNodeAgentTest, ANodeStartsTheNextRoundsWorkersOnlyOnceItsPreviousOnesLeftTheGpus) {
+  Node& a = Add(2, 2, 2, 3);
+  Node& b = Add(2, 2, 2, 3);
+  a.hooks.hold_gpu_waits = true;
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 2u);
+  EXPECT_TRUE(a.hooks.gpu_waits.empty()) << "no wait before the first round";
+  const std::vector<pid_t> previous{a.Pid(0), a.Pid(1)};
+  a.Exit(0, ExitStatus::Exited(1));
+  Settle();
+  a.DieOfSignals();
+  b.DieOfSignals();
+  a.NextAttempt();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 4u) << "the round did not complete: a's join waited";
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
+  EXPECT_EQ(a.hooks.gpu_waits[0].worker_pids, previous);
+  EXPECT_EQ(a.spawner.specs.size(), 2u) << "a started workers before its previous ones left the GPUs";
+  EXPECT_EQ(a.agent->state(), AgentState::kRendezvous);
+  const std::string waiting =
+      "0 waiting for the previous attempt's processes to leave the GPUs before starting round 1's workers";
+  EXPECT_EQ(std::count(a.hooks.logs.begin(), a.hooks.logs.end(), waiting), 1) << a.hooks.logs.back();
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  ASSERT_EQ(a.spawner.specs.size(), 4u);
+  EXPECT_EQ(a.agent->state(), AgentState::kRunning);
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(a.Env(1, "RANK"), "1");
+  EXPECT_EQ(a.Env(0, "MASTER_PORT"), "7001") << "the new round's store";
+  EXPECT_EQ(a.hooks.attempts, (std::vector<int>{0, 1}));
+  EXPECT_EQ(b.hooks.gpu_waits.size(), 1u) << "b waited too (answered at once)";
+}
+
+TEST_F(MultiNodeAgentTest, AGpuWaitAnsweredBeforeTheRoundStartsTheWorkersWhenTheRoundCompletes) {
+  Node& a = Add(1, 2, 2, 3);
+  Node& b = Add(1, 2, 2, 3);
+  a.hooks.hold_gpu_waits = true;
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.Exit(0, ExitStatus::Exited(1));
+  a.NextAttempt();
+  Settle();
+  ASSERT_EQ(a.agent->state(), AgentState::kRendezvous) << "a joined the next round at once";
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  Settle();
+  EXPECT_EQ(a.spawner.specs.size(), 1u) << "b's worker is still stopping: the round is not complete";
+  b.DieOfSignals();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(a.spawner.specs.size(), 2u) << "a did not start with the round";
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_FALSE(a.hooks.Logged("waiting for the previous attempt's processes"));
+}
+
+// The wait gives up (the GPUs still held past its bound): node a cannot run workers safely. It
+// leaves the job with exit 1 and the wait's message; b and c, above the minimum, re-form without it.
+TEST_F(MultiNodeAgentTest, GpusStillHeldMakeTheNodeLeaveAndTheOthersFinishTheJobWithoutIt) {
+  Node& a = Add(1, 2, 3, 1);
+  Node& b = Add(1, 2, 3, 1);
+  Node& c = Add(1, 2, 3, 1);
+  a.hooks.hold_gpu_waits = true;
+  for (auto& n : nodes_) n->agent->Start();
+  Settle();
+  ASSERT_EQ(c.spawner.specs.size(), 1u);
+  c.Exit(0, ExitStatus::Exited(1));
+  Settle();
+  for (auto& n : nodes_) {
+    n->DieOfSignals();
+    n->NextAttempt();
+  }
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 2u) << "round 1 did not complete";
+  EXPECT_EQ(b.Env(0, "WORLD_SIZE"), "3") << "a is in round 1";
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
+  const std::string held =
+      "not restarting: the previous attempt still holds GPUs after 15 s: pid 1000 (GPU 0, state D: uninterruptible, "
+      "cannot be killed)";
+  a.hooks.gpu_waits[0].ready(Status::Error(held));
+  ASSERT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 1);
+  EXPECT_TRUE(a.agent->setup_failed());
+  EXPECT_EQ(a.agent->end_message(), held + "; this node leaves the job");
+  EXPECT_TRUE(a.hooks.Logged("2 " + held + "; this node leaves the job")) << a.hooks.logs.back();
+  EXPECT_EQ(a.spawner.specs.size(), 1u) << "a started workers on held GPUs";
+  const RunOutcome oa = DecideJobOutcome(*a.agent, {});
+  EXPECT_EQ(oa.kind, OutcomeKind::kSetupError);
+  EXPECT_EQ(oa.exit_code, 1);
+  Settle();
+  ASSERT_EQ(b.agent->state(), AgentState::kStopping) << "a's leave did not stop round 1";
+  for (Node* n : {&b, &c}) {
+    n->DieOfSignals();
+    n->NextAttempt();
+  }
+  Settle();
+  timers_.Advance(Seconds(1));  // last call: 2 of at most 3
+  ASSERT_EQ(b.spawner.specs.size(), 3u) << "b and c did not re-form";
+  ASSERT_EQ(c.spawner.specs.size(), 3u);
+  EXPECT_EQ(b.Env(0, "WORLD_SIZE"), "2");
+  EXPECT_EQ(b.Env(0, "TORCHELASTIC_RESTART_COUNT"), "1") << "a node leaving costs no restart";
+  b.Exit(0, ExitStatus::Exited(0));
+  c.Exit(0, ExitStatus::Exited(0));
+  Settle();
+  ASSERT_TRUE(b.agent->done());
+  ASSERT_TRUE(c.agent->done());
+  EXPECT_EQ(b.agent->exit_code(), 0);
+  EXPECT_EQ(c.agent->exit_code(), 0);
+}
+
+// Attempt 0's wait answered and its workers ran attempt 1; attempt 1's wait is pending when round
+// 2 completes. A late answer of attempt 0's wait (Ok or not) is not the one round 2 waits for.
+TEST_F(MultiNodeAgentTest, AnAnswerFromAnEarlierGpuWaitStartsNothing) {
+  Node& a = Add(1, 2, 2, 3);
+  Node& b = Add(1, 2, 2, 3);
+  a.hooks.hold_gpu_waits = true;
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  auto fail_a = [&] {
+    a.Exit(0, ExitStatus::Exited(1));
+    Settle();
+    b.DieOfSignals();
+    a.NextAttempt();
+    b.NextAttempt();
+    Settle();
+  };
+  fail_a();
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  ASSERT_EQ(a.spawner.specs.size(), 2u);
+  const pid_t attempt1 = a.Pid(0);
+  fail_a();
+  ASSERT_EQ(b.spawner.specs.size(), 3u) << "round 2 did not complete";
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 2u);
+  EXPECT_EQ(a.hooks.gpu_waits[1].worker_pids, std::vector<pid_t>{attempt1});
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  EXPECT_EQ(a.spawner.specs.size(), 2u) << "attempt 0's answer started round 2's workers";
+  a.hooks.gpu_waits[0].ready(Status::Error("not restarting: late"));
+  EXPECT_FALSE(a.agent->done()) << "attempt 0's answer ended the run";
+  a.hooks.gpu_waits[1].ready(Status::Ok());
+  ASSERT_EQ(a.spawner.specs.size(), 3u);
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "2");
+}
+
+// The round a's workers wait for stops before the wait answers (b's worker fails in it): a joins
+// again, still waiting (one wait per attempt, not restarted), and the answer starts the workers of
+// the round complete by then, with that round's env.
+TEST_F(MultiNodeAgentTest, ARoundThatStopsWhileItsWorkersWaitForTheGpusPassesTheWaitToTheNext) {
+  Node& a = Add(1, 2, 2, 3);
+  Node& b = Add(1, 2, 2, 3);
+  a.hooks.hold_gpu_waits = true;
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.Exit(0, ExitStatus::Exited(1));
+  Settle();
+  b.DieOfSignals();
+  a.NextAttempt();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 2u) << "round 1 did not complete";
+  b.Exit(0, ExitStatus::Exited(1));
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 3u) << "round 2 did not complete";
+  EXPECT_EQ(a.spawner.specs.size(), 1u);
+  EXPECT_TRUE(a.hooks.Logged("before starting round 2's workers")) << a.hooks.logs.back();
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "the wait was restarted";
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  ASSERT_EQ(a.spawner.specs.size(), 2u);
+  EXPECT_EQ(a.hooks.attempts, (std::vector<int>{0, 2})) << "round 1's workers never started";
+  EXPECT_EQ(a.Env(0, "TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(a.Env(0, "MASTER_PORT"), b.Env(0, "MASTER_PORT"));
+}
+
+// A signal while the workers wait for the GPUs ends this node; the answer that follows starts
+// nothing.
+TEST_F(MultiNodeAgentTest, ASignalWhileWaitingForTheGpusStartsNothingAfterwards) {
+  Node& a = Add(1, 2, 2, 3);
+  Node& b = Add(1, 2, 2, 3);
+  a.hooks.hold_gpu_waits = true;
+  a.agent->Start();
+  b.agent->Start();
+  Settle();
+  a.Exit(0, ExitStatus::Exited(1));
+  Settle();
+  b.DieOfSignals();
+  a.NextAttempt();
+  b.NextAttempt();
+  Settle();
+  ASSERT_EQ(b.spawner.specs.size(), 2u) << "round 1 did not complete";
+  a.agent->OnSignal(SIGTERM);
+  ASSERT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 128 + SIGTERM);
+  ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
+  a.hooks.gpu_waits[0].ready(Status::Ok());
+  Settle();
+  EXPECT_EQ(a.spawner.specs.size(), 1u) << "workers started after the signal";
+  EXPECT_TRUE(a.agent->done());
 }
 
 // A node dies (its agent and workers killed at once): the others' workers fail at once of the
