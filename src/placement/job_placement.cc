@@ -34,7 +34,7 @@ CpuList OwnAffinity() {
 bool WantsGpuDriver(const LaunchConfig& c) {
   if (::access("/proc/driver/nvidia", F_OK) != 0) return false;
   return c.nproc.kind == NprocSpec::Kind::kGpu || c.nproc.kind == NprocSpec::Kind::kAuto || !c.gpus.empty() ||
-         !c.numa_binding.empty() || c.report_bindings || c.max_restarts > 0;
+         !c.numa_binding.empty() || c.report_bindings || c.max_restarts > 0 || c.rdzv.multi_node;
 }
 
 StatusOr<GpuInventory> ProbeGpus(const LaunchConfig& c, const EnvLookup& env, GpuDriver* driver,

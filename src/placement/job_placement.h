@@ -2,7 +2,8 @@
 // one-line error, exit code 2, on bad input):
 //  - WantsGpuDriver: whether NVML is worth loading (the NVIDIA kernel driver is present and a
 //    flag needs GPUs: --nproc-per-node=gpu|auto, --gpus, --numa-binding, --report-bindings, or
-//    restarts, which wait for the GPUs' release).
+//    restarts, which wait for the GPUs' release: --max-restarts > 0, and every multi-node job,
+//    whose rounds restart the workers when members change).
 //  - ProbeGpus: the visible GPUs; with --gpus only those, and the workers' CUDA_VISIBLE_DEVICES
 //    (in *worker_env) narrowed to them.
 //  - PlanJobPlacement: after ResolveNproc: the binding (hwloc topology of this machine,
