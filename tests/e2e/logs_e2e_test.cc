@@ -33,6 +33,17 @@ std::string RunDir(const std::string& base) {
   return found.size() == 1 ? found[0] : "";
 }
 
+// The run directory inside the one fresh base ($TMPDIR/torchelastic_*) under `tmpdir`; "" (and a
+// test failure saying what was there) when there is not exactly that.
+std::string FreshRunDir(const std::string& tmpdir) {
+  const std::string base = RunDir(tmpdir);
+  if (fs::path(base).filename().string().rfind("torchelastic_", 0) != 0) {
+    ADD_FAILURE() << "no single torchelastic_* base under " << tmpdir << " (found '" << base << "')";
+    return "";
+  }
+  return RunDir(base);
+}
+
 TEST(LogsE2E, EightWorkersHundredThousandLinesEachArriveOnceInOrderPrefixed) {
   constexpr int kLines = 100000;
   auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=8", "--log-prefix=rank"}, {"--print", std::to_string(kLines)}),
@@ -137,10 +148,7 @@ TEST(LogsE2E, AFailedRunKeepsEveryRankDirectoryEvenOfRanksThatFinishedFirst) {
                             {"--wait-gone-rank", "0", "--only-rank", "1", "--exit", "3"}),
                       {"TMPDIR=" + tmp.path()});
   ASSERT_EQ(r.exit_code, 3) << r.err;
-  std::string base;
-  for (const auto& e : fs::directory_iterator(tmp.path())) base = e.path().string();
-  ASSERT_EQ(fs::path(base).filename().string().rfind("torchelastic_", 0), 0u) << base;
-  const std::string run = RunDir(base);
+  const std::string run = FreshRunDir(tmp.path());
   ASSERT_FALSE(run.empty());
   std::vector<std::string> ranks;
   for (const auto& e : fs::directory_iterator(run + "/attempt_0")) ranks.push_back(e.path().filename().string());
@@ -157,10 +165,7 @@ TEST(LogsE2E, ASuccessfulRunKeepsAFreshBaseThatHoldsAnEarlierAttemptsErrorFile) 
                             {"--only-rank", "1", "--only-attempt", "0", "--error-file", "boom", "--exit", "2"}),
                       {"TMPDIR=" + tmp.path()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string base;
-  for (const auto& e : fs::directory_iterator(tmp.path())) base = e.path().string();
-  ASSERT_EQ(fs::path(base).filename().string().rfind("torchelastic_", 0), 0u) << base;
-  const std::string run = RunDir(base);
+  const std::string run = FreshRunDir(tmp.path());
   ASSERT_FALSE(run.empty());
   EXPECT_NE(ReadFileOr(run + "/attempt_0/1/error.json").find("boom"), std::string::npos);
   for (const char* dir : {"/attempt_0/0", "/attempt_1/0", "/attempt_1/1"}) EXPECT_TRUE(fs::is_directory(run + dir)) << dir;
