@@ -638,22 +638,25 @@ void Agent::OnRankHung(int local_rank, const std::string& why, const std::vector
 
 void Agent::Capture(Worker& w) {
   w.capturing = true;
-  health_->CaptureStacks(w.rank.local_rank, w.pid, [this, pid = w.pid](const std::string& summary) {
+  health_->CaptureStacks(w.rank.local_rank, w.pid, [this, pid = w.pid](const health::StackSummary& summary) {
     OnStacksSaved(pid, summary);
   });
 }
 
 // One rank's capture ended (saved, cut at its bound, or impossible). Once every capture of the
 // hang has ended, the attempt is stopped for the hung rank.
-void Agent::OnStacksSaved(pid_t pid, const std::string& summary) {
+void Agent::OnStacksSaved(pid_t pid, const health::StackSummary& summary) {
   Worker* w = FindWorker(pid);
   if (!w) return;  // another attempt by now
   w->capturing = false;
-  w->stacks = summary;
-  events_->Emit(events::kStackCapture, {{"rank", w->rank.global_rank}, {"pid", pid}, {"attempt", attempt_}, {"summary", summary}});
+  w->stacks = summary.text;
+  events_->Emit(events::kStackCapture,
+                {{"rank", w->rank.global_rank}, {"pid", pid}, {"attempt", attempt_}, {"summary", summary.text}});
   for (auto& f : failures_)
-    if (f.pid == pid) f.stacks = summary;
-  hooks_.Log(summary.rfind("stacks of", 0) == 0 ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary);
+    if (f.pid == pid) f.stacks = summary.text;
+  // A capture that saved less than it was asked for is worth a warning: the stacks that explain
+  // the hang may be the ones missing.
+  hooks_.Log(summary.complete ? 0 : 1, "rank " + std::to_string(w->rank.global_rank) + ": " + summary.text);
   // The hung rank's capture ran alone; once it has ended the silent ranks' follow, together (a
   // rank whose stacks are saved, or being saved, is not taken again).
   if (state_ == AgentState::kRunning)

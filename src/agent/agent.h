@@ -290,7 +290,7 @@ class Agent final : public rdzv::RendezvousListener {
   void ArmBackoff(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
   void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
-  void OnStacksSaved(pid_t pid, const std::string& summary);
+  void OnStacksSaved(pid_t pid, const health::StackSummary& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
   void OnFailureWhileRunning(const Worker& w);
   // `waited_out`: the wait's timer fired (not "every worker has exited", which ends only the

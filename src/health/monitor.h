@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "health/native_stack.h"
 #include "health/restart_policy.h"
+#include "health/stack_summary.h"
 #include "process/spawn_spec.h"
 
 namespace ctrun::health {
@@ -25,7 +26,7 @@ class Monitor {
   // half the same timeout (see hang_watcher.h).
   using OnHang =
       std::function<void(int local_rank, const std::string& why, const std::vector<int>& also_silent)>;
-  using OnStacks = std::function<void(const std::string& summary)>;
+  using OnStacks = std::function<void(const StackSummary& summary)>;
   virtual ~Monitor() = default;
 
   // Where hang verdicts go (set once, before the first attempt).

@@ -108,7 +108,7 @@ StackCapture::~StackCapture() {
 
 void StackCapture::Capture(pid_t pgid, const std::string& dir, Done done) {
   if (active_) {
-    loop_.AddTimerAfter(Duration::zero(), [done] { done("stacks not captured: another capture is running"); });
+    loop_.AddTimerAfter(Duration::zero(), [done] { done({"stacks not captured: another capture is running", false}); });
     return;
   }
   active_ = std::make_unique<Active>();
@@ -220,7 +220,7 @@ void StackCapture::Finish(bool timed_out) {
     KillTool(*t);
     Collect(*t);
   }
-  const std::string summary = Summary(timed_out);
+  const StackSummary summary = Summary(timed_out);
   Done done = std::move(active_->done);
   active_.reset();
   done(summary);
@@ -249,9 +249,9 @@ void StackCapture::Collect(Target& t) {
   }
 }
 
-std::string StackCapture::Summary(bool timed_out) const {
+StackSummary StackCapture::Summary(bool timed_out) const {
   const Active& a = *active_;
-  if (!a.note.empty()) return a.note;
+  if (!a.note.empty()) return {a.note, false};
   const size_t n = a.targets.size();
   const size_t k = static_cast<size_t>(a.saved);
   const std::string processes = std::to_string(n) + (n == 1 ? " process" : " processes");
@@ -277,7 +277,9 @@ std::string StackCapture::Summary(bool timed_out) const {
     for (size_t i = 0; i < a.error_files.size() && i < kNamed; ++i) s += (i ? ", " : "") + a.error_files[i];
     if (a.error_files.size() > kNamed) s += " and " + std::to_string(a.error_files.size() - kNamed) + " more";
   }
-  return s;
+  const bool complete =
+      n > 0 && k == n && a.python_done == a.python && !timed_out && a.failed_starts == 0 && a.error_files.empty();
+  return {s, complete};
 }
 
 }  // namespace ctrun::health

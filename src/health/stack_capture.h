@@ -39,6 +39,7 @@
 
 #include "base/clock.h"
 #include "base/unique_fd.h"
+#include "health/stack_summary.h"
 #include "process/spawner.h"
 #include "sys/event_loop.h"
 
@@ -58,7 +59,7 @@ std::vector<pid_t> ProcessesInGroup(pid_t pgid);
 
 class StackCapture {
  public:
-  using Done = std::function<void(const std::string& summary)>;
+  using Done = std::function<void(const StackSummary& summary)>;
 
   StackCapture(EventLoop& loop, StackTools tools, Duration timeout);
   ~StackCapture();  // SIGKILLs tools still running; done is not called
@@ -105,7 +106,7 @@ class StackCapture {
   void OnDeadline();
   void Finish(bool timed_out);
   void KillTool(Target& t);
-  std::string Summary(bool timed_out) const;
+  StackSummary Summary(bool timed_out) const;
 
   EventLoop& loop_;
   StackTools tools_;

@@ -42,10 +42,10 @@ class FakeHealthMonitor final : public health::Monitor {
     on_hang_(local_rank, why, also_silent);
   }
   // Ends the oldest capture still running.
-  void FinishCapture(const std::string& summary) {
+  void FinishCapture(const std::string& summary, bool complete = true) {
     auto done = std::move(pending_captures.front());
     pending_captures.erase(pending_captures.begin());
-    done(summary);
+    done(health::StackSummary{summary, complete});
   }
 
   struct Prepared {

@@ -67,6 +67,37 @@ TEST_F(AgentHealthTest, HungRankStacksAreCapturedBeforeAnyStopThenItIsTheRootCau
   }
 }
 
+// A capture that saved less than asked for (a Python dump refused, a process's stacks unread, the
+// bound reached) is logged as a warning, whatever its text starts with; a complete one as
+// information. The summary carries the text either way.
+class AgentStackLogTest : public AgentHealthTest {
+ protected:
+  static constexpr const char* kText =
+      "stacks of 3 processes saved in /s (native: eu-stack; Python: 0 of 1 process, on the rank's stderr)";
+  void HangAndCapture(bool complete) {
+    MakeAgent().Start();
+    monitor.Hang(1, "hung: no heartbeat for 10 s");
+    monitor.FinishCapture(kText, complete);
+    ExitAll(ExitStatus::Signaled(SIGTERM));
+    ASSERT_TRUE(agent->done());
+    for (const auto& f : agent->failures()) {
+      if (f.local_rank == 1) {
+        EXPECT_EQ(f.stacks, kText);
+      }
+    }
+  }
+};
+
+TEST_F(AgentStackLogTest, APartialCaptureIsLoggedAsAWarning) {
+  HangAndCapture(/*complete=*/false);
+  EXPECT_TRUE(hooks.Logged(std::string("1 rank 1: ") + kText));
+}
+
+TEST_F(AgentStackLogTest, ACompleteCaptureIsLoggedAsInformation) {
+  HangAndCapture(/*complete=*/true);
+  EXPECT_TRUE(hooks.Logged(std::string("0 rank 1: ") + kText));
+}
+
 // A collective hang: rank 1 went silent first, ranks 0 and 2 had fallen silent too. Rank 1's
 // stacks are taken first, alone, then the other two together; nothing is stopped until the last
 // capture ends; rank 1 is the root cause and its verdict names the others.

@@ -77,13 +77,15 @@ class StackCaptureTest : public ::testing::Test {
     std::ofstream(path) << text;
     fs::permissions(path, fs::perms::owner_all);
   }
-  // Runs one capture to its end (bounded by its 20 s deadline); its summary.
+  // Runs one capture to its end (bounded by its 20 s deadline); its summary's text (and
+  // `complete`, its flag).
   std::string Capture(std::vector<std::string> env) {
     EventLoop loop;
     StackCapture capture(loop, StackTools{d / "bin/eu-stack", d / "bin/gdb", std::move(env)}, Seconds(20));
     std::string summary;
-    capture.Capture(pgid, dir, [&](const std::string& s) {
-      summary = s;
+    capture.Capture(pgid, dir, [&](const StackSummary& s) {
+      summary = s.text;
+      complete = s.complete;
       loop.Stop();
     });
     loop.Run();
@@ -98,11 +100,13 @@ class StackCaptureTest : public ::testing::Test {
   std::unique_ptr<BackgroundProcess> group;
   pid_t pgid = -1;
   std::vector<pid_t> pids;  // the group's, leader (python3) first
+  bool complete = false;
 };
 
 TEST_F(StackCaptureTest, EveryProcessSavedAndTheDumpWritten) {
   const std::string s = Capture({"PY_RESULT=$1 = 0x0"});
   EXPECT_EQ(s, "stacks of 3 processes saved in " + dir + " (native: eu-stack; Python: 1 process, on the rank's stderr)");
+  EXPECT_TRUE(complete);
   for (pid_t p : pids) EXPECT_NE(ReadFileOr(File("native", p, ".txt")).find("#0  0x"), std::string::npos) << p;
   EXPECT_FALSE(fs::exists(File("python", pgid, ".out"))) << "gdb's output of a dump that worked says nothing";
   EXPECT_FALSE(fs::exists(File("python", pgid, ".err")));
@@ -118,6 +122,7 @@ TEST_F(StackCaptureTest, AProcessTheToolCouldNotAttachToIsNotCountedAsSaved) {
   EXPECT_EQ(s, "stacks of 2 of 3 processes saved in " + dir +
                    " (native: eu-stack; Python: 0 of 1 process, on the rank's stderr); tool errors in python." +
                    std::to_string(pgid) + ".err, native." + std::to_string(refused) + ".err");
+  EXPECT_FALSE(complete) << "a partial capture";
   EXPECT_FALSE(fs::exists(File("native", refused, ".txt")));
   EXPECT_NE(ReadFileOr(File("native", refused, ".err")).find("Operation not permitted"), std::string::npos);
   EXPECT_NE(ReadFileOr(File("python", pgid, ".err")).find("Operation not permitted"), std::string::npos);
@@ -139,6 +144,15 @@ TEST_F(StackCaptureTest, NothingReadIsNotCalledSaved) {
   EXPECT_NE(s.find("python." + std::to_string(pgid) + ".out"), std::string::npos) << s;
   EXPECT_NE(ReadFileOr(File("python", pgid, ".out")).find("unable to get the interpreter state"), std::string::npos);
   for (pid_t p : pids) EXPECT_FALSE(fs::exists(File("native", p, ".txt"))) << p;
+  EXPECT_FALSE(complete);
+}
+
+// Every native stack saved but the Python dump refused: the text still starts "stacks of 3
+// processes saved", and the capture is not complete (the agent logs it as a warning).
+TEST_F(StackCaptureTest, APythonDumpThatFailedMakesTheCaptureIncomplete) {
+  const std::string s = Capture({"FAIL_PYTHON=1", "PY_RESULT=$1 = 0x0"});
+  EXPECT_EQ(s.rfind("stacks of 3 processes saved in " + dir + " (native: eu-stack; Python: 0 of 1 process", 0), 0u) << s;
+  EXPECT_FALSE(complete);
 }
 
 }  // namespace
