@@ -98,9 +98,11 @@ std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env
       env_lines.push_back(name + "=" + (ph != placeholders.end() ? ph->second : ShellQuote(value)));
     }
     // Set at spawn by the health monitor, with the channel it opens.
-    if (config.heartbeat_timeout > 0)
+    if (config.heartbeat_timeout > 0) {
       env_lines.push_back(std::string(worker::kHeartbeatFdVariable) + "=" +
                           std::to_string(health::HealthMonitor::kHeartbeatFd));
+      env_lines.push_back(std::string(worker::kHeartbeatIdVariable) + "=<st_dev>:<st_ino> of that socket");
+    }
     std::sort(env_lines.begin(), env_lines.end());
     for (const std::string& line : env_lines) out += "  env: " + line + "\n";
     out += "  binding: " + (plan.binding.empty() ? std::string("none") : plan.binding) + "\n";

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/py_template.h"
+#include "ctrun/heartbeat.h"
 #include "gpu/visible_devices.h"
 
 namespace ctrun {
@@ -58,9 +59,11 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
     set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     set("NCCL_ASYNC_ERROR_HANDLING", "1");
   }
-  // A heartbeat channel is the health monitor's to give (CTRUN_HEARTBEAT_FD, health_monitor.h):
-  // one in ctrun's own environment (a ctrun run under ctrun) names none of the worker's fds.
-  env.Unset("CTRUN_HEARTBEAT_FD");
+  // A heartbeat channel is the health monitor's to give (CTRUN_HEARTBEAT_FD and its identity
+  // CTRUN_HEARTBEAT_ID, health_monitor.h): one in ctrun's own environment (a ctrun run under
+  // ctrun) names none of the worker's fds.
+  env.Unset(worker::kHeartbeatFdVariable);
+  env.Unset(worker::kHeartbeatIdVariable);
   const std::string error_file =
       static_cast<size_t>(rank.local_rank) < attempt.error_files.size() ? attempt.error_files[rank.local_rank] : "";
   set("TORCHELASTIC_ERROR_FILE", error_file);

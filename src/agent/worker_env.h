@@ -33,7 +33,9 @@ struct AttemptInfo {
 };
 
 // Builds the worker's complete environment: `base_env` (the agent's own) without the agents'
-// secrets (CTRUN_RDZV_TOKEN, CTRUN_ETCD_PASSWORD) and with torchrun's variables set on top.
+// secrets (CTRUN_RDZV_TOKEN, CTRUN_ETCD_PASSWORD) and without a launcher's heartbeat channel
+// (CTRUN_HEARTBEAT_FD, CTRUN_HEARTBEAT_ID: the health monitor sets its own), with torchrun's
+// variables set on top.
 // OMP_NUM_THREADS=1 is added when absent and nproc > 1 (torchrun's rule); see
 // OmpNotice(). PYTHONUNBUFFERED=1 is added, unless set, for a script exec'd by its python #! line
 // (config.python_shebang_entrypoint), which misses the -u torchrun's `python -u` gives.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <charconv>
@@ -38,6 +39,13 @@ ParsedBeat ParseBeat(std::string_view d) {
   return beat;
 }
 
+std::string HeartbeatId(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "";
+  return std::to_string(static_cast<unsigned long long>(st.st_dev)) + ":" +
+         std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
 HealthMonitor::HealthMonitor(EventLoop& loop, HangWatchOptions options, StackTools tools, Duration stack_timeout,
                              std::function<std::string(int)> rank_dir)
     : loop_(loop),
@@ -69,6 +77,7 @@ void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) 
   Channel& c = channels_[static_cast<size_t>(local_rank)];
   // Whatever the launcher's own environment said is not this worker's channel.
   EraseEntries(&spec->env, worker::kHeartbeatFdVariable);
+  EraseEntries(&spec->env, worker::kHeartbeatIdVariable);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) {
     NoChannel(local_rank, std::string("socketpair: ") + std::strerror(errno));
@@ -83,6 +92,8 @@ void HealthMonitor::PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) 
     return;
   }
   spec->env.push_back(std::string(worker::kHeartbeatFdVariable) + "=" + std::to_string(kHeartbeatFd));
+  if (std::string id = HeartbeatId(sv[1]); !id.empty())  // never empty: fstat of an open socket
+    spec->env.push_back(std::string(worker::kHeartbeatIdVariable) + "=" + id);
   spec->extra_fd = sv[1];
   spec->extra_fd_target = kHeartbeatFd;
 }

@@ -1,14 +1,17 @@
 // HealthMonitor: the real health::Monitor, on the agent's EventLoop.
 //
 // Heartbeat channel: with a heartbeat timeout, each worker gets one end of an AF_UNIX datagram
-// socketpair as fd 3 and CTRUN_HEARTBEAT_FD=3 (any inherited value is replaced; when the pair cannot
-// be created, EMFILE, the variable is removed, a warning says so, and that rank's heartbeat
-// deadline is off for the attempt). Each datagram is
-// a beat; it holds one or more lines "<step>[ <anything>]\n" and the step of the last line counts
-// (a line whose first field is not a number is still a beat, without a step). The worker's end is
-// blocking, so a Python worker's os.write never fails; the agent reads its ends until the next
-// attempt replaces them, so a writer never waits on a reader that is gone (the worker library
-// uses MSG_DONTWAIT anyway). The socket's queue bounds how many unread beats can pile up.
+// socketpair as fd 3, CTRUN_HEARTBEAT_FD=3 and CTRUN_HEARTBEAT_ID=<st_dev>:<st_ino> of its end
+// (any inherited values are replaced; when the pair cannot be created, EMFILE, both variables are
+// removed, a warning says so, and that rank's heartbeat deadline is off for the attempt). The ID
+// lets the worker library tell its channel from a stranger's fd at number 3: a process the worker
+// starts inherits the variables but not the fd (CLOEXEC), and its own first socket() may get 3.
+// Each datagram is a beat; it holds one or more lines "<step>[ <anything>]\n" and the step of the
+// last line counts (a line whose first field is not a number is still a beat, without a step).
+// The worker's end is blocking, so a Python worker's os.write never fails; the agent reads its
+// ends until the next attempt replaces them, so a writer never waits on a reader that is gone (the
+// worker library uses MSG_DONTWAIT anyway). The socket's queue bounds how many unread beats can
+// pile up.
 // Output: the runner feeds OnOutput() from the output relay (bytes read from the worker's pipes).
 // Stacks go to <rank dir>/stacks/ of the attempt (rank_dir(local_rank) from the runner).
 #pragma once
@@ -38,6 +41,10 @@ struct ParsedBeat {
   bool counter = false;
 };
 ParsedBeat ParseBeat(std::string_view datagram);
+
+// CTRUN_HEARTBEAT_ID's value for `fd`: "<st_dev>:<st_ino>" in decimal (the same for every fd of
+// the file: a dup, the copy a child inherits, or one passed over a socket); "" if fstat fails.
+std::string HeartbeatId(int fd);
 
 class HealthMonitor final : public Monitor {
  public:

@@ -243,9 +243,12 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmL
   const std::vector<std::string> env = CommonEnv(specs);
   // The workers' heartbeat fd number is the server's control socket (kServerFd): the server has
   // no heartbeat channel, and a worker library that asked for one before main would take the
-  // control socket for it (made non-blocking, beats written into it).
+  // control socket for it (made non-blocking, beats written into it). Each worker's own
+  // CTRUN_HEARTBEAT_FD and CTRUN_HEARTBEAT_ID come in its spec's env, its socket with the spec
+  // (SCM_RIGHTS: the same file, so the ID still matches at fd 3 of the forked worker).
   std::vector<std::string> server_env = env;
   EraseEntries(&server_env, worker::kHeartbeatFdVariable);
+  EraseEntries(&server_env, worker::kHeartbeatIdVariable);
   if (launch.native) {
     // The binary as the first worker, told to serve (include/ctrun/warm_main.h).
     args = specs[0].argv;

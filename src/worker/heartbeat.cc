@@ -55,19 +55,42 @@ State& GetState() {
 // How beats go out through an inherited fd: kSocket (what ctrun gives: a datagram socket) takes
 // one send(MSG_NOSIGNAL) per beat, kFd (a pipe or FIFO) a write with the SIGPIPE dance in Beat.
 // Anything else is kOff: a closed fd, and a regular file, tty or device, which is never a
-// launcher's channel. It can be a stranger's: a child process inherits the variable but not the
-// fd (FD_CLOEXEC, set below), and its own first open() may reuse the number; beats must not be
-// written into that file.
-Mode InheritedFdMode(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Mode::kOff;
+// launcher's channel.
+Mode FdMode(const struct stat& st) {
   if (S_ISSOCK(st.st_mode)) return Mode::kSocket;
   if (S_ISFIFO(st.st_mode)) return Mode::kFd;
   return Mode::kOff;
 }
 
+// Whether `st` is the file CTRUN_HEARTBEAT_ID names ("<st_dev>:<st_ino>", decimal). Unset (or
+// empty: an older launcher, or a user's own channel) names any file, and the type rule alone
+// decides; a value that does not parse names none.
+bool IsNamedChannel(const struct stat& st) {
+  const char* id = std::getenv(kHeartbeatIdVariable);
+  if (!id || !*id) return true;
+  const char* end = id + std::strlen(id);
+  unsigned long long dev = 0, ino = 0;
+  auto [colon, ec] = std::from_chars(id, end, dev);
+  if (ec != std::errc() || colon == end || *colon != ':') return false;
+  auto [p, ec2] = std::from_chars(colon + 1, end, ino);
+  if (ec2 != std::errc() || p != end) return false;
+  return dev == static_cast<unsigned long long>(st.st_dev) && ino == static_cast<unsigned long long>(st.st_ino);
+}
+
+// The mode of the inherited `fd`, or kOff when it is not the launcher's channel. It can be a
+// stranger's: a child process inherits the variables but not the fd (FD_CLOEXEC, set below), and
+// its own first socket() or open() may reuse the number. A stranger's fd is never written to nor
+// has its flags changed; CTRUN_HEARTBEAT_ID tells a stranger's socket or pipe from ours, and
+// without it the type rule keeps beats at least out of a regular file.
+Mode InheritedFdMode(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !IsNamedChannel(st)) return Mode::kOff;
+  return FdMode(st);
+}
+
 // The channel CTRUN_HEARTBEAT_FD names, with its mode; {-1, kOff} when it is unset or unusable
-// (an unusable fd is treated as an absent one, as a closed fd always was).
+// (an unusable fd, or one that is not the launcher's, is treated as an absent one, as a closed fd
+// always was).
 std::pair<int, Mode> InheritedChannel() {
   const char* fd_env = std::getenv(kHeartbeatFdVariable);
   if (!fd_env || !*fd_env) return {-1, Mode::kOff};
@@ -87,6 +110,7 @@ void RegisterForkGuard(State& s) {
     s.atfork_registered = ::pthread_atfork(nullptr, nullptr, [] { GetState().forked.store(true); }) == 0;
 }
 
+// Only the launcher's channel (InheritedChannel) is made CLOEXEC: a stranger's fd is left as it is.
 void GuardChannel() {
   RegisterForkGuard(GetState());
   if (const auto [fd, mode] = InheritedChannel(); mode != Mode::kOff)

@@ -48,12 +48,20 @@
 //   --quiet-rank R      RANK R prints nothing (no --print lines, no --long-line)
 //   --else-beat MS      ranks/attempts that --only-* excludes beat every MS ms forever instead of
 //                       exiting 0 (the healthy ranks of a hang test)
+//   --stranger-child P  before the beats, start a child (fork and exec of this program, which
+//                       inherits the environment) with --as-stranger P, and wait for it
+//   --as-stranger P     only this: close fd 3, open a datagram socketpair with one end at fd 3
+//                       (a stranger's socket at the heartbeat fd's number), beat 3 times through
+//                       the library, and write "beats=<last counter> received=<datagrams on the
+//                       other end> cloexec=<0|1> nonblock=<0|1>" (fd 3's flags) to P.<RANK>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +109,44 @@ bool WaitForPath(const std::string& path, bool want_present) {
   return false;
 }
 
+// --as-stranger: a process the worker started, with its own socket where the worker's heartbeat
+// fd was. Returns the exit code.
+int BeatAsStranger(const std::string& path) {
+  ::close(3);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) return 10;  // not CLOEXEC: the library must not make it so
+  int peer = sv[0] == 3 ? sv[1] : sv[0];
+  if (sv[0] != 3 && sv[1] != 3) {  // fd 3 was taken after all: put our end there
+    if (dup2(sv[1], 3) != 3) return 11;
+    close(sv[1]);
+  }
+  uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) last = ctrun::heartbeat();
+  int received = 0;
+  char buf[256];
+  while (recv(peer, buf, sizeof buf, MSG_DONTWAIT) >= 0) ++received;
+  const int fd_flags = fcntl(3, F_GETFD), fl_flags = fcntl(3, F_GETFL);
+  FILE* f = fopen((path + "." + Env("RANK", "0")).c_str(), "w");
+  if (!f) return 12;
+  fprintf(f, "beats=%llu received=%d cloexec=%d nonblock=%d\n", static_cast<unsigned long long>(last), received,
+          (fd_flags & FD_CLOEXEC) ? 1 : 0, (fl_flags & O_NONBLOCK) ? 1 : 0);
+  fclose(f);
+  return 0;
+}
+
+// --stranger-child: runs this program with --as-stranger `path` (fork and exec: it inherits the
+// environment, and not the heartbeat fd, which the library made CLOEXEC) and waits for it.
+void RunStrangerChild(const std::string& path) {
+  const pid_t p = fork();
+  if (p == 0) {
+    execl("/proc/self/exe", "ctrun_fake_worker", "--as-stranger", path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (p > 0 && waitpid(p, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
 [[noreturn]] void SleepForever() {
   for (;;) pause();
 }
@@ -125,7 +171,7 @@ int main(int argc, char** argv) {
   bool error_dir = false;
   int grandchildren = 0, exit_code = 0, sig = 0, print_n = 0, beats = 0, buffered_crash = -1, progress = 0;
   bool read_line = false;
-  std::string winsize_file;
+  std::string winsize_file, stranger_child;
   long beat_ms = 1, print_ms = 0, else_beat_ms = -1;
   int quiet_rank = -1;
   long long_line = 0;
@@ -178,6 +224,8 @@ int main(int argc, char** argv) {
     else if (o == "--progress") progress = atoi(next().c_str());
     else if (o == "--read-line") read_line = true;
     else if (o == "--winsize-file") winsize_file = next();
+    else if (o == "--stranger-child") stranger_child = next();
+    else if (o == "--as-stranger") return BeatAsStranger(next());
     else {
       fprintf(stderr, "fake_worker: unknown option %s\n", o.c_str());
       return 64;
@@ -299,6 +347,7 @@ int main(int argc, char** argv) {
     timespec timeout{30, 0};
     if (sigtimedwait(&set, nullptr, &timeout) == SIGWINCH) WriteWinsize(winsize_file + "." + rank + ".1");
   }
+  if (!stranger_child.empty()) RunStrangerChild(stranger_child);
   for (int b = 0; b < beats; ++b) {
     if (beat_step >= 0) ctrun::heartbeat(static_cast<uint64_t>(beat_step + b));
     else ctrun::heartbeat();

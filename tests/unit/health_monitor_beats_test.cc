@@ -73,7 +73,7 @@ TEST_F(OneRankChannel, CounterBeatsAreBeatsWithoutAComparableStep) {
 }
 
 // Out of fds (EMFILE) when a rank's channel is made: that rank runs without one. It gets no stale
-// CTRUN_HEARTBEAT_FD (the launcher's own is removed), and its silence is no hang: the rank that
+// CTRUN_HEARTBEAT_FD nor CTRUN_HEARTBEAT_ID (the launcher's own are removed), and its silence is no hang: the rank that
 // has a channel and never beats is the one judged.
 TEST(HealthMonitorBeats, ARankWithoutAChannelIsNotTakenForHung) {
   EventLoop loop;
@@ -87,7 +87,7 @@ TEST(HealthMonitorBeats, ARankWithoutAChannelIsNotTakenForHung) {
     hung.insert(hung.end(), also.begin(), also.end());
   });
   SpawnSpec without;
-  without.env = {"CTRUN_HEARTBEAT_FD=7", "A=1"};
+  without.env = {"CTRUN_HEARTBEAT_FD=7", "CTRUN_HEARTBEAT_ID=1:2", "A=1"};
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
   const int lowest_free = ::dup(0);

@@ -1,8 +1,14 @@
 #include "agent/worker_env.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+
+#include "health/health_monitor.h"
+#include "sys/event_loop.h"
 
 namespace ctrun {
 namespace {
@@ -58,12 +64,34 @@ TEST_F(EnvFixture, SetsEveryTorchrunVariable) {
   EXPECT_EQ(Get(env, "HOME"), "/root");
 }
 
-// ctrun run under ctrun: the outer one's heartbeat variable names no fd of this job's workers
-// (the health monitor sets the variable again for a worker it gives a channel).
+// ctrun run under ctrun: the outer one's heartbeat variables name no fd of this job's workers
+// (the health monitor sets them again for a worker it gives a channel).
 TEST_F(EnvFixture, ALaunchersHeartbeatChannelIsNotPassedOn) {
-  auto env = BuildWorkerEnv(config, Env({"CTRUN_HEARTBEAT_FD=3", "A=1"}), rank, attempt);
+  auto env = BuildWorkerEnv(config, Env({"CTRUN_HEARTBEAT_FD=3", "CTRUN_HEARTBEAT_ID=1:2", "A=1"}), rank, attempt);
   EXPECT_FALSE(env.Has("CTRUN_HEARTBEAT_FD"));
+  EXPECT_FALSE(env.Has("CTRUN_HEARTBEAT_ID"));
   EXPECT_EQ(Get(env, "A"), "1");
+}
+
+// With a channel, the worker gets the identity of its own socket, not the outer launcher's.
+TEST_F(EnvFixture, AnInheritedHeartbeatIdIsReplacedByTheChannelsOwn) {
+  EventLoop loop;
+  health::HangWatchOptions o;
+  o.heartbeat = Seconds(60);
+  o.first_heartbeat = Seconds(60);
+  health::HealthMonitor monitor(loop, o, health::StackTools{}, Seconds(1), nullptr);
+  SpawnSpec spec;
+  spec.env = BuildWorkerEnv(config, Env({"CTRUN_HEARTBEAT_FD=3", "CTRUN_HEARTBEAT_ID=1:2"}), rank, attempt).Entries();
+  monitor.PrepareWorker(0, 0, &spec);
+  ASSERT_GE(spec.extra_fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(spec.extra_fd, &st), 0);
+  const Environment env = Environment::FromEntries(spec.env);
+  EXPECT_EQ(Get(env, "CTRUN_HEARTBEAT_FD"), "3");
+  EXPECT_EQ(Get(env, "CTRUN_HEARTBEAT_ID"), std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino));
+  EXPECT_EQ(std::count_if(spec.env.begin(), spec.env.end(),
+                          [](const std::string& e) { return e.rfind("CTRUN_HEARTBEAT_ID=", 0) == 0; }),
+            1);
 }
 
 // torchrun's file timer server is not ctrun's: asking for it gets a warning, not silence.

@@ -9,7 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "helpers/test_util.h"
 
@@ -205,6 +208,91 @@ TEST(Heartbeat, StreamSocketLinesNeverMerge) {
     EXPECT_GT(step, last) << line;
     EXPECT_LE(step, 2 * beats) << line;
     last = step;
+  }
+}
+
+// CTRUN_HEARTBEAT_ID's value for `fd`, as a launcher sets it: "<st_dev>:<st_ino>".
+std::string IdOf(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
+// A datagram socketpair the test owns: the helper sends on `end`, the test reads `peer`.
+struct Channel {
+  Channel() {
+    int sv[2] = {-1, -1};
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    peer.fd = sv[0];
+    end.fd = sv[1];
+  }
+  // The datagrams waiting on `peer`.
+  int Received() const {
+    char buf[256];
+    int n = 0;
+    while (::recv(peer.get(), buf, sizeof buf, MSG_DONTWAIT) >= 0) ++n;
+    return n;
+  }
+  Fd peer{-1};
+  Fd end{-1};
+};
+
+// Runs the helper's `heartbeat-flags 3` with `channel` inherited (a copy without CLOEXEC, at a
+// number of its own) and named by CTRUN_HEARTBEAT_FD, and with CTRUN_HEARTBEAT_ID=`id` (nullopt:
+// unset). The copy shares the test's open file description, so its O_NONBLOCK is `channel`'s.
+RunResult RunOnChannel(int channel, const std::optional<std::string>& id) {
+  Fd inherited(::fcntl(channel, F_DUPFD, 10));
+  std::vector<std::string> argv{"/usr/bin/env"};
+  if (!id) argv.insert(argv.end(), {"-u", "CTRUN_HEARTBEAT_ID"});
+  argv.insert(argv.end(), {WORKER_HELPER, "heartbeat-flags", "3"});
+  std::vector<std::string> env{"CTRUN_HEARTBEAT_FD=" + std::to_string(inherited.get()), "CTRUN_HEARTBEAT_FILE="};
+  if (id) env.push_back("CTRUN_HEARTBEAT_ID=" + *id);
+  return RunCommand(argv, env);
+}
+
+bool NonBlocking(int fd) { return (::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0; }
+
+// A process the worker starts inherits the variables but not the (CLOEXEC) fd, and its own first
+// socket() may get the number: a socket like ours, which the kind of fd cannot tell apart. When
+// CTRUN_HEARTBEAT_ID names another file, the fd is a stranger's: no beat goes into it, and neither
+// the load-time guard nor the first beat changes its flags (not CLOEXEC, not O_NONBLOCK). The
+// socket the ID names gets every beat.
+TEST(Heartbeat, OnlyTheSocketTheIdNamesGetsBeats) {
+  Channel ours, stranger;
+  const std::string id = IdOf(ours.end.get());
+  ASSERT_NE(id, "");
+  RunResult r = RunOnChannel(stranger.end.get(), id);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0 cloexec=0 nonblock=0\n");
+  EXPECT_EQ(stranger.Received(), 0);
+  EXPECT_FALSE(NonBlocking(stranger.end.get()));
+  r = RunOnChannel(ours.end.get(), id);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "3 cloexec=1 nonblock=1\n");
+  EXPECT_EQ(ours.Received(), 3);
+  EXPECT_EQ(stranger.Received(), 0);
+}
+
+// Without CTRUN_HEARTBEAT_ID (an older launcher, or a user's own channel; an empty value reads as
+// unset) the kind of fd alone decides, as before: a socket gets beats (a regular file does not,
+// RegularFileFdIsNotWrittenTo). A value that does not parse names no fd.
+TEST(Heartbeat, WithoutAnIdTheKindOfFdDecides) {
+  Channel channel;
+  RunResult r = RunOnChannel(channel.end.get(), std::nullopt);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "3 cloexec=1 nonblock=1\n");
+  EXPECT_EQ(channel.Received(), 3);
+  r = RunOnChannel(channel.end.get(), "");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "3 cloexec=1 nonblock=1\n");
+  EXPECT_EQ(channel.Received(), 3);
+  Channel other;
+  const std::string id = IdOf(other.end.get());
+  for (const std::string& bad : {std::string("garbage"), id + "x", id.substr(0, id.find(':')), ":" + id}) {
+    r = RunOnChannel(other.end.get(), bad);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "0 cloexec=0 nonblock=0\n") << bad;
+    EXPECT_EQ(other.Received(), 0) << bad;
   }
 }
 

@@ -12,9 +12,12 @@
 //   heartbeat-fork               beats, forks a child that beats and prints what heartbeat()
 //                                and heartbeat_enabled() returned there ("child 0 0"), beats
 //                                again once the child is gone and prints the counter ("parent 2").
+//   heartbeat-flags N            N beats, then prints the last counter and the flags of the fd
+//                                CTRUN_HEARTBEAT_FD names: "<last> cloexec=<0|1> nonblock=<0|1>".
 //   throw                        installs the terminate handler and throws std::runtime_error.
 //   record MESSAGE               record_error(MESSAGE) with a backtrace; exit 0 if written.
 //   launch-env                   LaunchEnv::from_env() (and its debugger wait), prints "rank <r>".
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +73,17 @@ int main(int argc, char** argv) {
     uint64_t last = 0;
     for (int i = 0; i < std::atoi(argv[2]); ++i) last = ctrun::heartbeat();
     std::printf("%llu\n", static_cast<unsigned long long>(last));
+    return 0;
+  }
+  if (mode == "heartbeat-flags" && argc >= 3) {
+    uint64_t last = 0;
+    for (int i = 0; i < std::atoi(argv[2]); ++i) last = ctrun::heartbeat();
+    const char* fd_env = std::getenv("CTRUN_HEARTBEAT_FD");
+    const int fd = fd_env ? std::atoi(fd_env) : -1;
+    const int fd_flags = ::fcntl(fd, F_GETFD), fl_flags = ::fcntl(fd, F_GETFL);
+    if (fd_flags < 0 || fl_flags < 0) return 1;
+    std::printf("%llu cloexec=%d nonblock=%d\n", static_cast<unsigned long long>(last), (fd_flags & FD_CLOEXEC) ? 1 : 0,
+                (fl_flags & O_NONBLOCK) ? 1 : 0);
     return 0;
   }
   if (mode == "heartbeat-fork") {
