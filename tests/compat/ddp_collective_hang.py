@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 
 hb = os.environ.get("CTRUN_HEARTBEAT_FD")
+try: s = os.fstat(int(hb)); hb = int(hb) if f"{s.st_dev}:{s.st_ino}" == os.environ.get("CTRUN_HEARTBEAT_ID") else None
+except (TypeError, ValueError, OSError): hb = None
 
 dist.init_process_group("gloo", init_method="env://")
 rank = dist.get_rank()
@@ -18,5 +20,5 @@ for step in range(1, 11):
             time.sleep(1)
     t = torch.ones(1)
     dist.all_reduce(t)  # rank 0 waits here at step 5
-    if hb: os.write(int(hb), b"%d\n" % step)
+    if hb is not None: os.write(hb, b"%d\n" % step)
 dist.destroy_process_group()

@@ -37,10 +37,33 @@ TEST(HealthE2E, WorkersGetTheHeartbeatSocketAsFd3OnlyWhenAsked) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(ReadFileOr(d / "env.1"), "\nCTRUN_HEARTBEAT_FD=3\n"));
   EXPECT_TRUE(std::regex_search(ReadFileOr(d / "fds.1"), std::regex("(^|\n)3 socket:")));
+  // CTRUN_HEARTBEAT_ID names fd 3's socket: "<st_dev>:<st_ino>", the inode /proc shows for it.
+  for (const char* rank : {"0", "1"}) {
+    std::smatch id, fd3;
+    const std::string env = ReadFileOr(d / ("env." + std::string(rank)));
+    const std::string fds = ReadFileOr(d / ("fds." + std::string(rank)));
+    ASSERT_TRUE(std::regex_search(env, id, std::regex("\nCTRUN_HEARTBEAT_ID=[0-9]+:([0-9]+)\n"))) << env;
+    ASSERT_TRUE(std::regex_search(fds, fd3, std::regex("(^|\n)3 socket:\\[([0-9]+)\\]"))) << fds;
+    EXPECT_EQ(id[1], fd3[2]) << "rank " << rank;
+  }
   r = RunCommand(Ctrun({"--nproc_per_node=1"}, {"--env-file", d / "env2", "--fd-file", d / "fds2"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(Contains(ReadFileOr(d / "env2.0"), "CTRUN_HEARTBEAT_FD"));
+  EXPECT_FALSE(Contains(ReadFileOr(d / "env2.0"), "CTRUN_HEARTBEAT_ID"));
   EXPECT_FALSE(Contains(ReadFileOr(d / "fds2.0"), "\n3 "));
+}
+
+// A process the worker starts inherits CTRUN_HEARTBEAT_FD and CTRUN_HEARTBEAT_ID but not fd 3
+// (CLOEXEC); its own socket at fd 3 is a stranger's to the worker library, which sends it no
+// beat and leaves its flags as they are.
+TEST(HealthE2E, AChildsOwnSocketAtFd3GetsNoBeats) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--nproc_per_node=1", "--heartbeat-timeout=30"},
+                            {"--env-file", d / "env", "--stranger-child", d / "stranger", "--heartbeat", "2"}),
+                      {}, 30s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(Contains(ReadFileOr(d / "env.0"), "\nCTRUN_HEARTBEAT_ID=")) << "the child inherits the variables";
+  EXPECT_EQ(ReadFileOr(d / "stranger.0"), "beats=0 received=0 cloexec=0 nonblock=0\n");
 }
 
 TEST(HealthE2E, BeatThenStopIsFoundAtTheDeadlineAndIsTheRootCause) {
@@ -225,23 +248,49 @@ TEST(HealthE2E, CrashLoopGuardStopsRestartsThatMakeNoProgress) {
   EXPECT_FALSE(Contains(r.err, "restart 3 of 10")) << r.err;
 }
 
+// The README's Python lines (the start-up three and the beat), checked verbatim against README.md
+// (comments aside) and run: in the worker they beat; in a process the worker starts with
+// subprocess (fds above 2 closed), whose own socket is at fd 3, they find no channel.
 TEST(HealthE2E, TheReadmePythonSnippetBeats) {
+  const std::vector<std::string> setup = {
+      "import os; hb = os.environ.get(\"CTRUN_HEARTBEAT_FD\")",
+      "try: s = os.fstat(int(hb)); hb = int(hb) if f\"{s.st_dev}:{s.st_ino}\" == "
+      "os.environ.get(\"CTRUN_HEARTBEAT_ID\") else None",
+      "except (TypeError, ValueError, OSError): hb = None"};
+  const std::string beat = "if hb is not None: os.write(hb, b\"%d\\n\" % step)";
+  const std::string readme = ReadFileOr(std::string(CTRUN_SOURCE_DIR) + "/README.md");
+  for (const std::string& line : setup) EXPECT_TRUE(Contains(readme, "\n  " + line)) << line;
+  EXPECT_TRUE(Contains(readme, "\n  " + beat)) << beat;
   TempDir d;
-  const std::string script = d / "beat.py";
+  const std::string script = d / "beat.py", child = d / "child.py", seen = d / "child.out";
+  {
+    std::ofstream f(child);
+    f << "import socket, sys\n"
+         "mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+         "assert mine.fileno() == 3, mine.fileno()\n";
+    for (const std::string& line : setup) f << line << "\n";
+    f << "step = 1\n"
+      << beat << "\n"
+      << "peer.setblocking(False)\n"
+         "try: got = peer.recv(64)\n"
+         "except BlockingIOError: got = b''\n"
+         "open(sys.argv[1], 'w').write('hb=%s got=%r\\n' % (hb, got))\n";
+  }
   {
     std::ofstream f(script);
-    // The README's two lines, verbatim, around a loop.
-    f << "import os, time\n"
-         "import os; hb = os.environ.get(\"CTRUN_HEARTBEAT_FD\")\n"
-         "for step in range(1, 6):\n"
-         "    if hb: os.write(int(hb), b\"%d\\n\" % step)\n"
-         "    time.sleep(0.01)\n"
+    f << "import os, subprocess, sys, time\n";
+    for (const std::string& line : setup) f << line << "\n";
+    f << "subprocess.run([sys.executable, '" << child << "', '" << seen << "'], check=True)\n"
+      << "for step in range(1, 6):\n"
+      << "    " << beat << "\n"
+      << "    time.sleep(0.01)\n"
          "time.sleep(1000)\n";
   }
   auto r = RunCommand({CTRUN_BINARY, "--nproc_per_node=1", "--heartbeat-timeout=0.5", "--stack-timeout=0", script},
                       {"PYTHON_EXEC=/usr/bin/python3"}, 30s);
   ASSERT_EQ(r.exit_code, kExitHung) << r.err;
   EXPECT_TRUE(Contains(r.err, "(last beat at step 5)")) << r.err;
+  EXPECT_EQ(ReadFileOr(seen), "hb=None got=b''\n") << r.err;
 }
 
 }  // namespace

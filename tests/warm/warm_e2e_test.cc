@@ -87,6 +87,26 @@ TEST_F(Warm, WorkerLooksExactlyLikeAColdOne) {
   }
 }
 
+// A warm worker's heartbeat socket reaches it through the server (the same socket, at fd 3) with
+// CTRUN_HEARTBEAT_ID naming it: the README's Python check finds it, and the beats arrive.
+TEST_F(Warm, TheReadmeHeartbeatCheckFindsAWarmWorkersSocket) {
+  const std::string script = dir_ / "beat.py";
+  std::ofstream(script) << "import os, time\n"
+                           "import os; hb = os.environ.get(\"CTRUN_HEARTBEAT_FD\")\n"
+                           "try: s = os.fstat(int(hb)); hb = int(hb) if f\"{s.st_dev}:{s.st_ino}\" == "
+                           "os.environ.get(\"CTRUN_HEARTBEAT_ID\") else None\n"
+                           "except (TypeError, ValueError, OSError): hb = None\n"
+                           "for step in range(1, 6):\n"
+                           "    if hb is not None: os.write(hb, b\"%d\\n\" % step)\n"
+                           "time.sleep(1000)\n";
+  RunResult w = RunCommand(Ctrun(1, 0, {"--warm", "--heartbeat-timeout=0.5", "--stack-timeout=0"}, {script}),
+                           kPythonEnv, 60s);
+  ASSERT_TRUE(StartedWarm(w)) << w.err;
+  EXPECT_EQ(w.err.find("start cold"), std::string::npos) << w.err;
+  EXPECT_EQ(w.exit_code, 124) << w.err;
+  EXPECT_NE(w.err.find("(last beat at step 5)"), std::string::npos) << w.err;
+}
+
 TEST_F(Warm, ModuleWorkerLooksExactlyLikeAColdOne) {
   const std::string cold = dir_ / "cold", warm = dir_ / "warm";
   std::filesystem::create_directories(cold);
