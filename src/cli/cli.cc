@@ -199,7 +199,8 @@ constexpr std::array kOptions = {
     OptionDef{"heartbeat_timeout", 0, Kind::kValue, "", "SECONDS", "0 (off)", Group::kHealth,
               "A rank that sends no heartbeat for this long is hung: its stacks are saved, then the job "
               "stops (and restarts, if restarts are left; else ctrun exits 124). Workers beat through CTRUN_HEARTBEAT_FD (the "
-              "worker library's heartbeat(), or one os.write from Python)."},
+              "worker library's heartbeat(), or from Python an os.write after the README's check of "
+              "CTRUN_HEARTBEAT_ID)."},
     OptionDef{"heartbeat_first_timeout", 0, Kind::kValue, "", "SECONDS", "max(600, --heartbeat-timeout)",
               Group::kHealth, "Deadline of a rank's first heartbeat (start-up, checkpoint load); until every rank of "
               "the node has beaten, no rank is judged on --heartbeat-timeout."},

@@ -15,6 +15,7 @@ class FakeHealthMonitor final : public health::Monitor {
   void PrepareWorker(int attempt, int local_rank, SpawnSpec* spec) override {
     prepared.push_back({attempt, local_rank});
     spec->env.push_back("CTRUN_HEARTBEAT_FD=3");
+    spec->env.push_back("CTRUN_HEARTBEAT_ID=0:0");  // as the real monitor, with a placeholder identity
   }
   void AttemptStarted(int nranks, bool judge) override {
     ++attempts;
