@@ -119,6 +119,27 @@ class MultiNodeAgentTest : public ::testing::Test {
     return *nodes_.back();
   }
   void Settle() { timers_.Advance(Duration::zero()); }
+  // Nodes a and b of a 2:3 job with one worker each and 3 restarts, a's waits for the GPUs held
+  // for the test to answer; both started, round 0 running.
+  std::pair<Node*, Node*> TwoNodesWithAsGpuWaitsHeld() {
+    Node& a = Add(1, 2, 2, 3);
+    Node& b = Add(1, 2, 2, 3);
+    a.hooks.hold_gpu_waits = true;
+    a.agent->Start();
+    b.agent->Start();
+    Settle();
+    return {&a, &b};
+  }
+  // a's worker fails, b's dies of the stop signal, and both join the next round (which completes;
+  // a's workers then wait for its GPUs).
+  void FailAOnce(Node& a, Node& b) {
+    a.Exit(0, ExitStatus::Exited(1));
+    Settle();
+    b.DieOfSignals();
+    a.NextAttempt();
+    b.NextAttempt();
+    Settle();
+  }
 
   std::shared_ptr<FakeLogServer> server_ = std::make_shared<FakeLogServer>();
   FakeTimerQueue timers_;
@@ -462,12 +483,9 @@ TEST_F(MultiNodeAgentTest, ANodeStartsTheNextRoundsWorkersOnlyOnceItsPreviousOne
 }
 
 TEST_F(MultiNodeAgentTest, AGpuWaitAnsweredBeforeTheRoundStartsTheWorkersWhenTheRoundCompletes) {
-  Node& a = Add(1, 2, 2, 3);
-  Node& b = Add(1, 2, 2, 3);
-  a.hooks.hold_gpu_waits = true;
-  a.agent->Start();
-  b.agent->Start();
-  Settle();
+  auto [pa, pb] = TwoNodesWithAsGpuWaitsHeld();
+  Node& a = *pa;
+  Node& b = *pb;
   a.Exit(0, ExitStatus::Exited(1));
   a.NextAttempt();
   Settle();
@@ -541,26 +559,15 @@ TEST_F(MultiNodeAgentTest, GpusStillHeldMakeTheNodeLeaveAndTheOthersFinishTheJob
 // Attempt 0's wait answered and its workers ran attempt 1; attempt 1's wait is pending when round
 // 2 completes. A late answer of attempt 0's wait (Ok or not) is not the one round 2 waits for.
 TEST_F(MultiNodeAgentTest, AnAnswerFromAnEarlierGpuWaitStartsNothing) {
-  Node& a = Add(1, 2, 2, 3);
-  Node& b = Add(1, 2, 2, 3);
-  a.hooks.hold_gpu_waits = true;
-  a.agent->Start();
-  b.agent->Start();
-  Settle();
-  auto fail_a = [&] {
-    a.Exit(0, ExitStatus::Exited(1));
-    Settle();
-    b.DieOfSignals();
-    a.NextAttempt();
-    b.NextAttempt();
-    Settle();
-  };
-  fail_a();
+  auto [pa, pb] = TwoNodesWithAsGpuWaitsHeld();
+  Node& a = *pa;
+  Node& b = *pb;
+  FailAOnce(a, b);
   ASSERT_EQ(a.hooks.gpu_waits.size(), 1u) << "no wait for the GPUs";
   a.hooks.gpu_waits[0].ready(Status::Ok());
   ASSERT_EQ(a.spawner.specs.size(), 2u);
   const pid_t attempt1 = a.Pid(0);
-  fail_a();
+  FailAOnce(a, b);
   ASSERT_EQ(b.spawner.specs.size(), 3u) << "round 2 did not complete";
   ASSERT_EQ(a.hooks.gpu_waits.size(), 2u);
   EXPECT_EQ(a.hooks.gpu_waits[1].worker_pids, std::vector<pid_t>{attempt1});
@@ -577,18 +584,10 @@ TEST_F(MultiNodeAgentTest, AnAnswerFromAnEarlierGpuWaitStartsNothing) {
 // again, still waiting (one wait per attempt, not restarted), and the answer starts the workers of
 // the round complete by then, with that round's env.
 TEST_F(MultiNodeAgentTest, ARoundThatStopsWhileItsWorkersWaitForTheGpusPassesTheWaitToTheNext) {
-  Node& a = Add(1, 2, 2, 3);
-  Node& b = Add(1, 2, 2, 3);
-  a.hooks.hold_gpu_waits = true;
-  a.agent->Start();
-  b.agent->Start();
-  Settle();
-  a.Exit(0, ExitStatus::Exited(1));
-  Settle();
-  b.DieOfSignals();
-  a.NextAttempt();
-  b.NextAttempt();
-  Settle();
+  auto [pa, pb] = TwoNodesWithAsGpuWaitsHeld();
+  Node& a = *pa;
+  Node& b = *pb;
+  FailAOnce(a, b);
   ASSERT_EQ(b.spawner.specs.size(), 2u) << "round 1 did not complete";
   b.Exit(0, ExitStatus::Exited(1));
   b.NextAttempt();
@@ -607,18 +606,10 @@ TEST_F(MultiNodeAgentTest, ARoundThatStopsWhileItsWorkersWaitForTheGpusPassesThe
 // A signal while the workers wait for the GPUs ends this node; the answer that follows starts
 // nothing.
 TEST_F(MultiNodeAgentTest, ASignalWhileWaitingForTheGpusStartsNothingAfterwards) {
-  Node& a = Add(1, 2, 2, 3);
-  Node& b = Add(1, 2, 2, 3);
-  a.hooks.hold_gpu_waits = true;
-  a.agent->Start();
-  b.agent->Start();
-  Settle();
-  a.Exit(0, ExitStatus::Exited(1));
-  Settle();
-  b.DieOfSignals();
-  a.NextAttempt();
-  b.NextAttempt();
-  Settle();
+  auto [pa, pb] = TwoNodesWithAsGpuWaitsHeld();
+  Node& a = *pa;
+  Node& b = *pb;
+  FailAOnce(a, b);
   ASSERT_EQ(b.spawner.specs.size(), 2u) << "round 1 did not complete";
   a.agent->OnSignal(SIGTERM);
   ASSERT_TRUE(a.agent->done());
