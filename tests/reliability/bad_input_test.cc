@@ -118,6 +118,7 @@ const std::vector<Row>& Table() {
       // --- environment values ------------------------------------------------------------------
       {"env", {"@W"}, {"PET_NPROC_PER_NODE=zero"}, 2, "invalid value 'zero' for PET_NPROC_PER_NODE"},
       {"env", {"@W"}, {"PET_NNODES=2:1"}, 2, "invalid value '2:1' for PET_NNODES"},
+      {"env", {"--standalone", "@W"}, {"PET_NNODES=2"}, 2, "--standalone runs a single node, but PET_NNODES=2 asks for more"},
       {"env", {"@W"}, {"PET_MAX_RESTARTS=-3"}, 2, "invalid value '-3' for PET_MAX_RESTARTS"},
       {"env", {"@W"}, {"PET_STANDALONE=maybe"}, 2, "invalid value 'maybe' for PET_STANDALONE: expected 0 or 1"},
       {"env", {"@W"}, {"PET_RDZV_BACKEND=foo"}, 2, "invalid value 'foo' for PET_RDZV_BACKEND"},
