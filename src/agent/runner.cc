@@ -799,7 +799,9 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
     keep_base = holds_files = removed.ok() && !*removed;
   }
   if (holds_files) {
-    spdlog::info("this run's log directory is kept: it holds files: {}", log_dir->run_dir());
+    const std::string example = logs::FirstFileUnder(log_dir->run_dir());
+    spdlog::info("this run's log directory is kept: it holds files{}: {}", example.empty() ? "" : " (" + example + ", ...)",
+                 log_dir->run_dir());
   } else if (keep_base || !log_dir->temporary_base()) {
     // A kept run directory holds only attempts that ran, and every directory of them.
     if (Status s = log_dir->RestoreReleased(); !s.ok()) spdlog::warn("{}", s.message());

@@ -414,12 +414,14 @@ void RemoveTreesMadeAhead(const std::string& run_dir) {
   }
 }
 
-bool HoldsAFile(const std::string& dir) {
+std::string FirstFileUnder(const std::string& dir) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (!it->is_directory(ec) || it->is_symlink(ec)) return true;
-  return false;
+    if (!it->is_directory(ec) || it->is_symlink(ec)) return it->path().lexically_relative(dir).string();
+  return "";
 }
+
+bool HoldsAFile(const std::string& dir) { return !FirstFileUnder(dir).empty(); }
 
 std::string LastLines(std::string_view text, int max_lines) {
   if (max_lines <= 0) return {};

@@ -149,6 +149,9 @@ void RemoveTreesMadeAhead(const std::string& run_dir);
 // for a tree of empty directories, or when it cannot be read. Symlinks are not followed. For the
 // end-of-run line that names a kept run directory.
 bool HoldsAFile(const std::string& dir);
+// The first such file found under `dir`, relative to it ("attempt_0/2/error.json"); "" when
+// there is none. Which one comes first is the directory order's.
+std::string FirstFileUnder(const std::string& dir);
 
 // The last max_lines lines (and at most max_bytes) of a file; "" when unreadable. For the
 // failure summary of a worker whose stderr went straight to a file.

@@ -169,7 +169,9 @@ TEST(LogsE2E, ASuccessfulRunKeepsAFreshBaseThatHoldsAnEarlierAttemptsErrorFile) 
   ASSERT_FALSE(run.empty());
   EXPECT_NE(ReadFileOr(run + "/attempt_0/1/error.json").find("boom"), std::string::npos);
   for (const char* dir : {"/attempt_0/0", "/attempt_1/0", "/attempt_1/1"}) EXPECT_TRUE(fs::is_directory(run + dir)) << dir;
-  EXPECT_NE(r.err.find("this run's log directory is kept: it holds files: " + run), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("this run's log directory is kept: it holds files (attempt_0/1/error.json, ...): " + run),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(LogsE2E, ErrorFileEnvPointsIntoTheAttemptDirectory) {

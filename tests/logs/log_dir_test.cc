@@ -110,6 +110,8 @@ TEST(LogDir, HoldsAFileSeesFilesAtAnyDepthAndNotEmptyDirectories) {
   EXPECT_FALSE(HoldsAFile(tmp / "missing"));
   std::ofstream(tmp / "run/attempt_0/1/error.json") << "{}";
   EXPECT_TRUE(HoldsAFile(tmp / "run"));
+  EXPECT_EQ(FirstFileUnder(tmp / "run"), "attempt_0/1/error.json");
+  EXPECT_EQ(FirstFileUnder(tmp / "missing"), "");
 }
 
 TEST(LogDir, DevNullDisablesFiles) {
