@@ -245,6 +245,12 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
   const bool here = ::stat(c.entrypoint.c_str(), &st) == 0;
   if (here && S_ISDIR(st.st_mode) && (c.entrypoint.find('/') != std::string::npos || resolved.find('/') == std::string::npos))
     return Status::Error("cannot execute " + c.entrypoint + ": is a directory without a __main__.py");
+  // A pipe (`/dev/stdin`, `<(...)`) or a device is no file to exec, and a pipe can be read once
+  // while every worker (and every restart) needs the script.
+  if (here && c.entrypoint.find('/') != std::string::npos && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return Status::Error("cannot execute " + c.entrypoint + ": " +
+                         (S_ISFIFO(st.st_mode) ? "a pipe, which only one worker could read once: save the script to a file"
+                                               : std::string("not a regular file")));
   if (resolved.find('/') == std::string::npos)
     return Status::Error("cannot execute " + c.entrypoint + ": command not found in PATH" +
                          (here && S_ISREG(st.st_mode) ? " (the working directory has one: give it as ./" + c.entrypoint + ")" : ""));

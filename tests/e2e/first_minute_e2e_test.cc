@@ -328,8 +328,9 @@ TEST(FirstMinuteE2E, ScriptsDirectoriesAndZipappsPythonRunsRunUnderPythonLikeTor
 }
 
 // A directory Python cannot run (no __main__.py) is named as one, given as a path or as a bare
-// name PATH lacks; a PET_NNODES that contradicts --standalone is named as the variable.
-TEST(FirstMinuteE2E, ADirectoryWithoutMainAndAStandaloneNnodesFromTheEnvironmentAreNamed) {
+// name PATH lacks; so is a pipe; a PET_NNODES that contradicts --standalone is named as the
+// variable.
+TEST(FirstMinuteE2E, ADirectoryWithoutMainAPipeAndAStandaloneNnodesFromTheEnvironmentAreNamed) {
   TempDir d;
   std::filesystem::create_directories(d / "pkgdir");
   for (const std::string entry : {"pkgdir", "./pkgdir"}) {
@@ -338,6 +339,12 @@ TEST(FirstMinuteE2E, ADirectoryWithoutMainAndAStandaloneNnodesFromTheEnvironment
     EXPECT_EQ(r.exit_code, 2) << entry << ": " << r.err;
     EXPECT_TRUE(Contains(r.err, "cannot execute " + entry + ": is a directory without a __main__.py")) << r.err;
   }
+  // A script given as a pipe (`/dev/stdin`, `<(...)`): refused at once, without reading it.
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  const RunResult fifo = RunCommand({CTRUN_BINARY, "--standalone", d / "fifo"}, {}, 20s);
+  EXPECT_EQ(fifo.exit_code, 2) << fifo.err;
+  EXPECT_TRUE(Contains(fifo.err, "cannot execute " + (d / "fifo") + ": a pipe, which only one worker could read once"))
+      << fifo.err;
   const RunResult r = RunCommand({CTRUN_BINARY, "--standalone", FAKE_WORKER}, {"PET_NNODES=2"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(Contains(r.err, "--standalone runs a single node, but PET_NNODES=2 asks for more")) << r.err;

@@ -108,6 +108,7 @@ const std::vector<Row>& Table() {
        "cannot execute /nonexistent/python: No such file or directory (the interpreter PYTHON_EXEC names)"},
       {"cli", {"/etc/ld.so.cache"}, {}, 2, "cannot execute /etc/ld.so.cache: Permission denied"},
       {"cli", {"/tmp"}, {}, 2, "cannot execute /tmp: is a directory"},
+      {"cli", {"/dev/null"}, {}, 2, "cannot execute /dev/null: not a regular file"},
       {"cli", {"--log_dir=/proc/forbidden", "@W"}, {}, 1, "cannot create the log directory: mkdir -p /proc/forbidden"},
       {"cli", {"--log_dir=/etc/passwd", "@W"}, {}, 1, "cannot create the log directory: mkdir -p /etc/passwd"},
       {"cli", {"--redirects=3", "--log_dir=/dev/null", "@W"}, {}, 2,
