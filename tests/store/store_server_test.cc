@@ -452,6 +452,7 @@ TEST(StoreRobustness, MultiGetReplyOverTheLimitClosesBeforeItIsBuilt) {
   auto c = MustConnect(st.port());
   const std::string value(1u << 20, 'v');
   ASSERT_TRUE(c->Set("big", value).ok());
+  ASSERT_TRUE(c->Wait({"big"}, 10s).ok());  // SET has no reply: make sure it landed first
   auto mget = [](int n) {
     std::string req = Hex("00 cef7853c 0a");
     AppendU64(&req, static_cast<uint64_t>(n));
@@ -480,6 +481,7 @@ TEST(StoreRobustness, MultiGetNamingOneValueManyTimesIsRefusedByDefault) {
   ServerThread st;
   auto c = MustConnect(st.port());
   ASSERT_TRUE(c->Set("big", std::string(1u << 20, 'v')).ok());
+  ASSERT_TRUE(c->Wait({"big"}, 10s).ok());  // or the MULTI_GET would close for a missing key
   size_t rss0 = testing::RssBytes();
   std::string req = Hex("00 cef7853c 0a");
   AppendU64(&req, 300);
