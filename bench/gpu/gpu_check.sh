@@ -64,14 +64,15 @@ for mode in node exclusive; do
   else record "numa_binding_$mode" FAIL; fi
 done
 
-# 4. Forced failure with GPU memory held, restart after the release. Rank 1 of attempt 0 runs a
-#    long all-reduce and is SIGKILLed after 8 s; the others are then stopped by ctrun. Before the
+# 4. Forced failure with GPU memory held, restart after the release. Rank 1 of attempt 0 (rank 0
+#    on a machine with one GPU, where it is the only rank) runs a long all-reduce and is
+#    SIGKILLed after 8 s; the others are then stopped by ctrun. Before the
 #    restart ctrun waits until NVML lists none of them; attempt 1 checks that no process of
 #    attempt 0 is still on a GPU (nvidia-smi) and runs the all-reduce.
 cat >"$work/fail_once.sh" <<'EOS'
 #!/bin/sh
 if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
-  if [ "$RANK" = 1 ]; then exec timeout -s KILL 8 "$NCCL" --iters=100000000; fi
+  if [ "$RANK" = "$FAIL_RANK" ]; then exec timeout -s KILL 8 "$NCCL" --iters=100000000; fi
   exec "$NCCL" --iters=100000000
 fi
 if [ "$RANK" = 0 ]; then
@@ -82,7 +83,7 @@ exec "$NCCL" --iters=5
 EOS
 chmod +x "$work/fail_once.sh"
 start=$(date +%s%N)
-if NCCL=$nccl run restart "$ctrun" --standalone --nproc-per-node=gpu --max-restarts=1 --shutdown-timeout=5 \
+if NCCL=$nccl FAIL_RANK=$((ngpu > 1 ? 1 : 0)) run restart "$ctrun" --standalone --nproc-per-node=gpu --max-restarts=1 --shutdown-timeout=5 \
      "$work/fail_once.sh" &&
    grep -q "restarting all workers" "$work/restart.log" &&
    grep -q "attempt 1 starts with 0 compute process" "$work/restart.log" &&
