@@ -4,10 +4,12 @@
 #   2. --virtual-local-rank: each worker sees only its GPU, as device 0;
 #   3. --numa-binding=node / exclusive with --report-bindings: CPUs from each GPU's PCI locality,
 #      and the workers' real affinity (taskset -p) matching the report;
-#   4. a forced failure (rank 1 SIGKILLed while holding GPU memory) and a restart that waits until
+#   4. a forced failure (rank 1, or rank 0 on one GPU, SIGKILLed while holding GPU memory) and a restart that waits until
 #      the previous attempt's processes are gone from every GPU (nvidia-smi shows none before the
 #      new attempt's workers start);
-#   5. --gpus 0 runs one worker on GPU 0 only.
+#   5. --gpus 0 runs one worker on GPU 0 only;
+#   6. two agents of a multi-node job on loopback (python3 with torch): a failure, and each node's
+#      wait for its workers' GPU release before the next round's workers start.
 # Usage: bench/gpu/gpu_check.sh BUILD_DIR   (BUILD_DIR has ctrun and examples/nccl_allreduce)
 # Prints every command and its output; ends with a PASS/FAIL line per check and exits non-zero if
 # any failed. Each ctrun run is bounded by `timeout`.
@@ -95,6 +97,42 @@ echo "restart check took $((($(date +%s%N) - start) / 1000000)) ms"
 if run gpus_select "$ctrun" --standalone --nproc-per-node=gpu --gpus=0 --report-bindings "$nccl" --iters=5 &&
    grep -q "starting 1 worker" "$work/gpus_select.log" && grep -q "result OK" "$work/gpus_select.log"; then
   record gpus_select PASS; else record gpus_select FAIL; fi
+
+# 6. Two agents of a multi-node job on loopback, one worker each, both on GPU 0 (python3 with torch:
+#    each holds 1 GiB). Rank 1 exits 1 in attempt 0; both nodes wait for their workers' GPU release
+#    beside the next round's rendezvous, and attempt 1 starts with no compute process left.
+cat >"$work/hold_gpu.py" <<'EOS'
+import os, subprocess, sys, time
+import torch
+r, a = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if a == 0:
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda:0"); torch.cuda.synchronize()
+    print(f"rank {r} attempt 0 pid {os.getpid()} holds 1 GiB on the GPU", flush=True)
+    if r == 1:
+        time.sleep(3); sys.exit(1)
+    time.sleep(600)
+out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.split()
+print(f"rank {r} attempt {a} starts with {len(out)} compute process(es) on the GPU", flush=True)
+EOS
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  port=$((29500 + RANDOM % 1000))
+  for n in 0 1; do
+    timeout -s KILL 150 "$ctrun" --nnodes=2 --nproc_per_node=1 --max_restarts=1 --rdzv_backend=c10d \
+      --rdzv_endpoint=127.0.0.1:$port --rdzv_id=gpucheck "$work/hold_gpu.py" >"$work/multinode$n.log" 2>&1 &
+  done
+  wait
+  ok=PASS
+  for n in 0 1; do
+    echo; echo "== multinode agent $n"; cat "$work/multinode$n.log"
+    grep -q "no process of the previous attempt is left on the GPUs" "$work/multinode$n.log" &&
+      grep -q "attempt 1 starts with 0 compute process" "$work/multinode$n.log" &&
+      grep -q "all workers finished successfully" "$work/multinode$n.log" || ok=FAIL
+  done
+  record multinode_gpu_release $ok
+else
+  echo "multinode_gpu_release: skipped (python3 has no torch with CUDA)"
+fi
 
 echo; echo "== summary"; printf '%s\n' "${results[@]}"
 ! printf '%s\n' "${results[@]}" | grep -q FAIL
