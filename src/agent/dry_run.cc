@@ -6,6 +6,7 @@
 
 #include "agent/rank_plan.h"
 #include "agent/store_bind_error.h"
+#include "cli/value_parsers.h"
 #include "ctrun/heartbeat.h"
 #include "health/health_monitor.h"
 
@@ -44,11 +45,6 @@ std::map<std::string, std::string> Placeholders(const LaunchConfig& config, cons
   return p;
 }
 
-std::string NnodesText(const LaunchConfig& c) {
-  return c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
-                                    : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
-}
-
 }  // namespace
 
 std::string ShellQuote(const std::string& word) {
@@ -67,7 +63,7 @@ std::string FormatDryRun(const LaunchConfig& config, const Environment& base_env
   const bool dynamic = config.rdzv.multi_node && config.rdzv_backend != "static";
   std::string out = "ctrun dry run: nothing is started\n";
   out += "node: host=" + hostname + " node_rank=" + (dynamic ? std::string(kRendezvous) : std::to_string(config.node_rank)) +
-         " nnodes=" + NnodesText(config) + " nproc_per_node=" + std::to_string(config.nproc_per_node) +
+         " nnodes=" + FormatNnodes(config.min_nodes, config.max_nodes) + " nproc_per_node=" + std::to_string(config.nproc_per_node) +
          " world_size=" + std::to_string(config.max_nodes * config.nproc_per_node) +
          " rdzv_backend=" + config.rdzv_backend + "\n";
   if (dynamic)

@@ -93,6 +93,10 @@ StatusOr<NodeRange> ParseNnodes(std::string_view text) {
   return r;
 }
 
+std::string FormatNnodes(int min_nodes, int max_nodes) {
+  return min_nodes == max_nodes ? std::to_string(max_nodes) : std::to_string(min_nodes) + ":" + std::to_string(max_nodes);
+}
+
 StatusOr<NprocSpec> ParseNprocPerNode(std::string_view text) {
   std::string s = Lower(Trim(text));
   NprocSpec spec;

@@ -35,6 +35,8 @@ struct NodeRange {
 };
 // "N" or "MIN:MAX" with 0 < MIN <= MAX. More than two parts is an error.
 StatusOr<NodeRange> ParseNnodes(std::string_view text);
+// The --nnodes text of a range, as ParseNnodes reads it: "N" when MIN == MAX, else "MIN:MAX".
+std::string FormatNnodes(int min_nodes, int max_nodes);
 
 // An integer >= 1, "cpu", "gpu" or "auto". "xpu" (and other accelerator names) are reported as
 // not supported.

@@ -270,10 +270,8 @@ Status ResolveSettings(LaunchConfig* c) {
   if (c->standalone && c->node_rank_from_env) c->node_rank = 0;
   if (c->standalone) {
     if (c->max_nodes > 1) {
-      const std::string nodes = c->min_nodes == c->max_nodes ? std::to_string(c->max_nodes)
-                                                             : std::to_string(c->min_nodes) + ":" + std::to_string(c->max_nodes);
       return Status::Error("--standalone runs a single node, but " + std::string(c->nnodes_from_env ? "PET_NNODES=" : "--nnodes=") +
-                           nodes + " asks for more: drop one of them");
+                           FormatNnodes(c->min_nodes, c->max_nodes) + " asks for more: drop one of them");
     }
     if (c->node_rank != 0)
       return Status::Error("--node_rank=" + std::to_string(c->node_rank) +
