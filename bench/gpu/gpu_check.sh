@@ -9,7 +9,9 @@
 #      new attempt's workers start);
 #   5. --gpus 0 runs one worker on GPU 0 only;
 #   6. two agents of a multi-node job on loopback (python3 with torch): a failure, and each node's
-#      wait for its workers' GPU release before the next round's workers start.
+#      wait for its workers' GPU release before the next round's workers start;
+#   7. --warm with CUDA and NCCL (python3 with torch): workers forked from the warm server use the
+#      GPU, and a restart forks them again; none starts cold.
 # Usage: bench/gpu/gpu_check.sh BUILD_DIR   (BUILD_DIR has ctrun and examples/nccl_allreduce)
 # Prints every command and its output; ends with a PASS/FAIL line per check and exits non-zero if
 # any failed. Each ctrun run is bounded by `timeout`.
@@ -132,6 +134,38 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   record multinode_gpu_release $ok
 else
   echo "multinode_gpu_release: skipped (python3 has no torch with CUDA)"
+fi
+
+# 7. --warm on CUDA (python3 with torch): the server imports torch and torch.distributed without
+#    initialising CUDA, so it forks; each forked worker initialises CUDA and NCCL itself. The forced
+#    failure (rank 1, or 0 on one GPU, SIGKILLed after its all-reduce in attempt 0) restarts every
+#    worker from the server; no worker may start cold (ctrun warns "... start(s) cold" when one does).
+cat >"$work/warm_cuda.py" <<'EOS'
+import os, signal
+import torch
+import torch.distributed as dist
+r, lr, a = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+torch.cuda.set_device(lr)
+dist.init_process_group("nccl")
+t = torch.ones(1, device=f"cuda:{lr}") * (r + 1)
+dist.all_reduce(t)
+torch.cuda.synchronize()
+print(f"rank {r} attempt {a} all-reduce {t.item():.0f} on {torch.cuda.get_device_name(lr)}", flush=True)
+if a == 0 and r == int(os.environ["FAIL_RANK"]):
+    os.kill(os.getpid(), signal.SIGKILL)
+dist.destroy_process_group()
+EOS
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  start=$(date +%s%N)
+  if FAIL_RANK=$((ngpu > 1 ? 1 : 0)) run warm_cuda "$ctrun" --standalone --nproc-per-node=gpu --warm --max-restarts=1 \
+       "$work/warm_cuda.py" &&
+     grep -q "restarting all workers" "$work/warm_cuda.log" &&
+     ! grep -qE "starts? cold|started cold" "$work/warm_cuda.log" &&
+     [ "$(grep -c "attempt 1 all-reduce $((ngpu * (ngpu + 1) / 2))" "$work/warm_cuda.log")" -eq "$ngpu" ]; then
+    record warm_cuda_nccl PASS; else record warm_cuda_nccl FAIL; fi
+  echo "warm check took $((($(date +%s%N) - start) / 1000000)) ms"
+else
+  echo "warm_cuda_nccl: skipped (python3 has no torch with CUDA)"
 fi
 
 echo; echo "== summary"; printf '%s\n' "${results[@]}"
