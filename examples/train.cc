@@ -18,9 +18,11 @@
 // of LibTorch. --timing prints unix_ns stamps of the start-up phases (train_main entered, process
 // group ready, snapshot loaded, first step done; and the injected crash).
 #include <CLI/CLI.hpp>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -120,6 +122,16 @@ class Progress {
   bool enabled_;
   bool tty_;
 };
+
+// CUDA autocast: LibTorch 2.4 made the calls take the device type; the CUDA-only ones it kept
+// are deprecated and warn on every call.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+void SetCudaAutocastDtype(at::ScalarType dtype) { at::autocast::set_autocast_dtype(at::kCUDA, dtype); }
+void SetCudaAutocast(bool enabled) { at::autocast::set_autocast_enabled(at::kCUDA, enabled); }
+#else
+void SetCudaAutocastDtype(at::ScalarType dtype) { at::autocast::set_autocast_gpu_dtype(dtype); }
+void SetCudaAutocast(bool enabled) { at::autocast::set_enabled(enabled); }
+#endif
 
 void MaybeFail(const Args& a, const cw::LaunchEnv& env, int64_t step) {
   for (size_t i = 0; i < a.fail_at_step.size(); ++i) {
@@ -224,7 +236,7 @@ int Train(const Args& a, int64_t started_ns) {
   }
 
   if (cuda) {  // mixed precision only with CUDA: bf16 autocast needs no loss scaling
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    SetCudaAutocastDtype(at::kBFloat16);
   }
   Progress bar(total_steps, leader && !a.quiet);
   int64_t samples_this_attempt = 0;
@@ -246,10 +258,10 @@ int Train(const Args& a, int64_t started_ns) {
     optimizer.zero_grad();
     torch::Tensor loss;
     {
-      at::autocast::set_enabled(cuda);
+      SetCudaAutocast(cuda);
       loss = torch::nn::functional::cross_entropy(model->forward(x.index_select(0, idx)).to(torch::kFloat32),
                                                   y.index_select(0, idx));
-      at::autocast::set_enabled(false);
+      SetCudaAutocast(false);
     }
     loss.backward();
     cw::all_reduce_gradients(*model, *dist.pg);

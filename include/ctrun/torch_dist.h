@@ -14,7 +14,10 @@
 //    process group's first collective). Clients do not wait for the other ranks.
 //  - init_distributed(env): make_store + a process group over PrefixStore("default_pg/", store):
 //    gloo (tensors on CPU), or NCCL when LibTorch was built with it and CUDA is available
-//    (backend "auto"). Throws c10::Error / std::runtime_error on failure.
+//    (backend "auto"). Throws c10::Error / std::runtime_error on failure. With LibTorch 2.x, where
+//    ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend objects, pg is a c10d::ProcessGroup
+//    over that backend (gloo registered for CPU and CUDA tensors, NCCL for CUDA tensors), as
+//    init_process_group builds it; with 1.13 it is the ProcessGroupGloo / ProcessGroupNCCL itself.
 //  - DistributedSampler: torch.utils.data.DistributedSampler's index math, bit for bit: the same
 //    torch.randperm(n, generator seeded seed+epoch) permutation, padding by repeating the head of
 //    the list (or dropping the tail with drop_last), then every world_size-th index from rank.

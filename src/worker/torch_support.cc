@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #ifdef CTRUN_TORCH_HAS_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 
 #include "ctrun/torch_dist.h"
 #include "ctrun/torch_snapshot.h"
@@ -27,6 +29,38 @@ namespace ctrun::worker {
 
 // ---------------------------------------------------------------------------------------------
 // Process group
+
+namespace {
+
+#if TORCH_VERSION_MAJOR >= 2
+// LibTorch 2.x: ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend objects, not process groups.
+// A c10d::ProcessGroup sends each collective to the backend registered for its tensors' device, as
+// torch.distributed.init_process_group assembles it: gloo for CPU and CUDA tensors, NCCL for CUDA
+// tensors only (a CPU tensor is refused, as ProcessGroupNCCL refused it in 1.13). The group's own
+// constructor took an Options (backend name, timeout) in early 2.x and later takes none, the
+// default backend then being set with setDefaultBackend; the template uses whichever this LibTorch
+// has (the branch not taken is never instantiated). barrier() and getBackendType() read that
+// default backend.
+template <typename PG = c10d::ProcessGroup>
+c10::intrusive_ptr<c10d::ProcessGroup> WrapBackend(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                                   typename PG::BackendType type, const std::string& name,
+                                                   std::chrono::milliseconds timeout,
+                                                   const c10::intrusive_ptr<c10d::Backend>& backend,
+                                                   std::initializer_list<c10::DeviceType> devices) {
+  c10::intrusive_ptr<PG> pg;
+  if constexpr (std::is_constructible_v<PG, c10::intrusive_ptr<c10d::Store>, int, int>) {
+    pg = c10::make_intrusive<PG>(store, env.rank, env.world_size);
+    pg->setDefaultBackend(type);
+  } else {
+    pg = c10::make_intrusive<PG>(store, env.rank, env.world_size,
+                                 c10::make_intrusive<typename PG::Options>(name, timeout));
+  }
+  for (const c10::DeviceType device : devices) pg->setBackend(device, type, backend);
+  return pg;
+}
+#endif
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
@@ -54,7 +88,13 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
 #ifdef CTRUN_TORCH_HAS_NCCL
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = options.timeout;
-    ctx.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, env.rank, env.world_size, opts);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, env.rank, env.world_size, opts);
+#if TORCH_VERSION_MAJOR >= 2
+    ctx.pg = WrapBackend(pg_store, env, c10d::ProcessGroup::BackendType::NCCL, "nccl", options.timeout, nccl,
+                         {c10::DeviceType::CUDA});
+#else
+    ctx.pg = std::move(nccl);
+#endif
     ctx.backend = "nccl";
     return ctx;
 #else
@@ -75,7 +115,13 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
     throw std::invalid_argument("ctrun::worker: DistOptions.gloo_threads must be at least 1, not " +
                                 std::to_string(options.gloo_threads));
   opts->threads = options.gloo_threads;
-  ctx.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, env.rank, env.world_size, opts);
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, env.rank, env.world_size, opts);
+#if TORCH_VERSION_MAJOR >= 2
+  ctx.pg = WrapBackend(pg_store, env, c10d::ProcessGroup::BackendType::GLOO, "gloo", options.timeout, gloo,
+                       {c10::DeviceType::CPU, c10::DeviceType::CUDA});
+#else
+  ctx.pg = std::move(gloo);
+#endif
   ctx.backend = "gloo";
   return ctx;
 }
@@ -85,7 +131,12 @@ int64_t all_reduce_int(c10d::ProcessGroup& pg, int64_t value, c10d::ReduceOp op)
 #ifdef CTRUN_TORCH_HAS_NCCL
   // NCCL reduces CUDA tensors only ("Tensors must be CUDA and dense"): the value travels on the
   // current device, the one the rank chose (torch.cuda.set_device / c10::cuda::set_device).
-  if (dynamic_cast<c10d::ProcessGroupNCCL*>(&pg) != nullptr) v = v.to(torch::Device(torch::kCUDA));
+#if TORCH_VERSION_MAJOR >= 2
+  const bool nccl = pg.getBackendType() == c10d::ProcessGroup::BackendType::NCCL;  // pg wraps the backend
+#else
+  const bool nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&pg) != nullptr;
+#endif
+  if (nccl) v = v.to(torch::Device(torch::kCUDA));
 #endif
   std::vector<at::Tensor> t{v};
   c10d::AllreduceOptions o;
@@ -343,8 +394,13 @@ TrainProgress deserialize_training_state(const TrainState& state, const std::vec
   if (state.model == nullptr) throw std::invalid_argument("TrainState::model is null");
   torch::serialize::InputArchive root;
   const std::optional<torch::Device> device = LoadDevice(*state.model);
-  root.load_from(reinterpret_cast<const char*>(bytes.data()), bytes.size(),
-                 device ? c10::optional<torch::Device>(*device) : c10::nullopt);
+  // The optional's type is not named: c10::optional in 1.13, std::optional later.
+  const auto* data = reinterpret_cast<const char*>(bytes.data());
+  if (device) {
+    root.load_from(data, bytes.size(), *device);
+  } else {
+    root.load_from(data, bytes.size());
+  }
   torch::serialize::InputArchive model;
   root.read("model", model);
   CheckFits(*state.model, model, "");  // throws before anything is loaded
