@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -423,6 +424,131 @@ TEST(AtomicFile, ANonRegularFileAtThePathIsRefusedNotReplaced) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator{}), 1)
       << "a temp file was left";
+}
+
+// The names in a directory, sorted.
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Puts write_file_atomic's test switches back to their defaults, and the umask back, at scope end.
+struct HooksReset {
+  mode_t umask_before = ::umask(0022);
+  ~HooksReset() {
+    atomic_write_test_hooks = {};
+    ::umask(umask_before);
+  }
+};
+
+// Runs write_file_atomic(path, "new") in a forked child whose hook kills it with SIGKILL once the
+// data is written, before the file is named; true when the child died of that signal.
+bool KilledMidWrite(const std::string& path, bool named_temp_only) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    atomic_write_test_hooks.named_temp_only = named_temp_only;
+    atomic_write_test_hooks.before_name = [](const std::string&) { ::raise(SIGKILL); };
+    const std::string data(1 << 20, 'n');
+    (void)write_file_atomic(path, {{data.data(), data.size()}});
+    ::_exit(3);  // not reached
+  }
+  if (pid < 0) return false;
+  int status = 0;
+  if (!ctrun::testing::WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(30))) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return false;
+  }
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+// A writer killed while it writes (the long part: a large snapshot) leaves nothing behind: its
+// data is in an unnamed file until the end. Only the named-temp fallback leaves its temp file
+// (for the snapshot store's start-up to remove).
+TEST(AtomicFile, AWriterKilledMidWriteLeavesNoTempFile) {
+  TempDir dir;
+  const std::string path = dir / "error.json";
+  std::ofstream(path) << "old";
+  ASSERT_TRUE(KilledMidWrite(path, /*named_temp_only=*/false));
+  EXPECT_EQ(Names(dir.path()), std::vector<std::string>{"error.json"});
+  EXPECT_EQ(ctrun::testing::ReadFileOr(path), "old");
+
+  ASSERT_TRUE(KilledMidWrite(path, /*named_temp_only=*/true));
+  const std::vector<std::string> names = Names(dir.path());
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0].rfind(std::string(kTempPrefix) + "error.json-" + temp_host_token() + "-", 0), 0u) << names[0];
+  EXPECT_EQ(ctrun::testing::ReadFileOr(path), "old");
+}
+
+// Every way of writing gives the same file: the unnamed file (named by linkat(AT_EMPTY_PATH) or
+// through /proc/self/fd) and the named-temp fallback. The mode is 0644 less the umask, as the
+// named temp file's; the temp name is in flight before it exists, and nothing is left over.
+TEST(AtomicFile, UnnamedAndNamedTempWritesGiveTheSameFile) {
+  struct Way {
+    const char* what;
+    bool named_temp_only;
+    bool link_through_proc;
+  };
+  static bool named_at_hook = false;
+  static bool in_flight_at_hook = false;
+  static std::string tmp_at_hook;
+  for (const Way way : {Way{"unnamed, AT_EMPTY_PATH", false, false}, Way{"unnamed, /proc/self/fd", false, true},
+                        Way{"named temp", true, false}}) {
+    SCOPED_TRACE(way.what);
+    HooksReset reset;
+    ::umask(027);
+    TempDir dir;
+    const std::string path = dir / "summary.json";
+    std::ofstream(path) << "old";
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+    atomic_write_test_hooks.named_temp_only = way.named_temp_only;
+    atomic_write_test_hooks.link_through_proc = way.link_through_proc;
+    atomic_write_test_hooks.before_name = [](const std::string& tmp) {
+      tmp_at_hook = tmp;
+      named_at_hook = ::access(tmp.c_str(), F_OK) == 0;
+      in_flight_at_hook = temp_in_flight(tmp);
+    };
+    const std::string head = "new ";
+    const std::string tail(100000, 't');
+    ASSERT_EQ(write_file_atomic(path, {{head.data(), head.size()}, {tail.data(), tail.size()}}), "");
+    EXPECT_EQ(ctrun::testing::ReadFileOr(path), head + tail);
+    EXPECT_EQ(Names(dir.path()), std::vector<std::string>{"summary.json"});
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    EXPECT_EQ(tmp_at_hook.rfind(dir / (std::string(kTempPrefix) + "summary.json-" + temp_host_token() + "-"), 0), 0u)
+        << tmp_at_hook;
+    EXPECT_EQ(named_at_hook, way.named_temp_only) << "the temp file has a name only in the fallback";
+    EXPECT_TRUE(in_flight_at_hook);
+    EXPECT_FALSE(temp_in_flight(tmp_at_hook));
+  }
+}
+
+// A dead writer's temp names with our pid (a restarted container's fresh pid namespace) are
+// stepped over by the unnamed file's link as by the named temp file's creation, and left alone.
+TEST(AtomicFile, TheUnnamedFileStepsOverADeadWritersTempNames) {
+  HooksReset reset;
+  TempDir dir;
+  const std::string path = dir / "error.json";
+  static std::string tmp_at_hook;
+  atomic_write_test_hooks.before_name = [](const std::string& tmp) { tmp_at_hook = tmp; };
+  atomic_write_test_hooks.named_temp_only = true;  // a first write shows the number reached
+  ASSERT_EQ(write_file_atomic(path, {{"one", 3}}), "");
+  const size_t dash = tmp_at_hook.rfind('-');
+  ASSERT_NE(dash, std::string::npos);
+  const unsigned long n = std::stoul(tmp_at_hook.substr(dash + 1));
+  std::vector<std::string> stale;
+  for (unsigned long k = n + 1; k <= n + 8; ++k) stale.push_back(tmp_at_hook.substr(0, dash + 1) + std::to_string(k));
+  for (const auto& s : stale) std::ofstream(s) << "partial";
+  atomic_write_test_hooks.named_temp_only = false;
+  tmp_at_hook.clear();
+  ASSERT_EQ(write_file_atomic(path, {{"two", 3}}), "");
+  EXPECT_EQ(tmp_at_hook, stale[0]);
+  EXPECT_EQ(ctrun::testing::ReadFileOr(path), "two");
+  for (const auto& s : stale) EXPECT_EQ(ctrun::testing::ReadFileOr(s), "partial") << s;
+  EXPECT_EQ(Names(dir.path()).size(), stale.size() + 1);
 }
 
 TEST(SnapshotStore, AsyncSaveIsDurableAfterWaitAndKeepsOrder) {
