@@ -5,7 +5,7 @@
 // Faults: SIGKILL of a random rank (3 per run); SIGKILL of a grandchild (the worker is a shell that
 // runs train as its child); SIGKILL of ctrun itself, then a fresh ctrun that resumes from the
 // snapshots; SIGKILL of a rank while it writes a snapshot (inotify on the rank's snapshot dir sees
-// the temp file being created); a full disk under the snapshot directory (a small tmpfs); an agent
+// the write start: the unnamed temp file opened, or a named one created where O_TMPFILE is refused); a full disk under the snapshot directory (a small tmpfs); an agent
 // of a two-node job SIGKILLed and started again; SIGSTOP of a rank with hang detection (needs
 // --heartbeat-timeout; skipped with the reason when this ctrun lacks it); the network link of one
 // node of a two-node job (network namespaces, gloo across them) cut for a few seconds and restored
@@ -25,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,7 @@
 #include <thread>
 
 #include "helpers/free_port.h"
+#include "helpers/terminal_session.h"  // ProcState
 #include "helpers/test_util.h"
 #include "reliability/hygiene.h"
 #include "rendezvous/e2e/netns_util.h"
@@ -206,48 +208,81 @@ TEST_F(Chaos, CtrunSigkilledThenAFreshCtrunResumes) {
   if (same) t.survived = t.injected;
 }
 
+// A snapshot write starting in a watched directory: an unnamed file (O_TMPFILE, the usual way) is
+// reported as IN_OPEN of "#<inode>"; a named temp file (the fallback where O_TMPFILE is refused)
+// as IN_CREATE of ".tmp-...". A reader opening a snapshot (a resume) matches neither.
+bool StartsASnapshotWrite(uint32_t mask, const std::string& name) {
+  return ((mask & IN_OPEN) && name.rfind('#', 0) == 0) || ((mask & IN_CREATE) && name.rfind(".tmp-", 0) == 0);
+}
+
+// A snapshot renamed into place: the end of a write.
+bool EndsASnapshotWrite(uint32_t mask, const std::string& name) {
+  return (mask & IN_MOVED_TO) && fs::path(name).extension() == ".ctsnap";
+}
+
+// The events queued on inotify fd `in` now (none: an empty vector), each as (mask, name).
+std::vector<std::pair<uint32_t, std::string>> ReadEvents(int in, int timeout_ms) {
+  std::vector<std::pair<uint32_t, std::string>> out;
+  pollfd p{in, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return out;
+  alignas(inotify_event) char buf[8192];
+  for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;)
+    for (ssize_t off = 0; off < n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
+      out.emplace_back(e->mask, e->len > 0 ? std::string(e->name) : "");
+      off += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+    }
+  return out;
+}
+
 TEST_F(Chaos, RankSigkilledWhileWritingASnapshot) {
   Tally t{"sigkill-during-snapshot-write"};
   const std::string rank1 = dir_ / "snap/rank1";
   fs::create_directories(rank1);
   const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   ASSERT_GE(in, 0);
-  ASSERT_GE(::inotify_add_watch(in, rank1.c_str(), IN_CREATE), 0);
+  ASSERT_GE(::inotify_add_watch(in, rank1.c_str(), IN_CREATE | IN_OPEN | IN_MOVED_TO), 0);
   // Synchronous snapshots: the rank itself writes, so killing it is killing the writer.
   BackgroundProcess job(Standalone(2, 5, Concat(Train(dir_ / "snap", "final"), {"--sync-snapshot"})), Env(),
                         dir_ / "out", dir_ / "err");
-  pid_t writer = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (pid_t p : DescendantsRunning(job.pid(), TRAIN_BINARY))
-          if (EnvOf(p, "RANK") == "1") writer = p;
-        return writer != 0;
-      },
-      60s));
-  // The second snapshot's temp file (the first may come before we listen).
-  int creates = 0;
-  std::string tmp;
-  const auto deadline = std::chrono::steady_clock::now() + 90s;
-  while (tmp.empty() && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{in, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    alignas(inotify_event) char buf[4096];
-    const ssize_t n = ::read(in, buf, sizeof buf);
-    for (ssize_t off = 0; off < n;) {
-      const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
-      if (e->len > 0 && std::string(e->name).rfind(".tmp-", 0) == 0 && ++creates == 2) {
-        ::kill(writer, SIGKILL);
-        tmp = rank1 + "/" + e->name;
+  // A kill that lands after the write finished (this process woke late) is not the fault wanted:
+  // the next write of the restarted rank is tried, up to 3 kills.
+  bool mid_write = false;
+  pid_t last_writer = 0;
+  for (int kills = 0; kills < 3 && !mid_write; ++kills) {
+    pid_t writer = 0;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          for (pid_t p : DescendantsRunning(job.pid(), TRAIN_BINARY))
+            if (p != last_writer && EnvOf(p, "RANK") == "1") writer = p;
+          return writer != 0;
+        },
+        60s));
+    // The first kill waits for the second write (the first may start before this rank was seen).
+    // Events come in the order of the operations: a rename queued after the write's start and
+    // before the writer's death means the kill came too late for this write.
+    int writes = kills == 0 ? 0 : 1;
+    bool killed = false, renamed = false;
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
+    while (!killed && std::chrono::steady_clock::now() < deadline)
+      for (const auto& [mask, name] : ReadEvents(in, 100)) {
+        if (!killed && StartsASnapshotWrite(mask, name) && ++writes == 2) {
+          ::kill(writer, SIGKILL);
+          killed = true;
+        } else if (killed && EndsASnapshotWrite(mask, name)) {
+          renamed = true;
+        }
       }
-      off += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
-    }
+    ASSERT_TRUE(killed) << "no snapshot write seen: " << ReadFileOr(dir_ / "err");
+    ++t.injected;
+    last_writer = writer;
+    ASSERT_TRUE(WaitFor([&] { return ::kill(writer, 0) != 0 || ctrun::testing::ProcState(writer) == 'Z'; }, 10s));
+    for (const auto& [mask, name] : ReadEvents(in, 0)) renamed = renamed || EndsASnapshotWrite(mask, name);
+    mid_write = !renamed;
   }
   ::close(in);
-  ASSERT_FALSE(tmp.empty()) << "no snapshot write seen: " << ReadFileOr(dir_ / "err");
-  ++t.injected;
-  const bool mid_write = fs::exists(tmp);  // the rename had not happened: the write was cut short
   ASSERT_EQ(job.Wait(180s), 0) << ReadFileOr(dir_ / "out") << ReadFileOr(dir_ / "err");
-  EXPECT_TRUE(mid_write) << "the kill came after the snapshot was renamed into place";
+  EXPECT_TRUE(mid_write) << "each of 3 kills came after the snapshot was renamed into place";
   EXPECT_EQ(TempFilesUnder(dir_ / "snap"), std::vector<std::string>{}) << "a torn temp file was left";
   const bool same = ReadFileOr(dir_ / "final") == Reference();
   EXPECT_TRUE(same) << "parameters differ from the failure-free run";
