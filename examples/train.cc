@@ -262,6 +262,10 @@ int Train(const Args& a, int64_t started_ns) {
       loss = torch::nn::functional::cross_entropy(model->forward(x.index_select(0, idx)).to(torch::kFloat32),
                                                   y.index_select(0, idx));
       SetCudaAutocast(false);
+      // As leaving Python's outermost torch.autocast does: the cast copies of the weights are
+      // cached while autocast is on, and would be reused by every later forward, stale once
+      // optimizer.step() has changed the weights. The graph for backward keeps its own.
+      if (cuda) at::autocast::clear_cache();
     }
     loss.backward();
     cw::all_reduce_gradients(*model, *dist.pg);
