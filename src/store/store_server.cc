@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -46,6 +47,22 @@ bool ParseCounter(const std::string& s, int64_t* v) {
   return true;
 }
 
+// "300 MiB", "1.1 GiB": one decimal at most, for log lines.
+std::string BytesText(size_t n) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  std::string s = buf;
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  return s + " " + kUnits[u];
+}
+
 bool TokenEquals(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -68,6 +85,7 @@ struct StoreServer::Conn {
   bool dirty = false;       // listed in dirty_
   bool paused = false;      // not read while out is over max_pending_output
   bool reset = false;       // the socket has an error: queued requests still run, replies are dropped
+  bool evicted = false;     // over the total bound (in evicted_): nothing more is run or queued
   uint32_t interest = EPOLLIN;
   bool parked = false;      // in WAIT
   // Keys still missing while parked, each once (a WAIT may name a key twice); a set, so parking
@@ -224,8 +242,7 @@ void StoreServer::OnConnEvent(ConnId id, uint32_t events) {
     // which also unpauses it. ReadFrom closes it once recv reports the error.
     c.reset = true;
     c.paused = false;
-    c.out.clear();
-    c.out_off = 0;
+    DropOutput(c);
     ReadFrom(c);
   } else if ((events & EPOLLHUP) && c.paused) {
     // A paused connection is not read, so a hang-up would otherwise be reported forever.
@@ -247,6 +264,7 @@ void StoreServer::OnConnEvent(ConnId id, uint32_t events) {
     }
     if (alive && (events & (EPOLLIN | EPOLLHUP)) && !c.paused) ReadFrom(c);
   }
+  CloseEvicted();  // `c` may be gone from here on
   UpdateCounts();  // before the replies go out, so a client never sees counts older than them
   FlushDirty();
   if (auto again = conns_.find(id); again != conns_.end()) UpdateInterest(*again->second);
@@ -306,13 +324,22 @@ bool StoreServer::ProcessInput(Conn& c) {
       ok = false;
       break;
     }
-    if (c.pending() > opts_.max_pending_output) {
-      // The peer is not reading its replies: write what fits, then stop reading it.
+    const bool over_total =
+        opts_.max_total_pending_output != 0 && total_pending_ > opts_.max_total_pending_output;
+    if (c.pending() > opts_.max_pending_output || over_total) {
+      // Write what the socket takes: only the rest is held here. Over max_pending_output the peer
+      // is not reading its replies: stop reading it.
       if (!Flush(c)) {
+        DropOutput(c);  // the socket failed: none of it can be sent, and c is closed below
         ok = false;
-        break;
+      } else if (c.pending() > opts_.max_pending_output) {
+        c.paused = true;
       }
-      if (c.pending() > opts_.max_pending_output) c.paused = true;
+    }
+    if (over_total) EnforceTotalBound();  // even when c failed: the others may still be over
+    if (!ok || c.evicted) {  // an evicted c's output is dropped already; the caller closes it
+      ok = false;
+      break;
     }
   }
   if (!ok) {
@@ -326,12 +353,12 @@ bool StoreServer::ProcessInput(Conn& c) {
 // One warning per host and reason: a client that keeps retrying (an agent with the wrong token, an
 // HTTP client at the store's port) does not flood the log; its repeats go to the debug level.
 // `what` holds "{}" where the peer goes. The set is bounded: a scan from many hosts restarts it.
-void StoreServer::WarnPeer(const Conn& c, const std::string& what) {
+void StoreServer::WarnPeer(const Conn& c, const std::string& what, const std::string& reason) {
   const size_t at = what.find("{}");
   const std::string text = "store: " + what.substr(0, at) + c.peer + what.substr(at + 2);
   const std::string host = c.peer.substr(0, c.peer.rfind(':'));
   if (warned_.size() >= 1024) warned_.clear();
-  if (!warned_.insert(host + "\n" + what).second) {
+  if (!warned_.insert(host + "\n" + (reason.empty() ? what : reason)).second) {
     spdlog::debug("{}", text);
     return;
   }
@@ -496,8 +523,9 @@ bool StoreServer::Execute(Conn& c, Request& req) {
 }
 
 void StoreServer::Send(Conn& c, std::string_view bytes) {
-  if (c.reset) return;
+  if (c.reset || c.evicted) return;
   c.out.append(bytes);
+  AddPending(bytes.size());
   if (!c.dirty) {
     c.dirty = true;
     dirty_.push_back(c.id);
@@ -529,6 +557,7 @@ bool StoreServer::Flush(Conn& c) {
     });
     if (n > 0) {
       c.out_off += static_cast<size_t>(n);
+      SubPending(static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -562,8 +591,58 @@ void StoreServer::Close(ConnId id, const char* why) {
   if (why) spdlog::debug("store: closing connection from {}: {}", c.peer, why);
   if (c.auth_timer) loop_.CancelTimer(c.auth_timer);
   Unpark(c);  // before the fd is closed, so a later wake-up cannot reach a reused fd
+  SubPending(c.pending());
   loop_.RemoveFd(c.fd.get());
   conns_.erase(it);
+}
+
+void StoreServer::AddPending(size_t n) {
+  total_pending_ += n;
+  total_pending_output_.store(total_pending_, std::memory_order_relaxed);
+}
+
+void StoreServer::SubPending(size_t n) {
+  total_pending_ -= n;  // never below 0: n is always part of one connection's pending()
+  total_pending_output_.store(total_pending_, std::memory_order_relaxed);
+}
+
+void StoreServer::DropOutput(Conn& c) {
+  SubPending(c.pending());
+  std::string().swap(c.out);  // its memory too: a dropped reply may be 256 MiB
+  c.out_off = 0;
+}
+
+// Runs only over the bound, so the O(connections log connections) ranking is off the hot path.
+// Victims get no more output (Send) and run no more requests (ProcessInput stops at `evicted`);
+// they are closed by CloseEvicted once the current request is done, so no Conn& held up the stack
+// is invalidated here.
+void StoreServer::EnforceTotalBound() {
+  const size_t bound = opts_.max_total_pending_output;
+  if (bound == 0 || total_pending_ <= bound) return;
+  std::vector<Conn*> holders;
+  for (auto& [id, c] : conns_) {
+    if (c->pending() > 0) holders.push_back(c.get());
+  }
+  std::sort(holders.begin(), holders.end(),
+            [](const Conn* a, const Conn* b) { return a->pending() > b->pending(); });
+  const std::string held = BytesText(total_pending_);
+  for (Conn* v : holders) {
+    if (total_pending_ <= bound) break;
+    WarnPeer(*v,
+             "closing connection from {}: " + BytesText(v->pending()) +
+                 " of replies unread while the store holds " + held + " unsent (bound " +
+                 BytesText(bound) + ")",
+             "closing connection from {}: replies unread over the bound on unsent output");
+    DropOutput(*v);
+    v->evicted = true;
+    evicted_.push_back(v->id);
+  }
+}
+
+void StoreServer::CloseEvicted() {
+  std::vector<ConnId> ids;
+  ids.swap(evicted_);
+  for (ConnId id : ids) Close(id, nullptr);  // one the dispatch closed itself is gone already
 }
 
 bool StoreServer::Exists(const std::string& key) const {

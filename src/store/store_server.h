@@ -6,8 +6,8 @@
 //
 // Contract:
 //  - Everything runs on the loop's thread: Start, Clear, the destructor and the handlers. The only
-//    members safe to call from another thread are port(), num_keys() and num_connections()
-//    (relaxed atomics, for tests and metrics).
+//    members safe to call from another thread are port(), num_keys(), num_connections(),
+//    num_waiting() and total_pending_output() (relaxed atomics, for tests and metrics).
 //  - Behaviour follows torch's own servers: GET / MULTI_GET on a missing key closes that
 //    connection; WAIT parks the connection until every key exists (SET, ADD, APPEND, MULTI_SET,
 //    COMPARE_SET and QUEUE_PUSH wake it); CANCEL_WAIT unparks it with WAIT_CANCELED; WATCH_KEY
@@ -18,7 +18,14 @@
 //    plus one reply (the connection stops being read until its peer drains it), a MULTI_GET
 //    reply by max_multi_get_reply (checked before it is built; over it closes the connection);
 //    max_connections caps accepted sockets (extra ones are accepted and closed at once, and
-//    logged).
+//    logged). The sum of every connection's pending output is kept as a running total (changed
+//    where output is queued, sent, dropped on a reset and on close); when a request leaves it
+//    over max_total_pending_output, the connections holding the most unsent output are closed,
+//    largest first, until it is back within the bound, each logged (WarnPeer). So the total
+//    exceeds the bound by at most the request's replies, and only until that request returns.
+//    A victim is evicted at once (its output dropped, nothing more queued or run for it) and
+//    closed after the current request: the connection being served may be one (its
+//    ProcessInput then returns false), and no other connection is closed mid-dispatch.
 //  - Optional token: when non-empty, a connection's first message must be ctrun's AUTH carrying
 //    the same token (docs/store.md); anything else is refused, logged and closed. Until then a
 //    connection is refused at its first byte unless that byte starts an AUTH, so it never holds
@@ -53,6 +60,10 @@ struct ServerOptions {
   size_t max_value_bytes = 256u << 20;
   size_t max_key_bytes = 1u << 20;
   size_t max_pending_output = 64u << 20;  // per connection; reading pauses above it
+  // All connections' pending output together; over it the largest holders are closed (logged).
+  // Keep it well above max_value_bytes: one reply to a client that does read may be briefly
+  // unsent. 0: no bound (each connection is still bounded by max_pending_output).
+  size_t max_total_pending_output = 1u << 30;
   // One MULTI_GET reply, all its values together (as large as the biggest request by default).
   // A request may name a key up to 128K times, so without it one small request could ask for a
   // reply of 128K values; a longer reply closes the connection, logged, before it is built.
@@ -82,6 +93,10 @@ class StoreServer {
   size_t num_connections() const { return num_connections_.load(std::memory_order_relaxed); }
   // Connections currently parked in WAIT (tests).
   size_t num_waiting() const { return num_waiting_.load(std::memory_order_relaxed); }
+  // Bytes of replies queued and not yet sent, over every connection (tests and metrics).
+  size_t total_pending_output() const {
+    return total_pending_output_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Conn;
@@ -95,8 +110,18 @@ class StoreServer {
   // Decodes and executes every complete request in c's input; false: close c.
   bool ProcessInput(Conn& c);
   bool Execute(Conn& c, Request& req);
-  void WarnPeer(const Conn& c, const std::string& what);
+  // `reason`, when not empty, is what repeats are recognised by instead of `what` (which may then
+  // carry numbers that differ each time).
+  void WarnPeer(const Conn& c, const std::string& what, const std::string& reason = "");
   void Send(Conn& c, std::string_view bytes);
+  // The running total of pending output (total_pending_); every change of a Conn's pending()
+  // goes through one of these.
+  void AddPending(size_t n);
+  void SubPending(size_t n);
+  void DropOutput(Conn& c);  // discards c's unsent output
+  // Over max_total_pending_output: evicts the largest holders until the total is within it.
+  void EnforceTotalBound();
+  void CloseEvicted();  // closes the connections EnforceTotalBound evicted; never mid-dispatch
   void FlushDirty();
   // Writes what the socket takes; false on a write error.
   bool Flush(Conn& c);
@@ -122,6 +147,8 @@ class StoreServer {
   std::unordered_map<ConnId, std::unique_ptr<Conn>> conns_;
   ConnId next_id_ = 1;
   std::vector<ConnId> dirty_;  // connections with output queued by another connection's request
+  std::vector<ConnId> evicted_;  // over the total bound: closed once the current request is done
+  size_t total_pending_ = 0;     // sum of every connection's pending()
 
   std::unordered_map<std::string, std::string> kv_;
   std::unordered_set<std::string> warned_;  // "<host>\n<what>" already warned about (WarnPeer)
@@ -132,6 +159,7 @@ class StoreServer {
   std::atomic<size_t> num_keys_{0};
   std::atomic<size_t> num_connections_{0};
   std::atomic<size_t> num_waiting_{0};
+  std::atomic<size_t> total_pending_output_{0};  // total_pending_, published as it changes
   size_t parked_ = 0;
 };
 

@@ -1,8 +1,13 @@
 // StoreServer + StoreClient: every operation in both dialects, byte-exact replies over raw
 // sockets, waits, tokens, and robustness (garbage, truncation, huge lengths, many idle
-// connections, disconnects mid-wait, connection limit, back-pressure).
+// connections, disconnects mid-wait, connection limit, back-pressure, the bound on all
+// connections' unsent replies).
 #include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -607,6 +612,248 @@ TEST(StoreRobustness, SlowReaderIsPausedNotBuffered) {
     ASSERT_EQ(r.size(), reply) << i;
     ASSERT_EQ(r.compare(8, value.size(), value), 0);
   }
+}
+
+// Collects the default logger's warnings while it lives. Install it before the ServerThread that
+// logs and destroy it after that thread has stopped: the logger's sink list is not thread-safe.
+class WarningCapture {
+ public:
+  WarningCapture() : sink_(std::make_shared<Sink>()) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~WarningCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  // Warnings (and worse) that contain `text`.
+  size_t Count(const std::string& text) const {
+    std::lock_guard<std::mutex> l(sink_->mu);
+    return static_cast<size_t>(
+        std::count_if(sink_->lines.begin(), sink_->lines.end(),
+                      [&](const std::string& s) { return s.find(text) != std::string::npos; }));
+  }
+  std::string All() const {
+    std::lock_guard<std::mutex> l(sink_->mu);
+    std::string all;
+    for (const auto& s : sink_->lines) all += s + "\n";
+    return all;
+  }
+
+ private:
+  struct Sink final : spdlog::sinks::base_sink<std::mutex> {
+    mutable std::mutex mu;
+    std::vector<std::string> lines;
+    void sink_it_(const spdlog::details::log_msg& m) override {
+      if (m.level < spdlog::level::warn) return;
+      std::lock_guard<std::mutex> l(mu);
+      lines.emplace_back(m.payload.data(), m.payload.size());
+    }
+    void flush_() override {}
+  };
+  std::shared_ptr<Sink> sink_;
+};
+
+// A raw client that reads slowly: a small receive buffer, set before connecting so the window it
+// advertises stays small, keeps the kernel from absorbing a large reply on its behalf.
+UniqueFd SlowReader(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int small = 4096;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  timeval tv{5, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return {};
+  return fd;
+}
+
+std::string LegacyGet(const std::string& key) {
+  std::string req = Hex("02");
+  AppendBytes(&req, key);
+  return req;
+}
+
+// True once fd has something to read (a reply's first bytes, or EOF), within 10 s.
+bool Served(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 10000) == 1;
+}
+
+constexpr size_t kMiB = 1u << 20;
+
+// Clients that ask for large values and never read them: past max_total_pending_output the server
+// closes the ones holding the most unsent output (one warning per host), keeps the total within
+// the bound, and still answers the rest. Without the bound all of them were kept (up to 8192 x
+// (64 MiB + one reply) with the defaults). The values are 8 MiB so that each client leaves several
+// MiB unsent however much the kernel's buffers take (the send buffer grows to tcp_wmem, 4 MiB).
+TEST(StoreRobustness, UnsentRepliesOverTheTotalBoundCloseTheLargestHolders) {
+  WarningCapture warnings;
+  ServerOptions o;
+  o.max_total_pending_output = 20 * kMiB;
+  ServerThread st(o);
+  auto good = MustConnect(st.port());
+  const std::string value(8 * kMiB, 'v');
+  const size_t reply = 8 + value.size();
+  ASSERT_TRUE(good->Set("big", value).ok());
+  ASSERT_TRUE(good->Set("small", "s").ok());
+  ASSERT_TRUE(good->Wait({"big", "small"}, 10s).ok());  // SET has no reply: make sure they landed
+  // Over the bound only while the request that put it there runs: by one reply at most.
+  const size_t within = o.max_total_pending_output + reply;
+  // Slow clients, one GET each, until two have been closed (at most 16: 128 MiB unsent without
+  // the bound). Connections only go down once a client's GET was served, so this count is exact
+  // once it is reached.
+  std::vector<UniqueFd> slow;
+  auto closed = [&] {
+    return slow.size() + 1 - std::min(slow.size() + 1, st.server().num_connections());
+  };
+  while (slow.size() < 16 && closed() < 2) {
+    slow.push_back(SlowReader(st.port()));
+    ASSERT_TRUE(slow.back());
+    ASSERT_TRUE(SendAll(slow.back().get(), LegacyGet("big")));
+    ASSERT_TRUE(Served(slow.back().get())) << slow.size();
+    EXPECT_LE(st.server().total_pending_output(), within) << slow.size();
+  }
+  ASSERT_TRUE(WaitFor([&] { return closed() >= 2; }))
+      << "total " << st.server().total_pending_output() << " after " << slow.size() << " clients";
+  EXPECT_TRUE(WaitFor(
+      [&] { return st.server().total_pending_output() <= o.max_total_pending_output; }))
+      << st.server().total_pending_output();
+  // Everyone from 127.0.0.1 is one host: one warning, naming the bound.
+  EXPECT_EQ(warnings.Count("of replies unread while the store holds"), 1u) << warnings.All();
+  EXPECT_EQ(warnings.Count("(bound 20 MiB)"), 1u) << warnings.All();
+  // A well-behaved client is still answered, old and new.
+  EXPECT_EQ(*good->Get("small"), "s");
+  auto fresh = MustConnect(st.port());
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->Ping().ok());
+  // The survivors get their whole reply; the closed ones part of it (what the kernel took) and EOF.
+  size_t whole = 0, cut = 0;
+  for (auto& fd : slow) {
+    std::string r = RecvN(fd.get(), reply);
+    if (r.size() == reply) {
+      ++whole;
+      EXPECT_EQ(r.substr(0, 8), Hex("0000800000000000"));
+      EXPECT_EQ(r.compare(8, value.size(), value), 0);
+    } else {
+      ++cut;
+      EXPECT_TRUE(PeerClosed(fd.get()));
+    }
+  }
+  EXPECT_GE(cut, 2u);
+  EXPECT_GE(whole, 1u);
+  // Survivors that read everything and closed clients leave nothing counted.
+  EXPECT_TRUE(WaitFor([&] { return st.server().total_pending_output() == 0; }))
+      << st.server().total_pending_output();
+  slow.clear();
+  fresh.reset();
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  EXPECT_EQ(st.server().total_pending_output(), 0u);
+}
+
+// Which connection is closed does not depend on which one asked: the largest holder goes, be it
+// another connection (closed once the request is done) or the one whose request crossed the bound.
+// The sizes leave room for whatever the kernel takes per connection (up to 4 MiB + 8 KiB here):
+// F holds 20-24 MiB, N 12-16 MiB, C over 31 MiB, against a bound of 28 MiB.
+TEST(StoreRobustness, UnsentRepliesOverTheTotalBoundCloseTheLargestHolderEvenTheOneAsking) {
+  WarningCapture warnings;
+  ServerOptions o;
+  o.max_total_pending_output = 28 * kMiB;
+  ServerThread st(o);
+  auto good = MustConnect(st.port());
+  const std::string value(8 * kMiB, 'v');
+  const size_t reply = 8 + value.size();
+  ASSERT_TRUE(good->Set("big", value).ok());
+  ASSERT_TRUE(good->Set("huge", std::string(36 * kMiB, 'h')).ok());
+  ASSERT_TRUE(good->Wait({"big", "huge"}, 10s).ok());
+  const std::string get = LegacyGet("big");
+  // Once `good` is answered after a client saw its first bytes, that client's requests are done.
+  auto ask = [&](const UniqueFd& fd, const std::string& reqs) {
+    return SendAll(fd.get(), reqs) && Served(fd.get()) && good->Ping().ok();
+  };
+  auto f = SlowReader(st.port());
+  ASSERT_TRUE(f && ask(f, get + get + get));
+  ASSERT_EQ(st.server().num_connections(), 2u);  // within the bound alone
+  auto n = SlowReader(st.port());
+  ASSERT_TRUE(n && ask(n, get + get));  // F and N together are over it: F, the larger, goes
+  EXPECT_EQ(st.server().num_connections(), 2u);
+  EXPECT_LE(st.server().total_pending_output(), o.max_total_pending_output);
+  auto c = SlowReader(st.port());
+  ASSERT_TRUE(c && ask(c, LegacyGet("huge")));  // C alone is over it: C goes, N stays
+  EXPECT_EQ(st.server().num_connections(), 2u);
+  EXPECT_LE(st.server().total_pending_output(), o.max_total_pending_output);
+  EXPECT_LT(RecvN(f.get(), 3 * reply).size(), 3 * reply);
+  EXPECT_TRUE(PeerClosed(f.get()));
+  EXPECT_LT(RecvN(c.get(), 8 + 36 * kMiB).size(), 8 + 36 * kMiB);
+  EXPECT_TRUE(PeerClosed(c.get()));
+  for (int i = 0; i < 2; ++i) {
+    std::string r = RecvN(n.get(), reply);
+    ASSERT_EQ(r.size(), reply) << i;
+    EXPECT_EQ(r.compare(8, value.size(), value), 0) << i;
+  }
+  EXPECT_EQ(warnings.Count("of replies unread while the store holds"), 1u) << warnings.All();
+  EXPECT_TRUE(WaitFor([&] { return st.server().total_pending_output() == 0; }));
+}
+
+// The running total follows every way output leaves a connection: sent (a client that reads it
+// all, paused and resumed on the way), dropped on a reset (of a paused connection), and dropped
+// with a connection that closes with replies unsent (eviction: the tests above). A leak would let
+// the bound close clients that hold nothing.
+TEST(StoreRobustness, UnsentRepliesTotalReturnsToZero) {
+  ServerOptions o;
+  o.max_pending_output = 6 * kMiB;  // 3 unread replies of 4 MiB pause a connection
+  ServerThread st(o);
+  auto good = MustConnect(st.port());
+  const std::string value(4 * kMiB, 'v');
+  const size_t reply = 8 + value.size();
+  ASSERT_TRUE(good->Set("big", value).ok());
+  // Under max_pending_output (the half-closer must not be paused: it would not be read again), and
+  // over what the kernel's buffers take (4 MiB + 8 KiB), so some of it is always left unsent.
+  ASSERT_TRUE(good->Set("mid", std::string(11 * kMiB / 2, 'm')).ok());
+  ASSERT_TRUE(good->Wait({"big", "mid"}, 10s).ok());
+  const std::string get = LegacyGet("big");
+  // Reads nothing yet.
+  auto reader = SlowReader(st.port());
+  ASSERT_TRUE(reader);
+  ASSERT_TRUE(SendAll(reader.get(), get + get + get + get));
+  ASSERT_TRUE(Served(reader.get()));
+  ASSERT_TRUE(WaitFor([&] { return st.server().total_pending_output() > 0; }));
+  // Asks, then half-closes and reads nothing: the server runs the GET, reads the EOF and closes
+  // with the reply still unsent.
+  auto half = SlowReader(st.port());
+  ASSERT_TRUE(half);
+  ASSERT_TRUE(SendAll(half.get(), LegacyGet("mid")));
+  ASSERT_EQ(::shutdown(half.get(), SHUT_WR), 0);
+  ASSERT_TRUE(Served(half.get()));
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 2; }));
+  // Paused with replies unsent, then reset. Once `good` is answered the server has finished with
+  // the resetter's requests (one loop thread), so the reset reaches it as an error event, not as a
+  // failed send in the middle of them.
+  auto resetter = SlowReader(st.port());
+  ASSERT_TRUE(resetter);
+  ASSERT_TRUE(SendAll(resetter.get(), get + get + get));
+  ASSERT_TRUE(Served(resetter.get()));
+  ASSERT_TRUE(good->Ping().ok());
+  ASSERT_EQ(st.server().num_connections(), 3u);
+  linger abort{1, 0};
+  ASSERT_EQ(::setsockopt(resetter.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof abort), 0);
+  resetter.reset();
+  ASSERT_TRUE(WaitFor([&] { return st.server().num_connections() == 2; }));
+  EXPECT_GT(st.server().total_pending_output(), 0u);  // the reader's
+  for (int i = 0; i < 4; ++i) {
+    std::string r = RecvN(reader.get(), reply);
+    ASSERT_EQ(r.size(), reply) << i;
+    ASSERT_EQ(r.compare(8, value.size(), value), 0) << i;
+  }
+  EXPECT_TRUE(WaitFor([&] { return st.server().total_pending_output() == 0; }))
+      << st.server().total_pending_output();
+  EXPECT_TRUE(good->Ping().ok());
+  reader.reset();
+  half.reset();
+  EXPECT_TRUE(WaitFor([&] { return st.server().num_connections() == 1; }));
+  EXPECT_EQ(st.server().total_pending_output(), 0u);
 }
 
 }  // namespace
