@@ -177,7 +177,92 @@ def installed_elsewhere(name, script_dir):
     return not under(os.path.realpath(where), {script_dir, os.path.realpath(os.getcwd())})
 
 
+# --- OpenBLAS: its thread pool starts when the library loads ----------------------------------
+# OpenBLAS (numpy's BLAS in its wheels, which `import torch` loads) starts its pool of worker
+# threads when the library is loaded, one per CPU unless OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or
+# OMP_NUM_THREADS says otherwise: a server that preloaded it would have many threads and never
+# fork. So the server preloads with OPENBLAS_NUM_THREADS=1 (no pool), and each worker sets the
+# number a cold worker's OpenBLAS would have read from the worker's environment at its load.
+OPENBLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+OPENBLAS_SETTERS = []  # set_num_threads of every OpenBLAS loaded by the preload
+
+
+def leading_int(text):
+    digits = ""
+    for ch in text.strip():
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
+
+
+def openblas_threads(env):
+    """The pool size OpenBLAS takes at load from `env`: the first positive of its variables, else
+    one per CPU this process may run on."""
+    for key in OPENBLAS_VARIABLES:
+        n = leading_int(env.get(key, ""))
+        if n > 0:
+            return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except OSError:
+        return os.cpu_count() or 1
+
+
+def find_openblas_setters():
+    """set_num_threads of each OpenBLAS library now mapped: its symbol carries the build's prefix
+    ("scipy_" in numpy's wheels) and integer-size suffix ("64_")."""
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if "/" in line else ""
+                name = os.path.basename(path)
+                if "openblas" in name and ".so" in name and path not in paths:
+                    paths.append(path)
+    except OSError:
+        return []
+    setters = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in ("", "scipy_"):
+            for suffix in ("", "64_", "_64"):
+                fn = getattr(lib, prefix + "openblas_set_num_threads" + suffix, None)
+                if fn is not None:
+                    fn.argtypes, fn.restype = [ctypes.c_int], None
+                    setters.append(fn)
+                    break
+            else:
+                continue
+            break
+    return setters
+
+
+def apply_openblas_threads(env):
+    n = openblas_threads(env)
+    if n > 1:
+        for fn in OPENBLAS_SETTERS:
+            fn(n)
+
+
 def preload():
+    # Loaded now, OpenBLAS reads this: no pool in the server (see OPENBLAS_VARIABLES). The server's
+    # own value comes back afterwards; each worker gets its own environment anyway.
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        return preload_modules()
+    finally:
+        if "OPENBLAS_NUM_THREADS" in SERVER_ENV:
+            os.environ["OPENBLAS_NUM_THREADS"] = SERVER_ENV["OPENBLAS_NUM_THREADS"]
+        else:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        OPENBLAS_SETTERS[:] = find_openblas_setters()
+
+
+def preload_modules():
     mods = []
     for name in PRELOAD:
         if name == "@script":
@@ -351,6 +436,7 @@ def reread_environment(env):
         for key, action in REREAD.items():
             if key == "OMP_NUM_THREADS" or key in env:
                 action(env.get(key, ""))
+    apply_openblas_threads(env)
     # Generators: fresh entropy in every child (every rank and every attempt differ).
     import random
     random.seed()

@@ -318,6 +318,29 @@ TEST_F(Warm, ServerWithLibcudaLoadedFallsBackCold) {
   EXPECT_FALSE(StartedWarm(r)) << r.err;
 }
 
+// OpenBLAS (numpy's, in its wheels) starts a thread pool when it loads, one thread per CPU unless
+// OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS says otherwise: the server preloads it
+// with no pool and still forks, and each worker gets the pool a cold one reads from its
+// environment. A stand-in OpenBLAS, loaded by path; cold and warm print the same.
+TEST_F(Warm, APreloadedOpenBlasLeavesTheServerOneThreadAndTheWorkerItsOwnPool) {
+  std::ofstream(dir_ / "blas_user.py") << "import ctypes\nLIB = ctypes.CDLL('" << FAKE_OPENBLAS << "')\n";
+  std::ofstream(dir_ / "show_blas.py") << "import os, blas_user\n"
+                                          "print('pool', blas_user.LIB.scipy_openblas_get_num_threads64_(),"
+                                          " 'threads', len(os.listdir('/proc/self/task')))\n";
+  for (const bool warm : {false, true}) {
+    const std::vector<std::string> flags =
+        warm ? std::vector<std::string>{"--warm", "--warm-preload=blas_user"} : std::vector<std::string>{};
+    RunResult r = RunCommand(Ctrun(1, 0, flags, {dir_ / "show_blas.py"}),
+                             {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=" + dir_.path(), "OMP_NUM_THREADS=3"}, 60s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("pool 3 threads 3"), std::string::npos) << (warm ? "warm: " : "cold: ") << r.out << r.err;
+    if (warm) {
+      EXPECT_TRUE(StartedWarm(r)) << r.err;
+      EXPECT_EQ(r.err.find("cold"), std::string::npos) << r.err;
+    }
+  }
+}
+
 TEST_F(Warm, PreloadFailureFallsBackCold) {
   RunResult r = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=no_such_module_ctrun"}, Probe(dir_.path(), {"--exit", "0"})),
                            kPythonEnv, 60s);
