@@ -140,8 +140,10 @@ fi
 #    initialising CUDA, so it forks; each forked worker initialises CUDA and NCCL itself. The forced
 #    failure (rank 1, or 0 on one GPU, SIGKILLed after its all-reduce in attempt 0) restarts every
 #    worker from the server; no worker may start cold (ctrun warns "... start(s) cold" when one does).
+#    Also timed, cold and warm: from the crash (the failing rank writes the time just before its
+#    SIGKILL) to the end of rank 0's first all-reduce in attempt 1 (init_process_group included).
 cat >"$work/warm_cuda.py" <<'EOS'
-import os, signal
+import os, signal, time
 import torch
 import torch.distributed as dist
 r, lr, a = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
@@ -151,19 +153,28 @@ t = torch.ones(1, device=f"cuda:{lr}") * (r + 1)
 dist.all_reduce(t)
 torch.cuda.synchronize()
 print(f"rank {r} attempt {a} all-reduce {t.item():.0f} on {torch.cuda.get_device_name(lr)}", flush=True)
+if a == 1 and r == 0:
+    with open(os.environ["CRASH_AT"]) as f:
+        print(f"crash to first all-reduce of attempt 1: {(time.time() - float(f.read())) * 1000:.0f} ms", flush=True)
 if a == 0 and r == int(os.environ["FAIL_RANK"]):
+    with open(os.environ["CRASH_AT"], "w") as f:
+        f.write(repr(time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
 dist.destroy_process_group()
 EOS
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   start=$(date +%s%N)
-  if FAIL_RANK=$((ngpu > 1 ? 1 : 0)) run warm_cuda "$ctrun" --standalone --nproc-per-node=gpu --warm --max-restarts=1 \
+  FAIL_RANK=$((ngpu > 1 ? 1 : 0)) CRASH_AT=$work/crash_at run cold_cuda "$ctrun" --standalone --nproc-per-node=gpu \
+    --max-restarts=1 "$work/warm_cuda.py"
+  echo "cold: $(grep -h 'crash to first all-reduce' "$work/cold_cuda.log")"
+  if FAIL_RANK=$((ngpu > 1 ? 1 : 0)) CRASH_AT=$work/crash_at run warm_cuda "$ctrun" --standalone --nproc-per-node=gpu --warm --max-restarts=1 \
        "$work/warm_cuda.py" &&
      grep -q "restarting all workers" "$work/warm_cuda.log" &&
      ! grep -qE "starts? cold|started cold" "$work/warm_cuda.log" &&
      [ "$(grep -c "attempt 1 all-reduce $((ngpu * (ngpu + 1) / 2))" "$work/warm_cuda.log")" -eq "$ngpu" ]; then
     record warm_cuda_nccl PASS; else record warm_cuda_nccl FAIL; fi
-  echo "warm check took $((($(date +%s%N) - start) / 1000000)) ms"
+  echo "warm: $(grep -h 'crash to first all-reduce' "$work/warm_cuda.log")"
+  echo "cold and warm runs took $((($(date +%s%N) - start) / 1000000)) ms"
 else
   echo "warm_cuda_nccl: skipped (python3 has no torch with CUDA)"
 fi
