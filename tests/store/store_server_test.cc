@@ -653,22 +653,8 @@ class WarningCapture {
   std::shared_ptr<Sink> sink_;
 };
 
-// A raw client that reads slowly: a small receive buffer, set before connecting so the window it
-// advertises stays small, keeps the kernel from absorbing a large reply on its behalf.
-UniqueFd SlowReader(int port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int small = 4096;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  timeval tv{5, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return {};
-  return fd;
-}
+// A raw client that reads slowly (see RawConnect).
+UniqueFd SlowReader(int port) { return RawConnect(port, 4096); }
 
 std::string LegacyGet(const std::string& key) {
   std::string req = Hex("02");

@@ -139,9 +139,12 @@ class ServerThread {
   std::string error_;
 };
 
-// Blocking loopback connection with 5 s send/receive timeouts.
-inline UniqueFd RawConnect(int port) {
+// Blocking loopback connection with 5 s send/receive timeouts. A `receive_buffer` (bytes, 0: the
+// default) is set before connecting, so the window it advertises stays that small: a slow reader
+// whose kernel cannot absorb a large reply on its behalf.
+inline UniqueFd RawConnect(int port, int receive_buffer = 0) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (receive_buffer > 0) ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
   timeval tv{5, 0};
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
