@@ -3,7 +3,14 @@
 // headers cost ~30-60 s per TU.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+// A Python wheel's LibTorch (torch/include of `pip install torch`) ships no gloo headers: there the
+// gloo backend is refused at run time, with the reason, and NCCL still works.
+#if __has_include(<gloo/algorithm.h>)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define CTRUN_TORCH_HAS_GLOO 1
+#else
+#define CTRUN_TORCH_HAS_GLOO 0
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -105,6 +112,11 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
 #endif
   }
   if (backend != "gloo") throw std::runtime_error("ctrun::worker: unknown backend '" + backend + "'");
+#if !CTRUN_TORCH_HAS_GLOO
+  throw std::runtime_error(
+      "ctrun::worker: this LibTorch has no gloo headers (a Python wheel's LibTorch ships none), so the gloo "
+      "backend was left out at build time; use backend nccl on GPUs, or build against a LibTorch with gloo");
+#else
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -124,6 +136,7 @@ DistContext init_distributed(const LaunchEnv& env, const DistOptions& options) {
 #endif
   ctx.backend = "gloo";
   return ctx;
+#endif
 }
 
 int64_t all_reduce_int(c10d::ProcessGroup& pg, int64_t value, c10d::ReduceOp op) {
