@@ -87,17 +87,32 @@ def thread_count():
         return threading.active_count()
 
 
-def cuda_driver_loaded():
-    """True when the CUDA driver library is mapped: the CUDA runtime loads it at its first call
-    and initialises the driver (cuInit), which a forked child cannot use, even when torch never
-    initialised CUDA itself (a library that asked torch.cuda.is_available() at import). NVML, which
-    torch.cuda.device_count() may use because it leaves fork safe, maps libnvidia-ml only, and its
-    open /dev/nvidiactl says nothing."""
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def cuda_driver_initialised():
+    """True when the CUDA driver (libcuda) is initialised (cuInit was called, by the CUDA runtime's
+    first call or a library's own), which a forked child cannot use, even when torch never
+    initialised CUDA itself (a library that asked torch.cuda.is_available() at import). Being
+    mapped is not enough: every CUDA build of torch 2.x maps libcuda at `import torch` (a library
+    of torch's links it) without calling it. The driver says which without changing anything:
+    cuCtxGetCurrent answers CUDA_ERROR_NOT_INITIALIZED until cuInit. A libcuda that cannot be asked
+    counts as initialised. NVML, which torch.cuda.device_count() may use because it leaves fork
+    safe, maps libnvidia-ml only."""
     try:
         with open("/proc/self/maps") as maps:
-            return any("/libcuda.so" in line for line in maps)
+            paths = {line.split()[-1] for line in maps if "/libcuda.so" in line}
     except OSError:
         return False
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            ctx = ctypes.c_void_p()
+            if lib.cuCtxGetCurrent(ctypes.byref(ctx)) != CUDA_ERROR_NOT_INITIALIZED:
+                return True
+        except (OSError, AttributeError):
+            return True
+    return False
 
 
 def unsafe_reason():
@@ -105,8 +120,8 @@ def unsafe_reason():
     n = thread_count()
     if n != 1:
         return "the warm server has %d threads (a preloaded module started threads or ran parallel work)" % n
-    if cuda_driver_loaded():
-        return "CUDA was initialised while preloading (libcuda is loaded)"
+    if cuda_driver_initialised():
+        return "CUDA was initialised while preloading (the CUDA driver, libcuda, is initialised)"
     torch = sys.modules.get("torch")
     if torch is not None:
         try:

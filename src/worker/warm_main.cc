@@ -10,14 +10,15 @@
 // parent, hands it over and exits; the worker is reparented to ctrun (the child subreaper) before
 // the server passes the pidfd on.
 //
-// Safety: the server forks only while it has exactly one thread and has not touched CUDA (libcuda
-// mapped or a /dev/nvidia* device open); otherwise it reports the broken rule and ctrun starts the
+// Safety: the server forks only while it has exactly one thread and has not touched CUDA (the
+// driver in libcuda initialised, or a /dev/nvidia* device open); otherwise it reports the broken rule and ctrun starts the
 // workers cold. "Stale": a file the loader mapped (the binary and its shared libraries) that was
 // replaced or modified since start-up; ctrun then restarts the server.
 //
 // The server itself runs nothing but this file before main's caller would have run fn: no
 // threads, no signal changes, no output. A waiting worker exits on EOF of its spec socket.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -92,10 +93,29 @@ int ThreadCount() {
   return n;
 }
 
+// Whether the CUDA driver mapped at `path` was initialised (cuInit called): cuCtxGetCurrent answers
+// CUDA_ERROR_NOT_INITIALIZED (3) until then, and asking changes nothing. Being mapped is not
+// enough: every CUDA build of LibTorch 2.x maps libcuda at load (a library of torch's links it)
+// without calling it. A driver that cannot be asked counts as initialised.
+bool CudaDriverInitialised(const std::string& path) {
+  void* lib = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return true;
+  using CtxGetCurrent = int (*)(void**);
+  const auto get = reinterpret_cast<CtxGetCurrent>(::dlsym(lib, "cuCtxGetCurrent"));
+  void* ctx = nullptr;
+  const bool initialised = !get || get(&ctx) != 3;
+  ::dlclose(lib);
+  return initialised;
+}
+
 std::string CudaProblem() {
   std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);)
-    if (line.find("/libcuda.so") != std::string::npos) return "CUDA was initialised before main (libcuda is loaded)";
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find('/');
+    if (line.find("/libcuda.so") != std::string::npos && at != std::string::npos &&
+        CudaDriverInitialised(line.substr(at)))
+      return "CUDA was initialised before main (the CUDA driver, libcuda, is initialised)";
+  }
   if (DIR* d = ::opendir("/proc/self/fd")) {
     std::string found;
     while (dirent* e = ::readdir(d)) {

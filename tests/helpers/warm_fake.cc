@@ -16,6 +16,7 @@
 // Before main (in a static initialiser, so in the warm server), from the environment:
 //   WARM_FAKE_STATIC_THREAD=1  start a thread that sleeps (breaks the one-thread rule)
 //   WARM_FAKE_STATIC_DLOPEN=P  dlopen P (a stand-in libcuda.so.1: the CUDA rule)
+//   WARM_FAKE_STATIC_CUINIT=1  and call its cuInit(0): the driver initialised
 //   WARM_FAKE_STATIC_EXIT=N    _exit(N) when started as the server (one that dies before it is ready)
 //   WARM_FAKE_STATIC_BEAT=1    ask heartbeat_enabled() (the server reads its variables: none)
 #include <dirent.h>
@@ -56,7 +57,12 @@ const bool kStaticInit = [] {
   if (exit_code && std::getenv("CTRUN_WARM_SERVER")) ::_exit(std::atoi(exit_code));
   if (const char* v = std::getenv("WARM_FAKE_STATIC_THREAD"); v && *v == '1')
     std::thread([] { std::this_thread::sleep_for(std::chrono::seconds(60)); }).detach();
-  if (const char* v = std::getenv("WARM_FAKE_STATIC_DLOPEN")) ::dlopen(v, RTLD_NOW);
+  if (const char* v = std::getenv("WARM_FAKE_STATIC_DLOPEN")) {
+    void* lib = ::dlopen(v, RTLD_NOW);
+    const char* init = std::getenv("WARM_FAKE_STATIC_CUINIT");
+    if (lib && init && *init == '1')
+      if (auto cu_init = reinterpret_cast<int (*)(unsigned)>(::dlsym(lib, "cuInit"))) cu_init(0);
+  }
   if (const char* v = std::getenv("WARM_FAKE_STATIC_BEAT"); v && *v == '1') (void)ctrun::worker::heartbeat_enabled();
   return true;
 }();
