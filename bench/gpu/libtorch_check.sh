@@ -9,6 +9,7 @@
 #      injected crash between two snapshots, one restart that resumes from the last snapshot and
 #      finishes; its final parameters compared bit for bit with an uncrashed run's (and, when
 #      they differ, an uncrashed run with another: is the run itself deterministic?);
+#      warm_gpu: the same with --warm (train's CTRUN_MAIN server forks the workers), bit-identical;
 #   3. cross_gpu_to_cpu / cross_cpu_to_gpu: snapshots saved by a CUDA run are resumed by a run
 #      that sees no GPU (CUDA_VISIBLE_DEVICES=), and the reverse: each must load and finish;
 #   4. two_workers_cpu: two workers on the CPU (gloo), a crash of rank 1 and a resume, compared
@@ -355,6 +356,23 @@ case $? in
     fi
     ;;
 esac
+
+# 2b. The same crash and resume with --warm: train (CTRUN_MAIN) is started once as the warm server
+#     with LibTorch loaded, and both attempts' workers are forked from it; none may start cold
+#     (libcuda is mapped by a CUDA LibTorch; the driver must still be uninitialised in the server).
+echo; echo "== 2b. crash and resume on the $dev, --warm"
+run warm_$dev "${one[@]}" --warm --max-restarts 1 "$train" "${T_ARGS[@]}" --snapshot-dir "$work/snap_warm" \
+  --fail-at-step 13 --out "$work/warm_$dev.params"
+rc=$?
+why=""
+[ $rc = 0 ] || why="rc $rc"
+has warm_$dev '--warm: worker server pid' || why+="${why:+, }no warm server"
+! grep -qE 'starts? cold|started cold' "$work/warm_$dev.log" || why+="${why:+, }workers started cold"
+has warm_$dev 'attempt 1: resumed from snapshot at step 8 ' || why+="${why:+, }no resume from step 8"
+[ $gpu = 1 ] && { on_gpu warm_$dev || why+="${why:+, }not seen on the GPU"; }
+same_params "$work/base_$dev.params" "$work/warm_$dev.params" || why+="${why:+, }parameters differ from the uncrashed cold run"
+if [ -z "$why" ]; then record "warm_$dev" PASS "forked from the server, resumed from step 8, bit-identical to cold"
+else record "warm_$dev" FAIL "$why"; fi
 
 # 3. Cross-device resume: a run that crashes with no restart left leaves snapshots (step 8); a
 #    second run on the other device resumes from them (attempt 0: it finds them) and finishes.

@@ -18,6 +18,9 @@
 //    ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend objects, pg is a c10d::ProcessGroup
 //    over that backend (gloo registered for CPU and CUDA tensors, NCCL for CUDA tensors), as
 //    init_process_group builds it; with 1.13 it is the ProcessGroupGloo / ProcessGroupNCCL itself.
+//    Built against a LibTorch without gloo headers (a Python wheel's torch/include ships none),
+//    the gloo backend is left out: asking for it (or "auto" without CUDA and NCCL) throws
+//    std::runtime_error naming why.
 //  - DistributedSampler: torch.utils.data.DistributedSampler's index math, bit for bit: the same
 //    torch.randperm(n, generator seeded seed+epoch) permutation, padding by repeating the head of
 //    the list (or dropping the tail with drop_last), then every world_size-th index from rank.
