@@ -103,7 +103,11 @@ fi
 torch_abi=${torch_abi:-1}
 version_h=$torch_include/torch/csrc/api/include/torch/version.h
 [ -f "$version_h" ] || { echo "no LibTorch headers: $version_h missing"; record build FAIL "no LibTorch"; printf '%s\n' "${results[@]}"; finish 1; }
-torch_version=$(awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH)/ { v = v (v ? "." : "") $3 } END { print v }' "$version_h")
+# Newer LibTorch keeps the numbers in torch/headeronly/version.h, which this one includes; else
+# python's torch.__version__ names it.
+torch_version=$(cat "$version_h" "$torch_include/torch/headeronly/version.h" 2>/dev/null |
+  awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH) / { v = v (v ? "." : "") $3 } END { print v }')
+torch_version=${torch_version:-${py_version:-unknown}}
 echo "LibTorch $torch_version: include $torch_include, lib $torch_lib, _GLIBCXX_USE_CXX11_ABI=$torch_abi"
 # A Python wheel's LibTorch ships no gloo headers: torch_support.cc then leaves the gloo backend out
 # (init_distributed refuses it with the reason), so nothing runs on the CPU across processes.
