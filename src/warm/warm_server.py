@@ -87,6 +87,21 @@ def thread_count():
         return threading.active_count()
 
 
+def mapped_files(wanted):
+    """The paths of the files mapped into this process whose base name `wanted` accepts, each
+    once, in the order of /proc/self/maps; none when it cannot be read."""
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if "/" in line else ""
+                if path and path not in paths and wanted(os.path.basename(path)):
+                    paths.append(path)
+    except OSError:
+        pass
+    return paths
+
+
 CUDA_ERROR_NOT_INITIALIZED = 3
 
 
@@ -99,12 +114,7 @@ def cuda_driver_initialised():
     cuCtxGetCurrent answers CUDA_ERROR_NOT_INITIALIZED until cuInit. A libcuda that cannot be asked
     counts as initialised. NVML, which torch.cuda.device_count() may use because it leaves fork
     safe, maps libnvidia-ml only."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libcuda.so" in line}
-    except OSError:
-        return False
-    for path in paths:
+    for path in mapped_files(lambda name: name.startswith("libcuda.so")):
         try:
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
             ctx = ctypes.c_void_p()
@@ -227,18 +237,8 @@ def openblas_threads(env):
 def find_openblas_setters():
     """set_num_threads of each OpenBLAS library now mapped: its symbol carries the build's prefix
     ("scipy_" in numpy's wheels) and integer-size suffix ("64_")."""
-    paths = []
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1] if "/" in line else ""
-                name = os.path.basename(path)
-                if "openblas" in name and ".so" in name and path not in paths:
-                    paths.append(path)
-    except OSError:
-        return []
     setters = []
-    for path in paths:
+    for path in mapped_files(lambda name: "openblas" in name and ".so" in name):
         try:
             lib = ctypes.CDLL(path)
         except OSError:
