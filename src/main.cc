@@ -245,7 +245,6 @@ int main(int argc, char** argv) {
     ctx.hostname = ending.identity().hostname;
 
     if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return ending.Usage(s.message());
-    if (ctrun::Status s = ctrun::CheckSupported(config); !s.ok()) return ending.Usage(s.message());
     if (std::string notice = ctrun::MultiNodeRestartFlagsNotice(config); !notice.empty()) spdlog::warn("{}", notice);
     // NVML only where it can exist (the NVIDIA kernel driver is loaded) and is of use.
     std::unique_ptr<ctrun::GpuDriver> nvml = ctrun::WantsGpuDriver(config) ? ctrun::LoadNvml() : nullptr;

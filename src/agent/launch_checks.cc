@@ -41,14 +41,6 @@ std::string ResolveExecutable(const std::string& argv0, const std::string* path)
   return argv0;
 }
 
-Status CheckSupported(const LaunchConfig& c) {
-  if (c.run_path)
-    return Status::Error(
-        "--run_path is not supported: it runs the script inside torchrun's Python agent process; "
-        "ctrun starts every worker as its own process (drop --run_path)");
-  return Status::Ok();
-}
-
 namespace {
 
 // CUDA_VISIBLE_DEVICES lists MIG instances (the first entry decides, as for the runtime).

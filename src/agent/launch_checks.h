@@ -1,7 +1,5 @@
 // Launch checks: what main() verifies after parsing and before anything is started, so bad input
 // ends with one clear line and exit code 2 and never with a worker, a restart loop or a hang.
-//  - CheckSupported: features that parse (torchrun compatibility) but cannot exist in a
-//    process-based launcher (--run_path), refused with the reason: never silently ignored.
 //  - ResolveNproc: --nproc_per_node=cpu|gpu|auto -> a count (GPUs probed at run time).
 //  - ResolveEntrypoint: the program (or interpreter and script) exists and is executable; gives the
 //    file every worker execs, found through PATH once, here (the spawner searches nothing).
@@ -16,7 +14,6 @@
 
 namespace ctrun {
 
-Status CheckSupported(const LaunchConfig& config);
 // cpus: the number of CPUs this process may run on (sched_getaffinity); gpus: after --gpus.
 Status ResolveNproc(LaunchConfig* config, const GpuInventory& gpus, int cpus);
 // After ResolveNproc: the warning line for a CUDA_VISIBLE_DEVICES list of several MIG instances

@@ -474,8 +474,9 @@ void FinishRendezvous(EventLoop& loop, rdzv::Backend* backend) {
 // The summary's title, as torchrun names the entrypoint: the script, module or program as given
 // on the command line, not its file name alone. A Python interpreter given with --no_python
 // (`--no_python /usr/bin/python3 train.py`) is named by its first argument that is not an option,
-// as torchrun does for its own interpreter.
+// as torchrun does for its own interpreter. --run_path: torchrun's worker function.
 std::string EntrypointName(const LaunchConfig& config) {
+  if (config.run_path) return "run_script_path";
   if (!config.no_python || !IsPythonProgram(config.entrypoint)) return config.entrypoint;
   for (const std::string& a : config.args)
     if (!a.empty() && a[0] != '-') return a;
@@ -627,6 +628,7 @@ warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
   warm::WarmOptions o;
   o.preload = config.warm_preload;
   if (!config.numa_binding.empty()) o.cold_reason = "per-worker NUMA binding is requested";
+  if (config.run_path) o.cold_reason = "--run_path is given (the warm server runs a script as `python -u SCRIPT` does)";
   o.max_attempts = config.rdzv.multi_node ? -1 : config.max_restarts + 1;
   o.log = [](int level, const std::string& msg) {
     if (level >= 1) spdlog::warn("{}", msg);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "agent/run_path.h"
 #include "base/py_template.h"
 #include "ctrun/heartbeat.h"
 #include "gpu/visible_devices.h"
@@ -88,6 +89,7 @@ Environment BuildWorkerEnv(const LaunchConfig& config, const Environment& base_e
 }
 
 bool UsesPython(const LaunchConfig& config) {
+  if (config.run_path) return true;  // before --no_python, as torchrun decides
   if (config.no_python) return false;
   return config.module || config.python_text_entrypoint || EndsWith(config.entrypoint, ".py");
 }
@@ -99,6 +101,10 @@ std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::
     argv.push_back(executable);
     argv.push_back("-u");
     if (config.module) argv.push_back("-m");
+    if (config.run_path) {
+      argv.push_back("-c");
+      argv.push_back(kRunPathBootstrap);
+    }
   }
   // torchrun's one macro, ${local_rank} (or $local_rank), through string.Template's
   // safe_substitute as torchrun does; --expand-placeholders adds ctrun's.

@@ -48,7 +48,8 @@ std::string OmpNotice(const LaunchConfig& config, const Environment& base_env);
 // timer server, which ctrun does not run (workers get no TORCHELASTIC_TIMER_FILE); "" otherwise.
 std::string FileTimerWarning(const Environment& base_env);
 
-// Worker argv: `python -u [-m] script args` for .py / -m, the entrypoint itself otherwise.
+// Worker argv: `python -u [-m] script args` for .py / -m, `python -u -c <bootstrap> script args`
+// for --run_path (agent/run_path.h), the entrypoint itself otherwise.
 // `executable` is ResolveEntrypoint's answer (agent/launch_checks.h): the interpreter when the
 // entrypoint runs under Python. Args go through Python's string.Template.safe_substitute, as in
 // torchrun (base/py_template.h): `${local_rank}` or `$local_rank` is replaced per worker (torchrun's
@@ -57,8 +58,9 @@ std::string FileTimerWarning(const Environment& base_env);
 std::vector<std::string> BuildWorkerArgv(const LaunchConfig& config, const std::string& executable,
                                          const RankInfo& rank, const AttemptInfo& attempt);
 
-// Whether the entrypoint runs under Python (-m, a path ending in .py, or a non-executable Python
-// text file (ClassifyEntrypoint in agent/launch_checks.h), each without --no_python).
+// Whether the entrypoint runs under Python: --run_path (even with --no_python, as in torchrun), or
+// -m, a path ending in .py, or a non-executable Python text file (ClassifyEntrypoint in
+// agent/launch_checks.h), each without --no_python.
 bool UsesPython(const LaunchConfig& config);
 
 }  // namespace ctrun

@@ -99,8 +99,8 @@ constexpr std::array kOptions = {
               "failure detection is immediate. The value must still be a number > 0."},
     OptionDef{"start_method", 0, Kind::kValue, "PET_START_METHOD", "spawn|fork|forkserver", "spawn",
               Group::kWorkers,
-              "Accepted for compatibility (it only matters for Python function entrypoints); ctrun "
-              "always starts workers with fork+exec."},
+              "Accepted for compatibility (torchrun uses it only for --run-path's workers, which it "
+              "starts as multiprocessing children); ctrun starts every worker as a process of its own."},
     OptionDef{"role", 0, Kind::kValue, "PET_ROLE", "NAME", "default", Group::kWorkers,
               "Role of the workers: ROLE_NAME, and the console prefix [<role><local_rank>]:."},
     OptionDef{"numa_binding", 0, Kind::kValue, "", "node|socket|exclusive|core-complex", "", Group::kWorkers,
@@ -119,8 +119,9 @@ constexpr std::array kOptions = {
               "Execute the entrypoint directly, without python. (ctrun runs any entrypoint whose name "
               "does not end in .py directly anyway.) Not together with -m."},
     OptionDef{"run_path", 0, Kind::kFlag, "PET_RUN_PATH", "", "", Group::kEntrypoint,
-              "torchrun runs the script with runpy inside its Python agent. Parsed; ctrun has no Python "
-              "agent and refuses it."},
+              "Run the script through runpy.run_path, as torchrun does: an uncaught exception is "
+              "written to the worker's error file without @record. Python even with --no_python; not "
+              "together with -m; --warm starts such workers cold."},
     // --- Logs ---
     OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
               "Base directory for the workers' log files (default, and when empty: a fresh /tmp directory; "
@@ -141,7 +142,8 @@ constexpr std::array kOptions = {
     OptionDef{"duplicate_stderr_filters", 0, Kind::kValue, "PET_DUPLICATE_STDERR_FILTERS", "FILTERS", "",
               Group::kLogs, "The same for stderr, to filtered_stderr.log."},
     OptionDef{"logs_specs", 0, Kind::kValue, "", "NAME", "", Group::kLogs,
-              "torchrun LogsSpecs plugin (a Python entry point). Not supported by ctrun."},
+              "torchrun's LogsSpecs plugin (a Python entry point): only 'default', torchrun's own "
+              "layout, which ctrun writes."},
     // --- Signals & shutdown ---
     OptionDef{"signals_to_handle", 0, Kind::kValue, "PET_SIGNALS_TO_HANDLE", "SIGNALS",
               "SIGTERM,SIGINT,SIGHUP,SIGQUIT", Group::kSignals,
@@ -634,9 +636,11 @@ class Builder {
       c.duplicate_stderr_filters = SplitCommaEscaped(r.text);
       return {};
     });
-    Text("logs_specs", [&](const Raw&) -> Status {
-      return Status::Error("LogsSpecs plugins are Python entry points; ctrun does not support them "
-                           "(use --log-dir, --redirects, --tee, --log-prefix)");
+    Text("logs_specs", [&](const Raw& r) -> Status {
+      // torch registers its DefaultLogsSpecs as "default": the layout ctrun writes.
+      if (r.text == "default") return {};
+      return Status::Error("no LogsSpecs plugin '" + r.text + "': plugins are Python entry points, and ctrun has "
+                           "only torchrun's 'default' (use --log-dir, --redirects, --tee, --log-prefix)");
     });
     SignalOptions(c);
     Seconds("shutdown_timeout", /*zero_ok=*/true, &c.shutdown_timeout);
@@ -695,7 +699,11 @@ class Builder {
     c.entrypoint = std::move(worker.front());
     c.args.assign(std::make_move_iterator(worker.begin() + 1), std::make_move_iterator(worker.end()));
     if (c.entrypoint.empty()) return "the entrypoint is an empty string";
-    if (c.module && c.no_python)
+    // torchrun's --run_path takes precedence over --no_python, and would hand a module name to
+    // runpy.run_path as a file.
+    if (c.run_path && c.module)
+      return "--run_path runs a script file through runpy.run_path: not together with -m (--module)";
+    if (c.module && c.no_python && !c.run_path)
       return "Don't use both the '--no-python' flag and the '--module' ('-m') flag at the same time.";
     return "";
   }

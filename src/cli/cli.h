@@ -8,10 +8,9 @@
 //  - The first argument that is not an option (or the one after "--") is the entrypoint; it and
 //    everything after it go to the worker unchanged, even when they look like ctrun flags.
 //  - Values are validated here (ranges, choices, syntax) but nothing is checked against the system:
-//    parsing opens no file, spawns nothing and reads the environment only through `env`. Features
-//    that are parsed but not implemented (--numa-binding, --duplicate-stdout-filters,
-//    --duplicate-stderr-filters, --run-path) are stored and refused by CheckSupported
-//    (agent/launch_checks.h) with a reason and exit code 2, never silently ignored.
+//    parsing opens no file, spawns nothing and reads the environment only through `env`. A value
+//    ctrun cannot honour (a --logs-specs plugin other than torchrun's 'default') is refused here
+//    with a reason and exit code 2, never silently ignored.
 //  - Bad input gives Action::kExit with exit_code 2 and `error` = exactly one line,
 //    "ctrun: error: <problem naming the flag or variable and the value>\n"; `config.summary_file`
 //    and `config.events_file` then hold the paths given, as far as the arguments could be read,

@@ -62,7 +62,7 @@ struct LaunchConfig {
   // --- entrypoint ----------------------------------------------------------------------------
   bool module = false;                     // -m/--module
   bool no_python = false;                  // --no_python
-  bool run_path = false;                   // --run_path (refused: needs a Python agent)
+  bool run_path = false;                   // --run_path: the script through runpy.run_path (agent/run_path.h)
   std::string entrypoint;                  // training_script
   std::vector<std::string> args;           // training_script_args (REMAINDER)
   bool expand_placeholders = false;        // --expand-placeholders (ctrun): ${rank} etc. in args too

@@ -236,5 +236,71 @@ TEST(SideBySide, FailureSummaryHasTorchrunsLines) {
   }
 }
 
+// --run_path: torchrun runs the script through runpy.run_path in a worker function under @record.
+// The same argv, __name__, __file__ and environment; a raise lands in the error file (the script
+// has no @record) and the summary has torchrun's lines, the error file's path aside.
+TEST(SideBySide, RunPathGetsTorchrunsArgvErrorFileAndSummary) {
+  if (!HaveTorchrun()) GTEST_SKIP() << "no torch";
+  TempDir t, c;
+  auto args = [](const std::string& dir) {
+    return std::vector<std::string>{"--nproc_per_node=2", "--run_path", Script("run_path_dump.py"), dir, "1",
+                                    "${local_rank}"};
+  };
+  const RunResult tr = RunCommand(Torchrun(args(t.path())), SharedEnv(), 180s);
+  EXPECT_EQ(tr.exit_code, 1) << tr.err;
+  const RunResult cr = RunCommand(Ctrun(args(c.path())), SharedEnv(), 120s);
+  EXPECT_EQ(cr.exit_code, 1) << cr.err;
+
+  // Rank 1 raised; rank 0 may have been stopped before it wrote its file.
+  const nlohmann::json seen_t = Seen(t.path(), 1), seen_c = Seen(c.path(), 1);
+  ASSERT_TRUE(seen_t.is_object() && seen_c.is_object()) << tr.err << cr.err;
+  auto argv_t = seen_t["argv"].get<std::vector<std::string>>();
+  auto argv_c = seen_c["argv"].get<std::vector<std::string>>();
+  ASSERT_EQ(argv_t.size(), 4u);
+  ASSERT_EQ(argv_c.size(), 4u);
+  EXPECT_EQ(argv_t[0], Script("run_path_dump.py"));
+  EXPECT_EQ(argv_t[3], "1");
+  argv_t.erase(argv_t.begin() + 1);  // the output directory
+  argv_c.erase(argv_c.begin() + 1);
+  EXPECT_EQ(argv_c, argv_t);
+  for (const char* key : {"name", "file", "cwd"}) EXPECT_EQ(seen_c[key], seen_t[key]) << key;
+  EXPECT_EQ(seen_c["name"], "__main__");
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "ROLE_NAME", "OMP_NUM_THREADS"})
+    EXPECT_EQ(seen_c["env"][name], seen_t["env"][name]) << name;
+
+  const std::string message = "ValueError: corrupt sample 7 on rank 1";
+  for (const nlohmann::json* seen : {&seen_t, &seen_c}) {
+    const auto error = nlohmann::json::parse(ReadFileOr((*seen)["env"]["TORCHELASTIC_ERROR_FILE"].get<std::string>()),
+                                             nullptr, false);
+    ASSERT_TRUE(error.is_object()) << (*seen)["env"]["TORCHELASTIC_ERROR_FILE"];
+    EXPECT_EQ(error["message"]["message"], message);
+    const std::string stack = error["message"]["extraInfo"]["py_callstack"].get<std::string>();
+    EXPECT_NE(stack.find("in load_batch"), std::string::npos) << stack;
+    EXPECT_TRUE(error["message"]["extraInfo"]["timestamp"].is_string());
+  }
+
+  // Every line of torchrun's summary but the traceback's and the error file's path is in ctrun's,
+  // in order; both tracebacks end with the exception.
+  auto masked = [](std::vector<std::string> block) {
+    for (std::string& line : block)
+      if (line.rfind("  error_file: /", 0) == 0) line = "  error_file: PATH";
+    return block;
+  };
+  const std::vector<std::string> block_t = masked(SummaryBlock(tr.err)), block_c = masked(SummaryBlock(cr.err));
+  ASSERT_GT(block_t.size(), 5u) << tr.err;
+  EXPECT_EQ(block_t.front(), "run_script_path FAILED");
+  auto next = block_c.begin();
+  for (const std::string& line : block_t) {
+    if (line.rfind("  traceback : ", 0) == 0 || line.rfind("    ", 0) == 0 || line.rfind("  " + message, 0) == 0 ||
+        line == "  ")
+      continue;
+    next = std::find(next, block_c.end(), line);
+    ASSERT_NE(next, block_c.end()) << "torchrun's summary line \"" << line << "\" is not in ctrun's, or not in order:\n"
+                                   << cr.err << "\ntorchrun's:\n" << tr.err;
+  }
+  for (const auto* block : {&block_t, &block_c})
+    EXPECT_NE(std::find(block->begin(), block->end(), "  " + message), block->end());
+}
+
 }  // namespace
 }  // namespace ctrun::testing

@@ -21,4 +21,7 @@ api.Std.from_str = staticmethod(_from_str)
 
 from torch.distributed.run import main  # noqa: E402
 
-sys.exit(main())
+# Guarded as the console script is: --run_path's workers are spawned children that import this
+# file again as __mp_main__.
+if __name__ == "__main__":
+    sys.exit(main())

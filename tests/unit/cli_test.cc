@@ -448,6 +448,15 @@ TEST(CliEnv, TorchrunTestLaunchWithEnvVars) {
   EXPECT_EQ(c.nproc.count, 2);
 }
 
+// torchrun's --run_path takes precedence over --no_python (its help says so); --logs-specs names
+// torch's own DefaultLogsSpecs as "default".
+TEST(Cli, RunPathWinsOverNoPythonAndLogsSpecsDefaultIsTorchruns) {
+  LaunchConfig c = Ok({"--run_path", "--no_python", "train.py"});
+  EXPECT_TRUE(c.run_path);
+  EXPECT_TRUE(c.no_python);
+  EXPECT_EQ(Ok({"--logs-specs=default", "./t"}).entrypoint, "./t");
+}
+
 TEST(CliEnv, PetModuleTogetherWithNoPythonFlagIsRefused) {
   CliOutcome o = Parse({"--no-python", "./t"}, {{"PET_MODULE", "1"}});
   EXPECT_EQ(o.exit_code, 2);
@@ -598,7 +607,7 @@ TEST(CliHelp, TextIsGroupedAndComplete) {
        {"Nodes & rendezvous:", "Workers:", "Entrypoint:", "Logs:", "Signals & shutdown:", "ctrun extensions",
         "Exit codes:", "PET_NPROC_PER_NODE", "--foo_bar", "event-driven", "128+", "126", "127", "usage error",
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "CTRUN_LOG_LEVEL", "--run-id", "-m, --module", "-r, --redirects",
-        "-t, --tee", "Not supported by ctrun", "Default: 1:1", "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT", "[env: PET_MASTER_PORT]"})
+        "-t, --tee", "runpy.run_path", "only 'default'", "Default: 1:1", "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT", "[env: PET_MASTER_PORT]"})
     EXPECT_THAT(h, HasSubstr(s));
   for (const char* flag :
        {"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf",
@@ -720,7 +729,8 @@ std::vector<BadCase> BadCases() {
       {"forward_overlap", {"--signals-to-handle=SIGTERM,SIGUSR1", "--forward-signals=SIGUSR1", "./t"}, {}, {"SIGUSR1"}},
       {"redirects_empty", {"--redirects=", "./t"}, {}, {"--redirects"}},
       {"tee_empty", {"-t", "", "./t"}, {}, {"-t"}},
-      {"logs_specs", {"--logs-specs=custom", "./t"}, {}, {"--logs-specs", "not support"}},
+      {"logs_specs", {"--logs-specs=custom", "./t"}, {}, {"--logs-specs", "'custom'", "only torchrun's 'default'"}},
+      {"run_path_and_module", {"--run_path", "-m", "pkg"}, {}, {"--run_path", "not together with -m"}},
       {"log_level_unknown", {"--log-level=loud", "./t"}, {}, {"--log-level", "'loud'"}},
       {"log_level_env", {"./t"}, {{"CTRUN_LOG_LEVEL", "loud"}}, {"CTRUN_LOG_LEVEL"}},
       {"log_prefix_empty", {"--log-prefix=", "./t"}, {}, {"--log-prefix", "none"}},

@@ -171,23 +171,5 @@ TEST(ResolveNproc, ARankCountPastIntIsRefused) {
   EXPECT_TRUE(ResolveNproc(&c, Gpus(0), 6).ok());
 }
 
-TEST(CheckSupported, RefusesWhatIsNotImplementedWithAReason) {
-  LaunchConfig c;
-  EXPECT_TRUE(CheckSupported(c).ok());
-  c.run_path = true;
-  EXPECT_NE(CheckSupported(c).message().find("--run_path"), std::string::npos);
-}
-
-// Once refused because they were parsed and ignored; implemented now, so accepted.
-TEST(CheckSupported, AcceptsNumaBindingAndDuplicateFilters) {
-  LaunchConfig c;
-  c.numa_binding = "node";  // implemented now (placement/binding_plan.h)
-  EXPECT_TRUE(CheckSupported(c).ok());
-  c = LaunchConfig{};
-  c.duplicate_stdout_filters = {"loss"};
-  c.duplicate_stderr_filters = {"warn"};
-  EXPECT_TRUE(CheckSupported(c).ok());  // implemented now (logs/duplicate_filter.h)
-}
-
 }  // namespace
 }  // namespace ctrun

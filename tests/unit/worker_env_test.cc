@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "agent/run_path.h"
 #include "health/health_monitor.h"
 #include "sys/event_loop.h"
 
@@ -187,6 +188,18 @@ TEST_F(EnvFixture, PythonArgvForScriptsAndModules) {
   config.entrypoint = "pkg.train";
   EXPECT_EQ(BuildWorkerArgv(config, "py", rank, attempt),
             (std::vector<std::string>{"py", "-u", "-m", "pkg.train", "--lr", "0.1"}));
+}
+
+// torchrun's --run_path: runpy.run_path in a fresh interpreter, under Python even with
+// --no_python; the script and its arguments follow the bootstrap, substituted as for a script.
+TEST_F(EnvFixture, RunPathRunsTheBootstrapWithTheScriptAndArgs) {
+  config.run_path = true;
+  config.no_python = true;
+  config.entrypoint = "train";
+  config.args = {"--rank=${local_rank}"};
+  EXPECT_TRUE(UsesPython(config));
+  EXPECT_EQ(BuildWorkerArgv(config, "/usr/bin/python3", rank, attempt),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "-c", kRunPathBootstrap, "train", "--rank=2"}));
 }
 
 TEST_F(EnvFixture, ExecutablesRunDirectly) {

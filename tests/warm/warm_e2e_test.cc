@@ -286,6 +286,18 @@ TEST_F(Warm, NonPythonEntrypointStartsColdWithOneWarning) {
   EXPECT_FALSE(StartedWarm(r));
 }
 
+// --run_path workers run through their own bootstrap (agent/run_path.h): cold, said once, and
+// still run (the probe's line per rank).
+TEST_F(Warm, RunPathStartsColdWithOneWarning) {
+  RunResult r = RunCommand(Ctrun(2, 0, {"--warm", "--warm-preload=json", "--run_path"}, Probe(dir_.path(), {"--exit", "0"})),
+                           kPythonEnv, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountOf(r.err, "--warm: --run_path is given"), 1) << r.err;
+  EXPECT_FALSE(StartedWarm(r)) << r.err;
+  EXPECT_EQ(CountOf(r.out, "probe rank 0 attempt 0"), 1) << r.out;
+  EXPECT_EQ(CountOf(r.out, "probe rank 1 attempt 0"), 1) << r.out;
+}
+
 TEST_F(Warm, ServerWithAThreadFallsBackCold) {
   std::ofstream(dir_ / "threader.py") << "import threading, time\n"
                                          "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n";

@@ -1,0 +1,32 @@
+#include "agent/run_path.h"
+
+namespace ctrun {
+
+// Python source for `python -c`; it defines one function so that the script's globals (a fresh
+// __main__ that runpy makes) see none of its names.
+const char* const kRunPathBootstrap = R"py(import sys
+def _ctrun_run_path():
+    import faulthandler, json, os, runpy, time, traceback
+    try:
+        faulthandler.enable(all_threads=True)
+    except Exception:
+        pass
+    del sys.argv[0]
+    if sys.path and sys.path[0] == "" and not getattr(sys.flags, "safe_path", False):
+        sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except Exception as e:
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if path:
+            info = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
+            try:
+                with open(path, "w") as f:
+                    json.dump({"message": {"message": "%s: %s" % (type(e).__name__, e), "extraInfo": info}}, f)
+            except Exception:
+                pass
+        raise
+_ctrun_run_path()
+)py";
+
+}  // namespace ctrun
