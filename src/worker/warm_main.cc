@@ -38,6 +38,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -110,12 +111,13 @@ bool CudaDriverInitialised(const std::string& path) {
 
 std::string CudaProblem() {
   std::ifstream maps("/proc/self/maps");
+  std::set<std::string> drivers;  // a library is mapped in several segments: ask each file once
   for (std::string line; std::getline(maps, line);) {
     const size_t at = line.find('/');
-    if (line.find("/libcuda.so") != std::string::npos && at != std::string::npos &&
-        CudaDriverInitialised(line.substr(at)))
-      return "CUDA was initialised before main (the CUDA driver, libcuda, is initialised)";
+    if (line.find("/libcuda.so") != std::string::npos && at != std::string::npos) drivers.insert(line.substr(at));
   }
+  for (const std::string& path : drivers)
+    if (CudaDriverInitialised(path)) return "CUDA was initialised before main (the CUDA driver, libcuda, is initialised)";
   if (DIR* d = ::opendir("/proc/self/fd")) {
     std::string found;
     while (dirent* e = ::readdir(d)) {
