@@ -6,14 +6,17 @@ namespace ctrun {
 // __main__ that runpy makes) see none of its names.
 const char* const kRunPathBootstrap = R"py(import sys
 def _ctrun_run_path():
-    import faulthandler, json, os, runpy, time, traceback
+    import faulthandler, json, os, pkgutil, runpy, time, traceback
     try:
         faulthandler.enable(all_threads=True)
     except Exception:
         pass
     del sys.argv[0]
     if sys.path and sys.path[0] == "" and not getattr(sys.flags, "safe_path", False):
-        sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
+        if pkgutil.get_importer(sys.argv[0]) is None:
+            sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
+        else:
+            del sys.path[0]
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
     except Exception as e:

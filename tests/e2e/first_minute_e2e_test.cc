@@ -14,6 +14,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "helpers/ctrun_command.h"
 #include "helpers/free_port.h"
@@ -259,6 +260,72 @@ TEST(FirstMinuteE2E, NonExecutablePythonTextFileRunsUnderPythonLikeTorchrun) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(SplitLines(ReadFileOr(d / "args.0")), (std::vector<std::string>{"-u", d / "train", "x"}));
   EXPECT_TRUE(Contains(r.err, "is not executable and is a text file: it runs under Python")) << r.err;
+}
+
+// --run_path's bootstrap in a real interpreter (no torch needed): the script's sys.argv, __name__
+// and sys.path[0] as `python SCRIPT` gives them (a directory with a __main__.py too); an uncaught
+// exception lands in the error file in torchelastic's layout and exits 1; SystemExit keeps its
+// code and writes nothing, as torchrun's record() does; an error file that cannot be written does
+// not hide the exception.
+TEST(FirstMinuteE2E, RunPathRunsTheScriptAsMainAndRecordsItsException) {
+  TempDir d;
+  fs::create_directories(d / "app");
+  const std::string body =
+      "import os, sys\n"
+      "print('seen', os.environ['RANK'], __name__, sys.argv, sys.path[0], flush=True)\n"
+      "print('parent on path', os.path.dirname(os.path.abspath(sys.argv[0])) in sys.path, flush=True)\n"
+      "mode = sys.argv[1]\n"
+      "if mode == 'raise': raise KeyError('no shard ' + os.environ['RANK'])\n"
+      "if mode == 'exit': sys.exit(5)\n"
+      "if mode == 'unwritable':\n"
+      "    os.environ['TORCHELASTIC_ERROR_FILE'] = '/nonexistent/error.json'\n"
+      "    raise KeyError('no shard ' + os.environ['RANK'])\n";
+  std::ofstream(d / "train") << body;  // no .py, no exec bit: run_path runs it anyway
+  std::ofstream(d / "app/__main__.py") << body;
+  const std::vector<std::string> env{"PYTHON_EXEC=/usr/bin/python3"};
+  auto run = [&](const std::string& script, const std::string& mode, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{CTRUN_BINARY, "--standalone", "--nproc_per_node=2", "--no_python", "--run_path"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {script, mode});
+    return RunCommand(argv, env);
+  };
+
+  RunResult ok = run(d / "train", "ok");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  for (const char* rank : {"0", "1"})
+    EXPECT_TRUE(Contains(ok.out, "seen " + std::string(rank) + " __main__ ['" + (d / "train") + "', 'ok'] " + d.path()))
+        << ok.out;
+  RunResult dir = run(d / "app", "ok");
+  ASSERT_EQ(dir.exit_code, 0) << dir.err;
+  EXPECT_TRUE(Contains(dir.out, "__main__ ['" + (d / "app") + "', 'ok'] " + (d / "app") + "\n")) << dir.out;
+  EXPECT_EQ(CountOf(dir.out, "parent on path False"), 2) << dir.out;  // as under `python DIR`
+
+  TempDir logs;
+  RunResult raised = run(d / "train", "raise", {"--log_dir", logs.path(), "--rdzv_id", "rp"});
+  EXPECT_EQ(raised.exit_code, 1) << raised.err;
+  EXPECT_TRUE(Contains(raised.err, "KeyError: 'no shard ")) << raised.err;  // the interpreter's traceback
+  EXPECT_TRUE(Contains(raised.err, "run_script_path FAILED")) << raised.err;
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(logs.path())) {
+    if (e.path().filename() != "error.json") continue;
+    ++files;
+    const auto j = nlohmann::json::parse(ReadFileOr(e.path()), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << e.path();
+    EXPECT_TRUE(j["message"]["message"].get<std::string>().starts_with("KeyError: 'no shard ")) << j.dump();
+    EXPECT_TRUE(Contains(j["message"]["extraInfo"]["py_callstack"].get<std::string>(), "KeyError")) << j.dump();
+    EXPECT_TRUE(j["message"]["extraInfo"]["timestamp"].is_string()) << j.dump();
+  }
+  EXPECT_GE(files, 1);
+
+  TempDir logs2;
+  RunResult exited = run(d / "train", "exit", {"--log_dir", logs2.path(), "--rdzv_id", "rp"});
+  EXPECT_EQ(exited.exit_code, 5) << exited.err;
+  for (const auto& e : fs::recursive_directory_iterator(logs2.path())) EXPECT_NE(e.path().filename(), "error.json");
+
+  // The script points the error file where it cannot be written: the exception still ends it.
+  RunResult unwritable = run(d / "train", "unwritable");
+  EXPECT_EQ(unwritable.exit_code, 1) << unwritable.err;
+  EXPECT_TRUE(Contains(unwritable.err, "KeyError: 'no shard ")) << unwritable.err;
 }
 
 // An executable text file without a #! line cannot be exec'd (ENOEXEC); torchrun runs every
