@@ -703,7 +703,7 @@ class Builder {
     // runpy.run_path as a file.
     if (c.run_path && c.module)
       return "--run_path runs a script file through runpy.run_path: not together with -m (--module)";
-    if (c.module && c.no_python && !c.run_path)
+    if (c.module && c.no_python)
       return "Don't use both the '--no-python' flag and the '--module' ('-m') flag at the same time.";
     return "";
   }
