@@ -3,10 +3,11 @@
 namespace ctrun {
 
 // Python source for `python -c`; it defines one function so that the script's globals (a fresh
-// __main__ that runpy makes) see none of its names.
+// __main__ that runpy makes) see none of its names. It imports only what run_path imports anyway
+// (pkgutil) and faulthandler before the script; json and traceback (tens of ms) only on failure.
 const char* const kRunPathBootstrap = R"py(import sys
 def _ctrun_run_path():
-    import faulthandler, json, os, pkgutil, runpy, time, traceback
+    import faulthandler, os, pkgutil, runpy
     try:
         faulthandler.enable(all_threads=True)
     except Exception:
@@ -22,8 +23,9 @@ def _ctrun_run_path():
     except Exception as e:
         path = os.environ.get("TORCHELASTIC_ERROR_FILE")
         if path:
-            info = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
             try:
+                import json, time, traceback
+                info = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
                 with open(path, "w") as f:
                     json.dump({"message": {"message": "%s: %s" % (type(e).__name__, e), "extraInfo": info}}, f)
             except Exception:
