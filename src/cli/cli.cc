@@ -320,8 +320,29 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-// " (did you mean '--nnodes'?)" for a near miss, else "".
+// Options of the launchers people come from, in '-' spelling, with what ctrun calls them.
+struct ForeignOption {
+  std::string_view name;
+  std::string_view hint;
+};
+constexpr ForeignOption kForeignOptions[] = {
+    {"--use-env", "torch.distributed.launch's; torchrun and ctrun always give LOCAL_RANK in the environment: drop it"},
+    {"--num-gpus", "deepspeed's; ctrun's is --nproc-per-node, workers per node"},
+    {"--num-nodes", "deepspeed's; ctrun's is --nnodes"},
+    {"--num-processes", "accelerate's, counted over all nodes; ctrun's is --nproc-per-node, per node, with --nnodes"},
+    {"--num-machines", "accelerate's; ctrun's is --nnodes"},
+    {"--machine-rank", "accelerate's; ctrun's is --node-rank"},
+    {"--main-process-ip", "accelerate's; ctrun's is --master-addr"},
+    {"--main-process-port", "accelerate's; ctrun's is --master-port"},
+};
+
+// " (did you mean '--nnodes'?)" for a near miss, " (deepspeed's; ...)" for another launcher's
+// option, else "".
 std::string Suggestion(std::string_view name) {
+  std::string dashed(name);
+  std::replace(dashed.begin() + std::min<size_t>(2, dashed.size()), dashed.end(), '_', '-');
+  for (const ForeignOption& f : kForeignOptions)
+    if (f.name == dashed) return " (" + std::string(f.hint) + ")";
   std::string best;
   size_t best_d = 3;
   for (const OptionDef& def : kOptions)

@@ -731,6 +731,11 @@ std::vector<BadCase> BadCases() {
       {"tee_empty", {"-t", "", "./t"}, {}, {"-t"}},
       {"logs_specs", {"--logs-specs=custom", "./t"}, {}, {"--logs-specs", "'custom'", "only torchrun's 'default'"}},
       {"run_path_and_module", {"--run_path", "-m", "pkg"}, {}, {"--run_path", "not together with -m"}},
+      // Other launchers' options name ctrun's, in either spelling.
+      {"launch_use_env", {"--use_env", "./t"}, {}, {"'--use_env'", "torch.distributed.launch's", "drop it"}},
+      {"deepspeed_num_gpus", {"--num_gpus=2", "./t"}, {}, {"'--num_gpus'", "deepspeed's", "--nproc-per-node"}},
+      {"accelerate_num_processes", {"--num-processes", "8", "./t"}, {}, {"accelerate's", "per node, with --nnodes"}},
+      {"accelerate_main_process_port", {"--main_process_port=1", "./t"}, {}, {"--master-port"}},
       {"log_level_unknown", {"--log-level=loud", "./t"}, {}, {"--log-level", "'loud'"}},
       {"log_level_env", {"./t"}, {{"CTRUN_LOG_LEVEL", "loud"}}, {"CTRUN_LOG_LEVEL"}},
       {"log_prefix_empty", {"--log-prefix=", "./t"}, {}, {"--log-prefix", "none"}},
