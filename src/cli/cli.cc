@@ -120,7 +120,7 @@ constexpr std::array kOptions = {
               "does not end in .py directly anyway.) Not together with -m."},
     OptionDef{"run_path", 0, Kind::kFlag, "PET_RUN_PATH", "", "", Group::kEntrypoint,
               "Run the script through runpy.run_path, as torchrun does: an uncaught exception is "
-              "written to the worker's error file without @record. Python even with --no_python; not "
+              "written to the worker's error file without @record. Python even with --no-python; not "
               "together with -m; --warm starts such workers cold."},
     // --- Logs ---
     OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
