@@ -246,6 +246,7 @@ int main(int argc, char** argv) {
 
     if (ctrun::Status s = ctrun::rdzv::ResolveSettings(&config); !s.ok()) return ending.Usage(s.message());
     if (std::string notice = ctrun::MultiNodeRestartFlagsNotice(config); !notice.empty()) spdlog::warn("{}", notice);
+    if (std::string notice = ctrun::EventLogHandlerNotice(config); !notice.empty()) spdlog::warn("{}", notice);
     // NVML only where it can exist (the NVIDIA kernel driver is loaded) and is of use.
     std::unique_ptr<ctrun::GpuDriver> nvml = ctrun::WantsGpuDriver(config) ? ctrun::LoadNvml() : nullptr;
     const ctrun::Environment parent_env = ctx.env;  // before the probe sets CUDA_VISIBLE_DEVICES: for --dry-run

@@ -250,6 +250,12 @@ StatusOr<std::string> ResolveEntrypoint(const LaunchConfig& c, const std::string
   return resolved;
 }
 
+std::string EventLogHandlerNotice(const LaunchConfig& c) {
+  if (c.event_log_handler != "console") return "";
+  return "--event-log-handler console: torchrun prints its agent's events there, ctrun does not; ctrun writes "
+         "its own as JSON lines with --events-file PATH";
+}
+
 std::string MultiNodeRestartFlagsNotice(const LaunchConfig& c) {
   if (!c.rdzv.multi_node) return "";
   std::string what;

@@ -64,4 +64,9 @@ std::string PythonNotice(const LaunchConfig& config, const std::string& python_e
 // --heartbeat-timeout turns on; "" otherwise.
 std::string MultiNodeRestartFlagsNotice(const LaunchConfig& c);
 
+// One warning line for --event-log-handler console, where torchrun prints its agent's events and
+// ctrun does not (its own: --events-file); "" for null and dynamic_rendezvous, which print nothing
+// in torchrun either.
+std::string EventLogHandlerNotice(const LaunchConfig& c);
+
 }  // namespace ctrun

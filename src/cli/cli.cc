@@ -110,8 +110,10 @@ constexpr std::array kOptions = {
               "one L3 cache of the node per worker. Needs a GPU per worker."},
     OptionDef{"virtual_local_rank", 0, Kind::kFlag, "PET_VIRTUAL_LOCAL_RANK", "", "", Group::kWorkers,
               "Every worker gets LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES."},
-    OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "NAME", "null", Group::kWorkers,
-              "Accepted for compatibility (a torchrun Python event handler); ctrun's own events: --events-file."},
+    OptionDef{"event_log_handler", 0, Kind::kValue, "PET_EVENT_LOG_HANDLER", "null|console|dynamic_rendezvous", "null", Group::kWorkers,
+              "Accepted for compatibility: torchrun's agent event handler, null, console or "
+              "dynamic_rendezvous; ctrun prints no torchrun events (console: one warning) and writes "
+              "its own with --events-file."},
     // --- Entrypoint ---
     OptionDef{"module", 'm', Kind::kFlag, "PET_MODULE", "", "", Group::kEntrypoint,
               "Run the entrypoint as a Python module: python -u -m MODULE ARGS."},
@@ -633,6 +635,9 @@ class Builder {
       return {};
     });
     Text("event_log_handler", [&](const Raw& r) -> Status {
+      // torchrun's handlers (torch.distributed.elastic.events.handlers); another name is a
+      // KeyError at its first event.
+      if (Status s = CheckChoice("event_log_handler", r.text); !s.ok()) return s;
       c.event_log_handler = r.text;
       return {};
     });

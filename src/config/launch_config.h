@@ -57,7 +57,7 @@ struct LaunchConfig {
   bool report_bindings = false;            // --report-bindings (ctrun)
   std::optional<int> debug_rank;           // --debug-rank (ctrun): global rank under a debugger
   int debug_port = 0;                      // --debug-rank R:PORT; 0: a free port, chosen at start
-  std::string event_log_handler = "null";  // --event-log-handler (accepted; ctrun records no events)
+  std::string event_log_handler = "null";  // --event-log-handler: null|console|dynamic_rendezvous (unused)
 
   // --- entrypoint ----------------------------------------------------------------------------
   bool module = false;                     // -m/--module

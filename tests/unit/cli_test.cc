@@ -347,8 +347,9 @@ std::vector<EnvCase> EnvCases() {
        [](C c) { EXPECT_EQ(c.start_method, "forkserver"); }},
       {"PET_ROLE", "envrole", "--role", "flagrole", [](C c) { EXPECT_EQ(c.role, "envrole"); },
        [](C c) { EXPECT_EQ(c.role, "flagrole"); }},
-      {"PET_EVENT_LOG_HANDLER", "e", "--event_log_handler", "f", [](C c) { EXPECT_EQ(c.event_log_handler, "e"); },
-       [](C c) { EXPECT_EQ(c.event_log_handler, "f"); }},
+      {"PET_EVENT_LOG_HANDLER", "console", "--event_log_handler", "dynamic_rendezvous",
+       [](C c) { EXPECT_EQ(c.event_log_handler, "console"); },
+       [](C c) { EXPECT_EQ(c.event_log_handler, "dynamic_rendezvous"); }},
       {"PET_LOG_DIR", "/env", "--log_dir", "/flag", [](C c) { EXPECT_EQ(c.log_dir, "/env"); },
        [](C c) { EXPECT_EQ(c.log_dir, "/flag"); }},
       {"PET_REDIRECTS", "3", "--redirects", "1", [](C c) { EXPECT_EQ(c.redirects, "3"); },
@@ -731,6 +732,9 @@ std::vector<BadCase> BadCases() {
       {"tee_empty", {"-t", "", "./t"}, {}, {"-t"}},
       {"logs_specs", {"--logs-specs=custom", "./t"}, {}, {"--logs-specs", "'custom'", "only torchrun's 'default'"}},
       {"run_path_and_module", {"--run_path", "-m", "pkg"}, {}, {"--run_path", "not together with -m"}},
+      // torchrun's handlers are null, console and dynamic_rendezvous; another is its KeyError later.
+      {"event_log_handler_unknown", {"--event-log-handler=file", "./t"}, {}, {"--event-log-handler", "'file'", "null, console or dynamic_rendezvous"}},
+      {"event_log_handler_env_unknown", {"./t"}, {{"PET_EVENT_LOG_HANDLER", "x"}}, {"PET_EVENT_LOG_HANDLER", "'x'"}},
       // Other launchers' options name ctrun's, in either spelling.
       {"launch_use_env", {"--use_env", "./t"}, {}, {"'--use_env'", "torch.distributed.launch's", "drop it"}},
       {"deepspeed_num_gpus", {"--num_gpus=2", "./t"}, {}, {"'--num_gpus'", "deepspeed's", "--nproc-per-node"}},

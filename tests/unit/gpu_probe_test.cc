@@ -171,5 +171,18 @@ TEST(ResolveNproc, ARankCountPastIntIsRefused) {
   EXPECT_TRUE(ResolveNproc(&c, Gpus(0), 6).ok());
 }
 
+// torchrun prints its agent's events to the console with --event-log-handler console; ctrun says
+// once that it does not. null and dynamic_rendezvous print nothing in torchrun either.
+TEST(EventLogHandlerNotice, OnlyConsoleIsSaid) {
+  LaunchConfig c;
+  EXPECT_EQ(EventLogHandlerNotice(c), "");
+  c.event_log_handler = "dynamic_rendezvous";
+  EXPECT_EQ(EventLogHandlerNotice(c), "");
+  c.event_log_handler = "console";
+  EXPECT_EQ(EventLogHandlerNotice(c),
+            "--event-log-handler console: torchrun prints its agent's events there, ctrun does not; ctrun writes "
+            "its own as JSON lines with --events-file PATH");
+}
+
 }  // namespace
 }  // namespace ctrun
