@@ -5,8 +5,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/install-deps.sh"
-"$root/scripts/build.sh" -DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=OFF
 build="${CTRUN_BUILD_DIR:-$root/build}"
+# A fresh build directory gets only what the demo runs; one configured before (by
+# scripts/test.sh, or by hand) keeps its settings, so the demo does not switch its tests off.
+fresh=()
+[ -f "$build/CMakeCache.txt" ] || fresh=(-DCTRUN_BUILD_TESTS=OFF -DCTRUN_BUILD_BENCH=OFF)
+"$root/scripts/build.sh" "${fresh[@]}"
 snapshots="$(mktemp -d /tmp/ctrun_demo_XXXXXX)"
 trap 'rm -rf "$snapshots"' EXIT
 set -x
