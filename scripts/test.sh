@@ -6,9 +6,9 @@
 # (a quicker local run; CI never sets it).
 #
 # Every option that decides what the suite contains is given here on each run, so a build
-# directory configured before with fewer parts (./scripts/demo.sh caches CTRUN_BUILD_TESTS=OFF, a
-# copy of the second pass's flags caches a skipped area) is reconfigured, not reused as it is; and
-# ctest fails when it finds no tests at all.
+# directory configured before with fewer parts (./scripts/demo.sh, run first, caches
+# CTRUN_BUILD_TESTS=OFF; a copy of the second pass's flags caches a skipped area) is reconfigured,
+# not reused as it is; and ctest fails when it finds no tests at all.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/install-deps.sh"
