@@ -341,8 +341,7 @@ constexpr ForeignOption kForeignOptions[] = {
 // " (did you mean '--nnodes'?)" for a near miss, " (deepspeed's; ...)" for another launcher's
 // option, else "".
 std::string Suggestion(std::string_view name) {
-  std::string dashed(name);
-  std::replace(dashed.begin() + std::min<size_t>(2, dashed.size()), dashed.end(), '_', '-');
+  const std::string dashed = Dashed(name);
   for (const ForeignOption& f : kForeignOptions)
     if (f.name == dashed) return " (" + std::string(f.hint) + ")";
   std::string best;
