@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -93,6 +95,20 @@ std::vector<std::string> SummaryBlock(const std::string& err) {
     block.push_back(masked);
   }
   return block;
+}
+
+// The first of torchrun's summary lines, but those `skip` says, that ctrun's summary lacks or has
+// out of torchrun's order; nullopt when all are there in order.
+std::optional<std::string> FirstLineOutOfOrder(const std::vector<std::string>& torchrun,
+                                               const std::vector<std::string>& ctrun,
+                                               const std::function<bool(const std::string&)>& skip) {
+  auto next = ctrun.begin();
+  for (const std::string& line : torchrun) {
+    if (skip(line)) continue;
+    next = std::find(next, ctrun.end(), line);
+    if (next == ctrun.end()) return line;
+  }
+  return std::nullopt;
 }
 
 TEST(SideBySide, WorkersSeeTorchrunsEnvironmentArgvAndWorkingDirectory) {
@@ -227,13 +243,10 @@ TEST(SideBySide, FailureSummaryHasTorchrunsLines) {
   const std::vector<std::string> block_t = SummaryBlock(tr.err), block_c = SummaryBlock(cr.err);
   ASSERT_GT(block_t.size(), 5u) << tr.err;
   EXPECT_NE(std::find(block_t.begin(), block_t.end(), "  rank      : 1 (local_rank: 1)"), block_t.end()) << tr.err;
-  auto next = block_c.begin();
-  for (const std::string& line : block_t) {
-    if (line.rfind("  traceback : ", 0) == 0) continue;
-    next = std::find(next, block_c.end(), line);
-    ASSERT_NE(next, block_c.end()) << "torchrun's summary line \"" << line << "\" is not in ctrun's, or not in order:\n"
-                                   << cr.err;
-  }
+  const auto missing =
+      FirstLineOutOfOrder(block_t, block_c, [](const std::string& line) { return line.rfind("  traceback : ", 0) == 0; });
+  ASSERT_FALSE(missing) << "torchrun's summary line \"" << *missing << "\" is not in ctrun's, or not in order:\n"
+                        << cr.err;
 }
 
 // --run_path: torchrun runs the script through runpy.run_path in a worker function under @record.
@@ -289,15 +302,12 @@ TEST(SideBySide, RunPathGetsTorchrunsArgvErrorFileAndSummary) {
   const std::vector<std::string> block_t = masked(SummaryBlock(tr.err)), block_c = masked(SummaryBlock(cr.err));
   ASSERT_GT(block_t.size(), 5u) << tr.err;
   EXPECT_EQ(block_t.front(), "run_script_path FAILED");
-  auto next = block_c.begin();
-  for (const std::string& line : block_t) {
-    if (line.rfind("  traceback : ", 0) == 0 || line.rfind("    ", 0) == 0 || line.rfind("  " + message, 0) == 0 ||
-        line == "  ")
-      continue;
-    next = std::find(next, block_c.end(), line);
-    ASSERT_NE(next, block_c.end()) << "torchrun's summary line \"" << line << "\" is not in ctrun's, or not in order:\n"
-                                   << cr.err << "\ntorchrun's:\n" << tr.err;
-  }
+  const auto missing = FirstLineOutOfOrder(block_t, block_c, [&](const std::string& line) {
+    return line.rfind("  traceback : ", 0) == 0 || line.rfind("    ", 0) == 0 || line.rfind("  " + message, 0) == 0 ||
+           line == "  ";
+  });
+  ASSERT_FALSE(missing) << "torchrun's summary line \"" << *missing << "\" is not in ctrun's, or not in order:\n"
+                        << cr.err << "\ntorchrun's:\n" << tr.err;
   for (const auto* block : {&block_t, &block_c})
     EXPECT_NE(std::find(block->begin(), block->end(), "  " + message), block->end());
 }
