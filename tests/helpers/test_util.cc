@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -91,9 +93,91 @@ char ProcState(pid_t pid) {
   return rp == std::string::npos || rp + 2 >= stat.size() ? '\0' : stat[rp + 2];
 }
 
+// `text` less what nests between `open` and `close` (template and argument lists).
+std::string DropNested(const std::string& text, char open, char close) {
+  std::string out;
+  int depth = 0;
+  for (char ch : text) {
+    if (ch == open) ++depth;
+    else if (ch == close && depth > 0) --depth;
+    else if (depth == 0) out += ch;
+  }
+  return out;
+}
+
+// The function of one frame line: gdb's "#3  0x7f.. in NAME (args) at f.c:1", "#0  NAME (args)
+// at ...", "#13 0x7f.. in ?? () from /lib/libx.so.6", or eu-stack's "#0  0x7f.. NAME".
+std::string FrameFunction(const std::string& line) {
+  std::string rest = line.substr(std::min(line.size(), line.find(' ')));
+  rest.erase(0, std::min(rest.size(), rest.find_first_not_of(' ')));
+  if (rest.rfind("0x", 0) == 0) {
+    const size_t sp = rest.find(' ');
+    rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
+    if (rest.rfind("in ", 0) == 0) rest.erase(0, 3);
+  }
+  std::string lib;
+  if (const size_t from = rest.rfind(" from "); from != std::string::npos)
+    lib = std::filesystem::path(rest.substr(from + 6)).filename().string();
+  std::string name = DropNested(DropNested(rest.substr(0, rest.find(" (")), '<', '>'), '(', ')');
+  if (name.empty()) name = "??";
+  if (name == "??" && !lib.empty()) name += " (" + lib + ")";
+  return name;
+}
+
+// "LWP 20917 \"ctrun\"" from gdb's `Thread 3 (Thread 0x7f.. (LWP 20917) "ctrun"):`, or
+// "LWP 20917" from eu-stack's `TID 20917:`.
+std::string ThreadLabel(const std::string& header) {
+  static const std::regex gdb(R"(\(LWP (\d+)\)( "[^"]*")?)"), eu(R"(^TID (\d+):)");
+  std::smatch m;
+  if (std::regex_search(header, m, gdb)) return "LWP " + m[1].str() + m[2].str();
+  if (std::regex_search(header, m, eu)) return "LWP " + m[1].str();
+  return header;
+}
+
+}  // namespace
+
+std::string CompactStacks(const std::string& backtraces) {
+  struct Thread {
+    std::string label;
+    std::vector<std::pair<std::string, int>> frames;  // function, times in a row
+  };
+  std::vector<Thread> threads;
+  for (const std::string& line : SplitLines(backtraces)) {
+    if (line.rfind("Thread ", 0) == 0 || line.rfind("TID ", 0) == 0) {
+      threads.push_back({ThreadLabel(line), {}});
+    } else if (line.size() > 1 && line[0] == '#' && std::isdigit(static_cast<unsigned char>(line[1]))) {
+      if (threads.empty()) threads.push_back({"the only thread", {}});
+      auto& frames = threads.back().frames;
+      std::string f = FrameFunction(line);
+      if (!frames.empty() && frames.back().first == f) ++frames.back().second;
+      else frames.emplace_back(std::move(f), 1);
+    }
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> stacks;  // stack, its threads
+  for (const Thread& t : threads) {
+    std::string stack;
+    for (const auto& [f, n] : t.frames)
+      stack += (stack.empty() ? "" : " < ") + f + (n > 1 ? " x" + std::to_string(n) : "");
+    auto same = std::find_if(stacks.begin(), stacks.end(), [&](const auto& s) { return s.first == stack; });
+    if (same == stacks.end()) stacks.push_back({stack, {t.label}});
+    else same->second.push_back(t.label);
+  }
+  std::string out;
+  for (const auto& [stack, labels] : stacks) {
+    std::string who = labels.size() == 1 ? labels[0] : std::to_string(labels.size()) + " threads";
+    if (labels.size() > 1)
+      for (size_t i = 0; i < labels.size(); ++i) who += (i ? ", " : " (") + labels[i];
+    out += "  " + who + (labels.size() > 1 ? ")" : "") + ": " + stack + "\n";
+  }
+  return out;
+}
+
+namespace {
+
 // What a command that ran past its timeout was doing: every process below it (pid, state, kernel
 // wait channel, command line) and every thread's stack through eu-stack, else gdb (bounded),
-// appended to its stderr so that a rare hang in a test run explains itself.
+// folded by CompactStacks and appended to its stderr so that a rare hang in a test run explains
+// itself within the part of a long failure that a CI log keeps.
 std::string DescribeHungTree(pid_t root) {
   std::vector<pid_t> pids = LiveDescendants(root);
   pids.insert(pids.begin(), root);
@@ -101,7 +185,7 @@ std::string DescribeHungTree(pid_t root) {
   std::string stacks;  // the command, less the pid
   if (access("/usr/bin/eu-stack", X_OK) == 0) stacks = "timeout 10 /usr/bin/eu-stack -p ";
   else if (access("/usr/bin/gdb", X_OK) == 0)
-    stacks = "timeout 20 /usr/bin/gdb -batch -nx -ex 'thread apply all bt 24' -p ";
+    stacks = "timeout 20 /usr/bin/gdb -batch -nx -ex 'thread apply all bt 40' -p ";
   for (pid_t p : pids) {
     const std::string proc = "/proc/" + std::to_string(p);
     std::string cmd = ReadFileOr(proc + "/cmdline");
@@ -110,12 +194,14 @@ std::string DescribeHungTree(pid_t root) {
     out += "pid " + std::to_string(p) + " state " + (state ? std::string(1, state) : "?") + " wchan " + ReadFileOr(proc + "/wchan") + ": " + cmd + "\n";
     if (stacks.empty()) continue;
     const std::string c = stacks + std::to_string(p) + " 2>&1";
+    std::string trace;
     if (FILE* f = popen(c.c_str(), "r")) {
       char buf[4096];
       size_t n;
-      while ((n = fread(buf, 1, sizeof buf, f)) > 0 && out.size() < (1u << 20)) out.append(buf, n);
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0 && trace.size() < (1u << 20)) trace.append(buf, n);
       pclose(f);
     }
+    out += CompactStacks(trace);
   }
   return out;
 }

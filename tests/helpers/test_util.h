@@ -74,6 +74,11 @@ std::vector<pid_t> LiveDescendants(pid_t ancestor);
 // program's from its exec, a forked one's a moment after the fork); 0 when there is none yet.
 pid_t WatchdogBelow(pid_t ctrun);
 std::string ReadFileOr(const std::string& path, const std::string& fallback = "");
+// gdb's `thread apply all bt` (or eu-stack's) output folded to one line a thread: its id, its name
+// and its frames' function names, innermost first ("?? (libfoo.so)" for a frame without symbols),
+// with arguments, templates and repeats dropped; threads of identical stacks share a line. A hung
+// test's dump then fits where a CI log shows only the start and the end of a failure.
+std::string CompactStacks(const std::string& backtraces);
 std::vector<std::string> SplitLines(const std::string& s);
 // The workers' cgroup directory a --log-level=debug ctrun named ("workers run in cgroup DIR");
 // "" when it ran without one.
