@@ -628,7 +628,6 @@ warm::WarmOptions MakeWarmOptions(const LaunchConfig& config) {
   warm::WarmOptions o;
   o.preload = config.warm_preload;
   if (!config.numa_binding.empty()) o.cold_reason = "per-worker NUMA binding is requested";
-  if (config.run_path) o.cold_reason = "--run_path is given (the warm server runs a script as `python -u SCRIPT` does)";
   o.max_attempts = config.rdzv.multi_node ? -1 : config.max_restarts + 1;
   o.log = [](int level, const std::string& msg) {
     if (level >= 1) spdlog::warn("{}", msg);

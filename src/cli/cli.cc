@@ -123,7 +123,7 @@ constexpr std::array kOptions = {
     OptionDef{"run_path", 0, Kind::kFlag, "PET_RUN_PATH", "", "", Group::kEntrypoint,
               "Run the script through runpy.run_path, as torchrun does: an uncaught exception is "
               "written to the worker's error file without @record. Python even with --no-python; not "
-              "together with -m; --warm starts such workers cold."},
+              "together with -m."},
     // --- Logs ---
     OptionDef{"log_dir", 0, Kind::kValue, "PET_LOG_DIR", "DIR", "", Group::kLogs,
               "Base directory for the workers' log files (default, and when empty: a fresh /tmp directory; "
@@ -238,7 +238,7 @@ constexpr std::array kOptions = {
               "printed); the other ranks start normally. Without gdbserver on PATH the rank stops "
               "(SIGSTOP) just before exec until a debugger attaches (gdb -p PID) and continues it."},
     OptionDef{"warm", 0, Kind::kFlag, "", "", "", Group::kCtrun,
-              "Start Python workers (.py, -m) by fork from a server that imported the --warm-preload "
+              "Start Python workers (.py, -m, --run_path) by fork from a server that imported the --warm-preload "
               "modules once, instead of a fresh interpreter each: restarts skip import torch. C++ "
               "workers built with CTRUN_MAIN (ctrun/warm_main.h) are forked from their binary started "
               "once (LibTorch loaded once). Workers look as if started cold; ctrun starts them cold, "

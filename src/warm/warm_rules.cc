@@ -33,7 +33,14 @@ bool HandedOver(const StdioTarget& t) {
 
 // An interpreter flag the warm server cannot take: it takes a value or runs code (-c, -X opt,
 // -W arg), or ends the flags ("-", "--"). Not what ctrun builds: such a launch starts cold.
-bool TakesValueOrRunsCode(std::string_view a) { return a == "-c" || a == "-X" || a == "-W" || a == "-" || a == "--"; }
+// A flag the warm path does not parse: one that takes a value (-W, -X, --check-hash-based-pycs),
+// makes stdin the program (-, --), or has -c, -m or a value in a cluster ("-uc", "-Wignore").
+bool TakesValueOrReadsStdin(std::string_view a) {
+  return a == "-" || StartsWith(a, "--") || a.substr(1).find_first_of("cmWX") != std::string_view::npos;
+}
+
+// Where the flags end: at the script, -m or -c.
+bool IsFlag(std::string_view a) { return StartsWith(a, "-") && a != "-m" && a != "-c"; }
 
 // A Python interpreter by its file name (python, python3, python3.11, a venv's python): only
 // such a program is started as the warm server, which runs `<program> -c <server source>`.
@@ -45,8 +52,8 @@ bool IsPython(const std::string& program) {
 // The interpreter flag of a Python launch that ParsePythonLaunch refuses, or "".
 std::string_view ColdFlag(const std::string& program, const std::vector<std::string>& argv) {
   if (!IsPython(program)) return {};
-  for (size_t i = 1; i < argv.size() && StartsWith(argv[i], "-") && argv[i] != "-m"; ++i) {
-    if (TakesValueOrRunsCode(argv[i])) return argv[i];
+  for (size_t i = 1; i < argv.size() && IsFlag(argv[i]); ++i) {
+    if (TakesValueOrReadsStdin(argv[i])) return argv[i];
   }
   return {};
 }
@@ -65,8 +72,8 @@ bool IsUtf8(const std::string& s) {
 std::string NotWarmEntrypoint(const SpawnSpec& spec) {
   if (std::string_view flag = ColdFlag(ExecutableOf(spec), spec.argv); !flag.empty())
     return "the interpreter flag " + std::string(flag) + " is given (the warm path takes only flags without a value)";
-  return "the entrypoint is not a Python script (.py) or module (-m) run by the interpreter, nor a binary built "
-         "with CTRUN_MAIN";
+  return "the entrypoint is not a Python script (.py), module (-m) or code (-c) run by the interpreter, nor a "
+         "binary built with CTRUN_MAIN";
 }
 
 std::string NotUtf8(const SpawnSpec& spec, const std::string& cwd) {
@@ -102,15 +109,16 @@ std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec) {
   WarmLaunch p;
   p.program = ExecutableOf(spec);
   size_t i = 1;
-  while (i < a.size() && StartsWith(a[i], "-") && a[i] != "-m") {
-    if (TakesValueOrRunsCode(a[i])) return std::nullopt;
+  while (i < a.size() && IsFlag(a[i])) {
+    if (TakesValueOrReadsStdin(a[i])) return std::nullopt;
     p.flags.push_back(a[i++]);
   }
   if (i >= a.size()) return std::nullopt;
-  if (a[i] == "-m") {
+  if (a[i] == "-m" || a[i] == "-c") {
     if (i + 1 >= a.size()) return std::nullopt;
-    p.module = true;
-    p.target = a[i + 1];
+    p.module = a[i] == "-m";
+    p.code = a[i] == "-c";
+    p.target = p.module ? a[i + 1] : i + 2 < a.size() ? a[i + 2] : "";
     return p;
   }
   const std::string& script = a[i];

@@ -20,19 +20,22 @@
 
 namespace ctrun::warm {
 
-// A spec's argv read as "<interpreter> [flags...] script.py args..." or "... -m module args...",
-// or (native) as a C++ binary that opts in, run as itself.
+// A spec's argv read as "<interpreter> [flags...] script.py args...", "... -m module args..." or
+// "... -c code args..." (--run_path's bootstrap), or (native) as a C++ binary that opts in, run as
+// itself.
 struct WarmLaunch {
   std::string program;             // the file execve would run: the interpreter, or the binary
-  std::vector<std::string> flags;  // interpreter flags before the script or -m ("-u")
+  std::vector<std::string> flags;  // interpreter flags before the script, -m or -c ("-u")
   bool module = false;
-  std::string target;              // the script path or the module name ("" for a binary)
+  bool code = false;               // -c: the code is the first argument after it
+  std::string target;              // the script path, the module name, or for -c the argument after
+                                   // the code (--run_path's script); "" for a binary
   bool native = false;             // a CTRUN_MAIN binary
 };
 
-// Why a spec has no warm server kind at all: an interpreter flag that takes a value or runs code
-// (-c, -W, -X, - or --), named, or an entrypoint that is no .py script, -m module or CTRUN_MAIN
-// binary.
+// Why a spec has no warm server kind at all: an interpreter flag that takes a value or reads the
+// program from stdin (-W, -X, - or --), named, or an entrypoint that is no .py script, -m module,
+// -c code or CTRUN_MAIN binary.
 std::string NotWarmEntrypoint(const SpawnSpec& spec);
 
 // "" when every argument, environment entry and the working directory `cwd` is valid UTF-8 (the
@@ -42,7 +45,7 @@ std::string NotUtf8(const SpawnSpec& spec, const std::string& cwd);
 // The file execve runs for `spec`.
 const std::string& ExecutableOf(const SpawnSpec& spec);
 
-// nullopt when the spec is not a Python script or module launch by an interpreter (a program
+// nullopt when the spec is not a Python script, module or -c launch by an interpreter (a program
 // whose file name starts with "python").
 std::optional<WarmLaunch> ParsePythonLaunch(const SpawnSpec& spec);
 // The spec as a launch of its binary (whether the binary opts in is the caller's question).

@@ -1,8 +1,9 @@
 # ctrun's warm worker server (ctrun --warm). ctrun embeds this file and runs it as
-#   <interpreter> <the workers' interpreter flags> -c <this file> <control fd> <preload json> <script|-m module>
+#   <interpreter> <the workers' interpreter flags> -c <this file> <control fd> <preload json> <target>
+# where the target is the script, -m:<module>, or -c:<the argument after the code> (--run_path's script).
 # under the workers' interpreter, flags and common environment. It imports the preload list once,
 # then forks worker processes on request; each waits for its worker spec from ctrun and runs the
-# script as `python script.py` / `python -m module` would.
+# script as `python script.py` / `python -m module` / `python -c code` would.
 #
 # Process tree and reaping (the race analysis):
 #   ctrun (child subreaper) -> server -> intermediate -> worker
@@ -281,9 +282,10 @@ def preload_modules():
     mods = []
     for name in PRELOAD:
         if name == "@script":
-            if TARGET and not TARGET.startswith("-m:"):
-                script_dir = os.path.dirname(os.path.realpath(TARGET))
-                mods += [(m, False) for m in script_imports(TARGET) if installed_elsewhere(m, script_dir)]
+            script = "" if TARGET.startswith("-m:") else TARGET[3:] if TARGET.startswith("-c:") else TARGET
+            if script:
+                script_dir = os.path.dirname(os.path.realpath(script))
+                mods += [(m, False) for m in script_imports(script) if installed_elsewhere(m, script_dir)]
         else:
             mods.append((name, True))
     for name, required in mods:
@@ -475,9 +477,11 @@ def reread_environment(env):
 def trimmed(tb):
     """The traceback without the server's frames: those below the script (this file and the -c
     line), and the import watcher's between the script's frames (an import that failed). The
-    script's own "<string>" frames (exec, eval, dataclasses' generated methods) stay."""
-    while tb is not None and tb.tb_frame.f_code.co_filename in SELF_FILES:
-        tb = tb.tb_next
+    script's own "<string>" frames (exec, eval, dataclasses' generated methods, a -c worker's code)
+    stay."""
+    for own in reversed(SELF_FILES):  # the -c line, then this file; a -c worker's code follows
+        while tb is not None and tb.tb_frame.f_code.co_filename == own:
+            tb = tb.tb_next
     link = tb
     while link is not None:
         while link.tb_next is not None and link.tb_next.tb_frame.f_code.co_filename == SELF_FILES[0]:
@@ -677,6 +681,13 @@ def run_worker(spec):
             if SCRIPT_SLOT:
                 sys.path.insert(0, os.getcwd())
             runpy._run_module_as_main(rest[1], alter_argv=True)
+        elif rest[0] == "-c":  # as `python -c CODE ARGS`: argv[0] "-c", "" first on sys.path, no __file__
+            sys.argv = ["-c"] + rest[2:]
+            if SCRIPT_SLOT:
+                sys.path.insert(0, "")
+            from importlib.machinery import BuiltinImporter
+            main.__dict__["__loader__"] = BuiltinImporter
+            exec(compile(rest[1], "<string>", "exec"), main.__dict__)
         else:
             from importlib.machinery import SourceFileLoader
             path = os.path.abspath(rest[0])

@@ -91,6 +91,14 @@ void KillAndReap(pid_t pid, const UniqueFd& pidfd) {
   ::waitpid(pid, &st, WNOHANG);  // may already have been reaped by the agent's drain: ECHILD
 }
 
+// The server's third argument (warm_server.py's TARGET): the script, "-m:<module>", or for a -c
+// launch "-c:<the argument after the code>" (--run_path's script, what @script preloading reads).
+std::string ServerTarget(const WarmLaunch& launch) {
+  if (launch.module) return "-m:" + launch.target;
+  if (launch.code) return "-c:" + launch.target;
+  return launch.target;
+}
+
 }  // namespace
 
 WarmSpawner::WarmSpawner(Spawner& cold, WarmOptions options) : cold_(cold), options_(std::move(options)) {
@@ -258,7 +266,7 @@ Status WarmSpawner::StartServer(const std::vector<SpawnSpec>& specs, const WarmL
     args = {launch.program};
     args.insert(args.end(), launch.flags.begin(), launch.flags.end());
     args.insert(args.end(), {"-c", kBootstrap, kWarmServerSource, std::to_string(kServerFd),
-                             json(options_.preload).dump(), launch.module ? "-m:" + launch.target : launch.target});
+                             json(options_.preload).dump(), ServerTarget(launch)});
   }
   const auto started = std::chrono::steady_clock::now();
   auto pid = ForkServer(launch.program, args, server_env, theirs.get());

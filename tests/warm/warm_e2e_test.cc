@@ -286,16 +286,51 @@ TEST_F(Warm, NonPythonEntrypointStartsColdWithOneWarning) {
   EXPECT_FALSE(StartedWarm(r));
 }
 
-// --run_path workers run through their own bootstrap (agent/run_path.h): cold, said once, and
-// still run (the probe's line per rank).
-TEST_F(Warm, RunPathStartsColdWithOneWarning) {
-  RunResult r = RunCommand(Ctrun(2, 0, {"--warm", "--warm-preload=json", "--run_path"}, Probe(dir_.path(), {"--exit", "0"})),
-                           kPythonEnv, 60s);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(CountOf(r.err, "--warm: --run_path is given"), 1) << r.err;
-  EXPECT_FALSE(StartedWarm(r)) << r.err;
-  EXPECT_EQ(CountOf(r.out, "probe rank 0 attempt 0"), 1) << r.out;
-  EXPECT_EQ(CountOf(r.out, "probe rank 1 attempt 0"), 1) << r.out;
+// --run_path workers (`python -u -c <bootstrap> SCRIPT ARGS`, agent/run_path.h) are forked from
+// the server too and cannot be told from cold ones: the probe's whole record (run by
+// runpy.run_path) is a cold run's; an uncaught exception gives the cold traceback (the bootstrap's
+// "<string>" frames and the script's, none of the server's), exit 1 and the same error file
+// message; SystemExit keeps its code.
+TEST_F(Warm, RunPathWorkerLooksExactlyLikeAColdOne) {
+  const std::string cold = dir_ / "cold", warm = dir_ / "warm";
+  std::string traceback[2], message[2];
+  for (const bool w : {false, true}) {
+    const std::string out = w ? warm : cold;
+    std::filesystem::create_directories(out);
+    std::vector<std::string> flags{"--run_path"};
+    if (w) flags = {"--warm", "--warm-preload=json", "--run_path"};
+    RunResult ok = RunCommand(Ctrun(2, 0, flags, Probe(out, {"--exit", "0"})), kPythonEnv, 60s);
+    ASSERT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_EQ(StartedWarm(ok), w) << ok.err;
+    EXPECT_EQ(ok.err.find("start cold"), std::string::npos) << ok.err;
+    RunResult code = RunCommand(Ctrun(1, 0, flags, Probe(out, {"--exit", "7"})), kPythonEnv, 60s);
+    EXPECT_EQ(code.exit_code, 7) << code.err;
+    TempDir logs;
+    flags.insert(flags.end(), {"--log_dir", logs.path(), "--rdzv_id", "rp"});
+    RunResult raised = RunCommand(Ctrun(1, 0, flags, Probe(out, {"--raise"})), kPythonEnv, 60s);
+    EXPECT_EQ(raised.exit_code, 1) << raised.err;
+    EXPECT_EQ(StartedWarm(raised), w) << raised.err;
+    const size_t from = raised.err.find("Traceback (most recent call last):");
+    const size_t to = raised.err.find("ValueError: probe raised on purpose", from);
+    ASSERT_NE(to, std::string::npos) << raised.err;
+    traceback[w] = raised.err.substr(from, to - from);
+    for (const auto& e : std::filesystem::recursive_directory_iterator(logs.path()))
+      if (e.path().filename() == "error.json")
+        message[w] = json::parse(ReadFileOr(e.path()), nullptr, false)["message"]["message"].get<std::string>();
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    json a = ReadProbe(cold, 0, rank), b = ReadProbe(warm, 0, rank);
+    ASSERT_TRUE(a.is_object() && b.is_object());
+    std::string bs = Comparable(b).dump();
+    for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
+    EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1)) << "rank " << rank;
+  }
+  EXPECT_EQ(traceback[0], traceback[1]);
+  EXPECT_NE(traceback[1].find("File \"<string>\", line"), std::string::npos) << traceback[1];
+  EXPECT_NE(traceback[1].find(std::string("File \"") + WARM_PROBE + "\", line"), std::string::npos) << traceback[1];
+  EXPECT_EQ(traceback[1].find("ctrun-warm"), std::string::npos) << traceback[1];
+  EXPECT_EQ(message[0], "ValueError: probe raised on purpose");
+  EXPECT_EQ(message[1], message[0]);
 }
 
 TEST_F(Warm, ServerWithAThreadFallsBackCold) {

@@ -44,8 +44,29 @@ TEST(WarmRules, ParsesScriptAndModuleLaunches) {
   EXPECT_FALSE(ParsePythonLaunch(Spec({"./train", "--config", "cfg.py"})));
   EXPECT_FALSE(ParsePythonLaunch(Spec({"/opt/tool", "-m", "mod"})));
   EXPECT_TRUE(ParsePythonLaunch(Spec({"/venv/bin/python3.11", "x.py"})));
-  EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-c", "print(1)"})));
   EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "-m"})));
+}
+
+// --run_path's workers are `python -u -c <bootstrap> SCRIPT ARGS`: the code runs in the child, and
+// the script (the argument after the code) is the target @script preloading reads.
+TEST(WarmRules, ParsesCodeLaunchesAndRefusesFlagsItCannotSplit) {
+  auto c = ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "-c", "import sys", "/w/train", "--lr", "1"}));
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->code);
+  EXPECT_FALSE(c->module);
+  EXPECT_EQ(c->flags, std::vector<std::string>{"-u"});
+  EXPECT_EQ(c->target, "/w/train");
+  auto bare = ParsePythonLaunch(Spec({"/usr/bin/python3", "-c", "print(1)"}));
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->target, "");
+  EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "-c"})));
+  // Clusters and long options: -uc is -u -c, -Wignore a value, --check-hash-based-pycs takes one.
+  for (const char* flag : {"-uc", "-um", "-Wignore", "-Xdev", "--check-hash-based-pycs", "-", "--"}) {
+    EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", flag, "always", "train.py"}))) << flag;
+    EXPECT_EQ(NotWarmEntrypoint(Spec({"/usr/bin/python3", flag, "always", "train.py"})),
+              "the interpreter flag " + std::string(flag) + " is given (the warm path takes only flags without a value)");
+  }
+  EXPECT_TRUE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-uB", "-OO", "train.py"})));
 }
 
 TEST(WarmRules, PinsWhatIsReadOnceAndReReadsThreadCount) {
