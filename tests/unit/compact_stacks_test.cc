@@ -47,10 +47,11 @@ TEST(CompactStacks, ReadsEuStackAndASingleThreadedBacktrace) {
 
 TEST(CompactStacks, AHungCommandsDumpNamesItsProcessAndWhereItWaits) {
   using namespace std::chrono_literals;
-  RunResult r = RunCommand({"/bin/sleep", "30"}, {}, 300ms);
+  RunResult r = RunCommand({"/bin/sleep", "30"}, {}, 1s);
   EXPECT_EQ(r.exit_code, -1);
   EXPECT_NE(r.err.find("--- timed out; the processes below pid "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(" state S wchan hrtimer_nanosleep: /bin/sleep 30"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" state S wchan "), std::string::npos) << r.err;  // the name is the kernel's
+  EXPECT_NE(r.err.find(": /bin/sleep 30 \n"), std::string::npos) << r.err;
   if (access("/usr/bin/eu-stack", X_OK) != 0 && access("/usr/bin/gdb", X_OK) != 0) GTEST_SKIP() << "no eu-stack or gdb";
   EXPECT_NE(r.err.find("nanosleep <"), std::string::npos) << r.err;  // a frame line, folded
 }
