@@ -59,6 +59,16 @@ json Comparable(json j) {
   return j;
 }
 
+// The probe's records of one rank, cold and warm, equal but for what differs by design
+// (Comparable) and the probe's own output directory, which is part of argv.
+void ExpectSameRecord(const std::string& cold, const std::string& warm, int rank) {
+  json a = ReadProbe(cold, 0, rank), b = ReadProbe(warm, 0, rank);
+  ASSERT_TRUE(a.is_object() && b.is_object()) << "rank " << rank;
+  std::string bs = Comparable(b).dump();
+  for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
+  EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1)) << "rank " << rank;
+}
+
 class Warm : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -77,14 +87,7 @@ TEST_F(Warm, WorkerLooksExactlyLikeAColdOne) {
   ASSERT_EQ(w.exit_code, 0) << w.err;
   ASSERT_TRUE(StartedWarm(w)) << w.err;
   EXPECT_EQ(w.err.find("start cold"), std::string::npos) << w.err;
-  for (int rank = 0; rank < 2; ++rank) {
-    json a = ReadProbe(cold, 0, rank), b = ReadProbe(warm, 0, rank);
-    ASSERT_TRUE(a.is_object() && b.is_object());
-    // The probe's own output directory is part of argv; make the two runs' paths equal.
-    std::string bs = Comparable(b).dump();
-    for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
-    EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1)) << "rank " << rank;
-  }
+  for (int rank = 0; rank < 2; ++rank) ExpectSameRecord(cold, warm, rank);
 }
 
 // A warm worker's heartbeat socket reaches it through the server (the same socket, at fd 3) with
@@ -118,11 +121,7 @@ TEST_F(Warm, ModuleWorkerLooksExactlyLikeAColdOne) {
   RunResult w = RunCommand(Ctrun(1, 0, {"--warm", "--warm-preload=json", "-m"}, {"warm_probe", warm}), env, 60s);
   ASSERT_EQ(w.exit_code, 0) << w.err;
   ASSERT_TRUE(StartedWarm(w)) << w.err;
-  json a = ReadProbe(cold, 0, 0), b = ReadProbe(warm, 0, 0);
-  ASSERT_TRUE(a.is_object() && b.is_object());
-  std::string bs = Comparable(b).dump();
-  for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
-  EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1));
+  ExpectSameRecord(cold, warm, 0);
 }
 
 TEST_F(Warm, ExitCodesTracebacksAndSignalsAsCold) {
@@ -318,13 +317,7 @@ TEST_F(Warm, RunPathWorkerLooksExactlyLikeAColdOne) {
       if (e.path().filename() == "error.json")
         message[w] = json::parse(ReadFileOr(e.path()), nullptr, false)["message"]["message"].get<std::string>();
   }
-  for (int rank = 0; rank < 2; ++rank) {
-    json a = ReadProbe(cold, 0, rank), b = ReadProbe(warm, 0, rank);
-    ASSERT_TRUE(a.is_object() && b.is_object());
-    std::string bs = Comparable(b).dump();
-    for (size_t p; (p = bs.find(warm)) != std::string::npos;) bs.replace(p, warm.size(), cold);
-    EXPECT_EQ(Comparable(a).dump(1), json::parse(bs).dump(1)) << "rank " << rank;
-  }
+  for (int rank = 0; rank < 2; ++rank) ExpectSameRecord(cold, warm, rank);
   EXPECT_EQ(traceback[0], traceback[1]);
   EXPECT_NE(traceback[1].find("File \"<string>\", line"), std::string::npos) << traceback[1];
   EXPECT_NE(traceback[1].find(std::string("File \"") + WARM_PROBE + "\", line"), std::string::npos) << traceback[1];
