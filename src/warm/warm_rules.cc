@@ -31,10 +31,9 @@ bool HandedOver(const StdioTarget& t) {
          t.kind == StdioTarget::Kind::kPty;
 }
 
-// An interpreter flag the warm server cannot take: it takes a value or runs code (-c, -X opt,
-// -W arg), or ends the flags ("-", "--"). Not what ctrun builds: such a launch starts cold.
-// A flag the warm path does not parse: one that takes a value (-W, -X, --check-hash-based-pycs),
-// makes stdin the program (-, --), or has -c, -m or a value in a cluster ("-uc", "-Wignore").
+// An interpreter flag the warm path does not parse: one that takes a value (-W, -X,
+// --check-hash-based-pycs), makes stdin the program (-, --), or has -c, -m or a value in a
+// cluster ("-uc", "-Wignore"). Not what ctrun builds: such a launch starts cold.
 bool TakesValueOrReadsStdin(std::string_view a) {
   return a == "-" || StartsWith(a, "--") || a.substr(1).find_first_of("cmWX") != std::string_view::npos;
 }

@@ -1,6 +1,6 @@
 # ctrun's warm worker server (ctrun --warm). ctrun embeds this file and runs it as
 #   <interpreter> <the workers' interpreter flags> -c <this file> <control fd> <preload json> <target>
-# where the target is the script, -m:<module>, or -c:<the argument after the code> (--run_path's script).
+# (the target: the script, -m:<module>, or -c:<the argument after the code>, --run_path's script)
 # under the workers' interpreter, flags and common environment. It imports the preload list once,
 # then forks worker processes on request; each waits for its worker spec from ctrun and runs the
 # script as `python script.py` / `python -m module` / `python -c code` would.
