@@ -31,11 +31,18 @@ bool HandedOver(const StdioTarget& t) {
          t.kind == StdioTarget::Kind::kPty;
 }
 
-// An interpreter flag the warm path does not parse: one that takes a value (-W, -X,
-// --check-hash-based-pycs), makes stdin the program (-, --), or has -c, -m or a value in a
-// cluster ("-uc", "-Wignore"). Not what ctrun builds: such a launch starts cold.
+// An interpreter flag the warm path does not parse: one whose value is the next argument (-W,
+// -X, a cluster that ends in one: -uW; --check-hash-based-pycs), one that makes stdin the program
+// (-, --), or -c or -m in a cluster or glued to their value (-uc, -cCODE). A value glued to -W or
+// -X (-Wignore, -Xdev) makes a whole flag, which the server takes as the worker would. Not what
+// ctrun builds: such a launch starts cold.
 bool TakesValueOrReadsStdin(std::string_view a) {
-  return a == "-" || StartsWith(a, "--") || a.substr(1).find_first_of("cmWX") != std::string_view::npos;
+  if (a == "-" || StartsWith(a, "--")) return true;
+  for (size_t i = 1; i < a.size(); ++i) {
+    if (a[i] == 'c' || a[i] == 'm') return true;
+    if (a[i] == 'W' || a[i] == 'X') return i + 1 == a.size();  // the rest of the argument is the value
+  }
+  return false;
 }
 
 // Where the flags end: at the script, -m or -c.

@@ -60,13 +60,19 @@ TEST(WarmRules, ParsesCodeLaunchesAndRefusesFlagsItCannotSplit) {
   ASSERT_TRUE(bare);
   EXPECT_EQ(bare->target, "");
   EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-u", "-c"})));
-  // Clusters and long options: -uc is -u -c, -Wignore a value, --check-hash-based-pycs takes one.
-  for (const char* flag : {"-uc", "-um", "-Wignore", "-Xdev", "--check-hash-based-pycs", "-", "--"}) {
+  // -uc is -u -c and -uW is -u -W (their values come next), -cCODE glues the code,
+  // --check-hash-based-pycs takes a value: none is a flag the server could take alone.
+  for (const char* flag : {"-uc", "-um", "-uW", "-X", "-cprint(1)", "--check-hash-based-pycs", "-", "--"}) {
     EXPECT_FALSE(ParsePythonLaunch(Spec({"/usr/bin/python3", flag, "always", "train.py"}))) << flag;
     EXPECT_EQ(NotWarmEntrypoint(Spec({"/usr/bin/python3", flag, "always", "train.py"})),
               "the interpreter flag " + std::string(flag) + " is given (the warm path takes only flags without a value)");
   }
-  EXPECT_TRUE(ParsePythonLaunch(Spec({"/usr/bin/python3", "-uB", "-OO", "train.py"})));
+  // A value glued to -W or -X makes a whole flag (which may hold a c or an m).
+  auto glued = ParsePythonLaunch(Spec({"/usr/bin/python3", "-uB", "-OO", "-Wdefault::ImportWarning", "-Xfrozen_modules=off",
+                                       "train.py"}));
+  ASSERT_TRUE(glued);
+  EXPECT_EQ(glued->flags, (std::vector<std::string>{"-uB", "-OO", "-Wdefault::ImportWarning", "-Xfrozen_modules=off"}));
+  EXPECT_EQ(glued->target, "train.py");
 }
 
 TEST(WarmRules, PinsWhatIsReadOnceAndReReadsThreadCount) {
