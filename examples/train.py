@@ -18,6 +18,7 @@ import time
 T_START = time.time_ns()  # before the imports: --timing reports how long they took
 
 import argparse
+import collections
 import hashlib
 import io
 import os
@@ -202,6 +203,16 @@ class Mlp(nn.Module):
         return self.fc3(F.relu(self.fc2(x)))
 
 
+# The tensors of the hook's last all_gathers, kept referenced past the process group's end. A gloo
+# worker thread drops a finished work a moment after the work's waiter returns; a tensor whose
+# Python object is gone by then is freed by that thread, which takes the GIL to do it. At the
+# script's end the DDP reducer drops the last reference to the process group, whose destructor
+# (torch 1.13) joins those threads while holding the GIL: a thread still freeing such a tensor then
+# waits for the GIL forever and the rank never exits (seen under load). Holding the tensors here,
+# the thread's drop is never the last one.
+_GATHERED = collections.deque(maxlen=4)
+
+
 def ordered_mean_hook(_state, bucket):
     """Gradient averaging whose result does not depend on DDP's bucket layout.
 
@@ -214,6 +225,7 @@ def ordered_mean_hook(_state, bucket):
     world = dist.get_world_size()
     parts = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(parts, t)  # synchronous: the buffers are complete when the sum reads them
+    _GATHERED.append((t, parts))
     total = parts[0].clone()
     for p in parts[1:]:
         total += p
