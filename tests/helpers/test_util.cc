@@ -124,10 +124,11 @@ std::string FrameFunction(const std::string& line) {
   return name;
 }
 
-// "LWP 20917 \"ctrun\"" from gdb's `Thread 3 (Thread 0x7f.. (LWP 20917) "ctrun"):`, or
-// "LWP 20917" from eu-stack's `TID 20917:`.
+// "LWP 20917 \"ctrun\"" from gdb's `Thread 3 (Thread 0x7f.. (LWP 20917) "ctrun"):` (or its
+// `(process N)` form, where it found no thread library: the headers health/native_stack.cc reads),
+// or "LWP 20917" from eu-stack's `TID 20917:`.
 std::string ThreadLabel(const std::string& header) {
-  static const std::regex gdb(R"(\(LWP (\d+)\)( "[^"]*")?)"), eu(R"(^TID (\d+):)");
+  static const std::regex gdb(R"(\((?:LWP|process) (\d+)\)( "[^"]*")?)"), eu(R"(^TID (\d+):)");
   std::smatch m;
   if (std::regex_search(header, m, gdb)) return "LWP " + m[1].str() + m[2].str();
   if (std::regex_search(header, m, eu)) return "LWP " + m[1].str();

@@ -42,6 +42,8 @@ TEST(CompactStacks, ReadsEuStackAndASingleThreadedBacktrace) {
             "  LWP 9: __GI___poll < main\n");
   EXPECT_EQ(CompactStacks("#0  0x00007f in waitpid () from /lib/libc.so.6\n#1  main () at m.c:3\n"),
             "  the only thread: waitpid < main\n");
+  EXPECT_EQ(CompactStacks("Thread 1 (process 77):\n#0  0x00007f in pause () from /lib/libc.so.6\n"),
+            "  LWP 77: pause\n");
   EXPECT_EQ(CompactStacks("no frames at all\n"), "");
 }
 
