@@ -1,11 +1,6 @@
 // Reading a native stack file of a hung rank (stack_capture.h: `eu-stack -p PID` or gdb's
-// `thread apply all bt`) for one fact: where the process's main thread (tid == pid) waits.
-// Pure: text in, answer out.
-//
-//   gdb:       Thread 1 (Thread 0x7f7b286fa040 (LWP 18575) "python3"):
-//              #5  0x00007f7b242c2843 in c10d::Work::wait(...) () from .../libtorch_cpu.so.1.13
-//   eu-stack:  TID 18575:
-//              #5  0x00007f7b242c2843 c10d::Work::wait(...)
+// `thread apply all bt`, read as base/stack_text.h reads them) for one fact: where the process's
+// main thread (tid == pid) waits. Pure: text in, answer out.
 #pragma once
 
 #include <sys/types.h>

@@ -6,16 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <thread>
 
+#include "base/stack_text.h"
 #include "helpers/free_port.h"
 
 extern char** environ;
@@ -93,46 +92,12 @@ char ProcState(pid_t pid) {
   return rp == std::string::npos || rp + 2 >= stat.size() ? '\0' : stat[rp + 2];
 }
 
-// `text` less what nests between `open` and `close` (template and argument lists).
-std::string DropNested(const std::string& text, char open, char close) {
-  std::string out;
-  int depth = 0;
-  for (char ch : text) {
-    if (ch == open) ++depth;
-    else if (ch == close && depth > 0) --depth;
-    else if (depth == 0) out += ch;
-  }
-  return out;
-}
-
-// The function of one frame line: gdb's "#3  0x7f.. in NAME (args) at f.c:1", "#0  NAME (args)
-// at ...", "#13 0x7f.. in ?? () from /lib/libx.so.6", or eu-stack's "#0  0x7f.. NAME".
-std::string FrameFunction(const std::string& line) {
-  std::string rest = line.substr(std::min(line.size(), line.find(' ')));
-  rest.erase(0, std::min(rest.size(), rest.find_first_not_of(' ')));
-  if (rest.rfind("0x", 0) == 0) {
-    const size_t sp = rest.find(' ');
-    rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
-    if (rest.rfind("in ", 0) == 0) rest.erase(0, 3);
-  }
-  std::string lib;
-  if (const size_t from = rest.rfind(" from "); from != std::string::npos)
-    lib = std::filesystem::path(rest.substr(from + 6)).filename().string();
-  std::string name = DropNested(DropNested(rest.substr(0, rest.find(" (")), '<', '>'), '(', ')');
-  if (name.empty()) name = "??";
-  if (name == "??" && !lib.empty()) name += " (" + lib + ")";
-  return name;
-}
-
 // "LWP 20917 \"ctrun\"" from gdb's `Thread 3 (Thread 0x7f.. (LWP 20917) "ctrun"):` (or its
-// `(process N)` form, where it found no thread library: the headers health/native_stack.cc reads),
-// or "LWP 20917" from eu-stack's `TID 20917:`.
-std::string ThreadLabel(const std::string& header) {
-  static const std::regex gdb(R"(\((?:LWP|process) (\d+)\)( "[^"]*")?)"), eu(R"(^TID (\d+):)");
-  std::smatch m;
-  if (std::regex_search(header, m, gdb)) return "LWP " + m[1].str() + m[2].str();
-  if (std::regex_search(header, m, eu)) return "LWP " + m[1].str();
-  return header;
+// `(process N)` form), "LWP 20917" from eu-stack's `TID 20917:`.
+std::string ThreadLabel(const StackThread& t) {
+  if (t.header.empty()) return "the only thread";
+  if (t.tid == 0) return std::string(t.header);
+  return "LWP " + std::to_string(t.tid) + (t.name.empty() ? "" : " \"" + std::string(t.name) + "\"");
 }
 
 }  // namespace
@@ -143,15 +108,12 @@ std::string CompactStacks(const std::string& backtraces) {
     std::vector<std::pair<std::string, int>> frames;  // function, times in a row
   };
   std::vector<Thread> threads;
-  for (const std::string& line : SplitLines(backtraces)) {
-    if (line.rfind("Thread ", 0) == 0 || line.rfind("TID ", 0) == 0) {
-      threads.push_back({ThreadLabel(line), {}});
-    } else if (line.size() > 1 && line[0] == '#' && std::isdigit(static_cast<unsigned char>(line[1]))) {
-      if (threads.empty()) threads.push_back({"the only thread", {}});
-      auto& frames = threads.back().frames;
+  for (const StackThread& t : ReadStackThreads(backtraces)) {
+    Thread& thread = threads.emplace_back(Thread{ThreadLabel(t), {}});
+    for (std::string_view line : t.frames) {
       std::string f = FrameFunction(line);
-      if (!frames.empty() && frames.back().first == f) ++frames.back().second;
-      else frames.emplace_back(std::move(f), 1);
+      if (!thread.frames.empty() && thread.frames.back().first == f) ++thread.frames.back().second;
+      else thread.frames.emplace_back(std::move(f), 1);
     }
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> stacks;  // stack, its threads
