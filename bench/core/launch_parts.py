@@ -2,13 +2,19 @@
 """Where a cold launch's time goes: launch 8 x /bin/true with pieces of ctrun's work switched off,
 interleaved run by run with the bare limit, and print the medians.
 
-  python3 bench/core/launch_parts.py BUILD_DIR [--reps N] [--nproc N]
+  python3 bench/core/launch_parts.py BUILD_DIR [--reps N] [--nproc N] [--floor]
 
 Rows: default (fresh $TMPDIR/torchelastic_* base, removed after the successful run); --log_dir of
 an existing directory (no base made, nothing removed); --log_dir /dev/null (no directory at all);
 CTRUN_NO_CGROUP=1 (no job cgroup); all three off (--log_dir /dev/null, --no-agent-store, no
 cgroup: what is left is ctrun's start, the watchdog, the pipes and the loop); the bare limit (bench/core/bare_limit.c). Wall time of each
 launch from Popen to wait, as launch_restart.py measures it.
+
+--floor adds the rows below "all three off", towards the least a launch by ctrun can cost: also
+--log-prefix inherit (no output pipes); also no watchdog, which only a build with the throwaway
+bench/core/launch_floor.patch applied can skip (CTRUN_BENCH_NO_WATCHDOG=1; `git apply` it, build
+ctrun, measure, `git checkout -- src`); also both; and `/bin/true` and `ctrun --version` alone
+(one process's start and exit). Without the patch the no-watchdog rows measure the watchdog.
 """
 import argparse
 import os
@@ -31,6 +37,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--reps", type=int, default=41)
     ap.add_argument("--nproc", type=int, default=8)
+    ap.add_argument("--floor", action="store_true")
     a = ap.parse_args()
     ctrun = os.path.join(a.build, "ctrun")
     bare = os.path.join(a.build, "bench/core/ctrun_bare_limit")
@@ -44,8 +51,19 @@ def main():
         "CTRUN_NO_CGROUP=1": (base + ["/bin/true"], dict(env, CTRUN_NO_CGROUP="1")),
         "all three off": (base + ["--log_dir", "/dev/null", "--no-agent-store", "/bin/true"],
                           dict(env, CTRUN_NO_CGROUP="1")),
-        "bare limit": ([bare, "launch", str(a.nproc), "/bin/true"], env),
     }
+    if a.floor:
+        off = base + ["--log_dir", "/dev/null", "--no-agent-store"]
+        no_cg = dict(env, CTRUN_NO_CGROUP="1")
+        no_wd = dict(no_cg, CTRUN_BENCH_NO_WATCHDOG="1")
+        rows.update({
+            "+ inherit": (off + ["--log-prefix", "inherit", "/bin/true"], no_cg),
+            "+ no watchdog": (off + ["/bin/true"], no_wd),
+            "+ both": (off + ["--log-prefix", "inherit", "/bin/true"], no_wd),
+            "/bin/true": (["/bin/true"], env),
+            "ctrun --version": ([ctrun, "--version"], env),
+        })
+    rows["bare limit"] = ([bare, "launch", str(a.nproc), "/bin/true"], env)
     res = {k: [] for k in rows}
     try:
         for _ in range(a.reps):
