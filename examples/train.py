@@ -166,6 +166,7 @@ class SnapshotStore:
 def all_min(value):
     t = torch.tensor([value], dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    _COLLECTIVE_TENSORS.append(t)
     return int(t.item())
 
 
@@ -203,14 +204,14 @@ class Mlp(nn.Module):
         return self.fc3(F.relu(self.fc2(x)))
 
 
-# The tensors of the hook's last all_gathers, kept referenced past the process group's end. A gloo
-# worker thread drops a finished work a moment after the work's waiter returns; a tensor whose
-# Python object is gone by then is freed by that thread, which takes the GIL to do it. At the
-# script's end the DDP reducer drops the last reference to the process group, whose destructor
-# (torch 1.13) joins those threads while holding the GIL: a thread still freeing such a tensor then
-# waits for the GIL forever and the rank never exits (seen under load). Holding the tensors here,
-# the thread's drop is never the last one.
-_GATHERED = collections.deque(maxlen=4)
+# The tensors of the last collectives, kept referenced past the process group's end. A gloo worker
+# thread drops a finished work a moment after the work's waiter returns; a tensor whose Python
+# object is gone by then is freed by that thread, which takes the GIL to do it. At the script's end
+# the DDP reducer drops the last reference to the process group, whose destructor (torch 1.13)
+# joins those threads while holding the GIL: a thread still freeing such a tensor then waits for
+# the GIL forever and the rank never exits (seen under load). Every collective here puts its
+# tensors in, so a thread's drop is never the last one; the last collective's stay to the end.
+_COLLECTIVE_TENSORS = collections.deque(maxlen=4)
 
 
 def ordered_mean_hook(_state, bucket):
@@ -225,7 +226,7 @@ def ordered_mean_hook(_state, bucket):
     world = dist.get_world_size()
     parts = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(parts, t)  # synchronous: the buffers are complete when the sum reads them
-    _GATHERED.append((t, parts))
+    _COLLECTIVE_TENSORS.append((t, parts))
     total = parts[0].clone()
     for p in parts[1:]:
         total += p
@@ -344,6 +345,7 @@ def main():
     counts = torch.zeros(2 * world, dtype=torch.int64)
     counts[rank], counts[world + rank] = samples_this_attempt, samples_seen
     dist.all_reduce(counts)
+    _COLLECTIVE_TENSORS.append(counts)
     if rank == 0:
         print("[train.py] samples processed per rank (this attempt / all attempts):")
         for r in range(world):
