@@ -9,6 +9,7 @@
 #include "report/summary_file.h"
 
 #include "health/hang_watcher.h"
+#include "placement/topology.h"  // FormatCpuList: "0-2,4", for rank lists too
 #include "report/run_summary.h"
 
 namespace ctrun {
@@ -423,6 +424,10 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         // All leaders succeeded. Anything they left behind in their groups is swept, not waited on.
         BeginStopping(StopReason::kSuccess, SIGTERM);
         return;
+      }
+      if (!late_exit_timer_ && config_.late_exit_notice > 0) {
+        const Duration after = Seconds(config_.late_exit_notice);
+        ArmLateExitNotice(timers_.Now() + after, after);
       }
     } else if (state_ == AgentState::kStopping && stop_reason_ != StopReason::kStartError &&
                (!status.success() || !w->hang.empty())) {  // a hung rank is a failure however it ends
@@ -842,6 +847,10 @@ void Agent::ResumeWorkers(Duration suspended_for) {
     timers_.CancelTimer(*backoff_timer_);
     ArmBackoff(backoff_deadline_ + suspended_for);
   }
+  if (late_exit_timer_) {
+    timers_.CancelTimer(*late_exit_timer_);
+    ArmLateExitNotice(late_exit_deadline_ + suspended_for, late_exit_after_);
+  }
 }
 
 void Agent::ArmBackoff(TimePoint deadline) {
@@ -859,9 +868,43 @@ void Agent::CancelTimers() {
   if (grace_timer_) timers_.CancelTimer(*grace_timer_);
   if (final_timer_) timers_.CancelTimer(*final_timer_);
   if (backoff_timer_) timers_.CancelTimer(*backoff_timer_);
+  if (late_exit_timer_) timers_.CancelTimer(*late_exit_timer_);
   grace_timer_.reset();
   final_timer_.reset();
   backoff_timer_.reset();
+  late_exit_timer_.reset();
+}
+
+void Agent::ArmLateExitNotice(TimePoint deadline, Duration after) {
+  late_exit_deadline_ = deadline;
+  late_exit_after_ = after;
+  late_exit_timer_ = timers_.AddTimer(deadline, [this] {
+    late_exit_timer_.reset();
+    OnLateExitNotice(late_exit_after_);
+  });
+}
+
+void Agent::OnLateExitNotice(Duration after) {
+  if (state_ != AgentState::kRunning) return;
+  std::vector<int> finished;
+  std::vector<const Worker*> running;
+  for (const auto& w : workers_) {
+    if (!w.exited) running.push_back(&w);
+    else if (w.status.success()) finished.push_back(w.rank.global_rank);
+  }
+  if (running.empty()) return;
+  std::sort(finished.begin(), finished.end());
+  constexpr size_t kNamed = 8;  // a line, not a page, when many ranks are left
+  std::string still;
+  for (size_t i = 0; i < running.size() && i < kNamed; ++i) still += (i ? ", " : "") + Label(*running[i]);
+  if (running.size() > kNamed) still += " and " + std::to_string(running.size() - kNamed) + " more";
+  std::string ranks;  // "0, 2-5", as ctrun's other rank lists are spaced
+  for (char ch : FormatCpuList(finished)) ranks += ch == ',' ? std::string(", ") : std::string(1, ch);
+  const std::string when = FormatSeconds(ToSeconds(after));
+  hooks_.Log(1, (finished.size() == 1 ? "rank " + ranks + " exited 0 " + when + " ago"
+                                      : "ranks " + ranks + " exited 0, the first " + when + " ago") +
+                    "; still running: " + still);
+  ArmLateExitNotice(late_exit_deadline_ + after, after * 2);
 }
 
 void Agent::FinishAttempt() {

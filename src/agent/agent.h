@@ -45,6 +45,13 @@
 // held past the wait's bound) makes this node leave the job (Rendezvous::Leave, exit 1): the
 // others go on without it if enough remain.
 //
+// Late exits (--late-exit-notice T): when a rank of the attempt exits 0 while others still run,
+// and some are still running T later, they are named in one warning line, again at 2T, 4T and so
+// on (time the job was running: a suspension moves the deadline, as below). Peers that finished
+// can no longer take part in a collective, so a rank still running then is most often stuck in its
+// end (a process group's teardown, a thread that never ends) and would otherwise hold the job
+// without a word. It only tells: the job goes on.
+//
 // Job control (Ctrl-Z): SuspendWorkers sends SIGTSTP to every worker group with members;
 // ResumeWorkers sends SIGCONT and moves the grace / final-wait / back-off deadlines by the time the
 // job was suspended, so a teardown's grace period and a restart's back-off count only time the job
@@ -289,6 +296,9 @@ class Agent final : public rdzv::RendezvousListener {
   void ArmGrace(TimePoint deadline);
   void ArmBackoff(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
+  // --late-exit-notice (see the top of this file): `after` is the running time since the first exit 0.
+  void ArmLateExitNotice(TimePoint deadline, Duration after);
+  void OnLateExitNotice(Duration after);
   void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
   void OnStacksSaved(pid_t pid, const health::StackSummary& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);
@@ -352,6 +362,10 @@ class Agent final : public rdzv::RendezvousListener {
   health::RestartPolicy restart_policy_;
   std::optional<TimerQueue::TimerId> backoff_timer_;
   TimePoint backoff_deadline_{};
+  // Armed by the attempt's first exit 0 while other ranks run; cancelled when the attempt stops.
+  std::optional<TimerQueue::TimerId> late_exit_timer_;
+  TimePoint late_exit_deadline_{};
+  Duration late_exit_after_{};
   std::string crash_loop_;
   // Set while the attempt waits (kPeerLossWait) after a failure that lost a peer; peer_loss_pid_
   // is that first failure.

@@ -222,6 +222,10 @@ constexpr std::array kOptions = {
     OptionDef{"crash_loop_limit", 0, Kind::kValue, "", "N", "3", Group::kHealth,
               "With --heartbeat-timeout: stop restarting after N attempts in a row that failed without a "
               "heartbeat step beyond the previous attempt's (a crash loop); 0 turns the guard off."},
+    OptionDef{"late_exit_notice", 0, Kind::kValue, "", "SECONDS", "60", Group::kHealth,
+              "When ranks have exited 0 and others are still running this long after the first, name the "
+              "ones still running in a warning (again at twice the time, and so on); they are most often "
+              "stuck in their end. Nothing is stopped; 0 turns it off."},
     OptionDef{"gpus", 0, Kind::kValue, "", "LIST", "all visible", Group::kCtrun,
               "Use only these GPUs, e.g. 0,2,3 or 0-3: positions among the visible GPUs (after "
               "CUDA_VISIBLE_DEVICES). Workers get CUDA_VISIBLE_DEVICES with just them; "
@@ -808,6 +812,7 @@ class Builder {
     Seconds("restart_backoff", /*zero_ok=*/true, &c.restart_backoff);
     Seconds("restart_backoff_max", /*zero_ok=*/true, &c.restart_backoff_max);
     IntAtLeast("crash_loop_limit", 0, &c.crash_loop_limit);
+    Seconds("late_exit_notice", /*zero_ok=*/true, &c.late_exit_notice);
     if (!problem_.empty()) return;
     if (c.heartbeat_first_timeout > 0 && c.heartbeat_timeout == 0)
       problem_ = "--heartbeat-first-timeout needs --heartbeat-timeout";

@@ -93,6 +93,8 @@ struct LaunchConfig {
   double restart_backoff_max = 300;        // --restart-backoff-max: cap of the doubling delay
   int crash_loop_limit = 3;                // --crash-loop-limit: attempts without progress in a
                                            // row that end the run (needs heartbeats)
+  double late_exit_notice = 60;            // --late-exit-notice: ranks still running this long
+                                           // after a rank exited 0 are named (then at 2x, 4x...)
 
   // --- the workers' store ---------------------------------------------------------------------
   bool agent_store = true;                 // ctrun hosts the workers' TCPStore (--no-agent-store)

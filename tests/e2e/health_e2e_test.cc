@@ -295,3 +295,36 @@ TEST(HealthE2E, TheReadmePythonSnippetBeats) {
 
 }  // namespace
 }  // namespace ctrun::testing
+
+namespace ctrun::testing {
+namespace {
+
+// --late-exit-notice: ranks 0 and 2 exit 0 at once, rank 1 never ends; ctrun names it at 0.3 s and
+// 0.6 s after the first exit and stops nothing until --max-run-time does.
+TEST(HealthE2E, ARankStillRunningAfterItsPeersExitedZeroIsNamed) {
+  TempDir d;
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--late-exit-notice=0.3", "--max-run-time=4"},
+                            {"--only-rank", "1", "--hang", "--pid-file", d / "pids"}),
+                      {}, 30s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;  // the deadline's, not the notice's doing
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m,
+                                std::regex(R"(ranks 0, 2 exited 0, the first 0\.3 s ago; still running: worker rank 1 )"
+                                           R"(\(local_rank 1, pid ([0-9]+)\)\n)")))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err, "ranks 0, 2 exited 0, the first 0.6 s ago; still running: worker rank 1 ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "reached --max-run-time (4 s); ranks still running: 1")) << r.err;
+  const std::vector<pid_t> pids = ReadPids(d / "pids");
+  EXPECT_NE(std::find(pids.begin(), pids.end(), std::stoi(m[1])), pids.end()) << "the notice names rank 1's pid";
+}
+
+TEST(HealthE2E, LateExitNoticeZeroSaysNothing) {
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=2", "--late-exit-notice=0", "--max-run-time=1"},
+                            {"--only-rank", "1", "--hang"}),
+                      {}, 30s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_FALSE(Contains(r.err, "exited 0")) << r.err;
+}
+
+}  // namespace
+}  // namespace ctrun::testing

@@ -98,6 +98,8 @@ const std::vector<Row>& Table() {
       {"cli", {"--max-run-time=1e10", "@W"}, {}, 2, "for --max-run-time: must be at most 1e9 seconds (about 31 years)"},
       {"cli", {"--shutdown-timeout=1e10", "@W"}, {}, 2, "for --shutdown-timeout: must be at most 1e9 seconds"},
       {"cli", {"--restart-backoff=1e30", "@W"}, {}, 2, "for --restart-backoff: must be at most 1e9 seconds"},
+      {"cli", {"--late-exit-notice=-1", "@W"}, {}, 2, "for --late-exit-notice: must be >= 0 seconds"},
+      {"cli", {"--late-exit-notice=soon", "@W"}, {}, 2, "--late-exit-notice"},
       {"cli", {"@W"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1e10"}, 2, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: must be at most 1e9"},
       {"cli", {"--start_method=thread", "@W"}, {}, 2, "expected spawn, fork or forkserver"},
       {"cli", {"--virtual-local-rank=1", "@W"}, {}, 2, "option --virtual-local-rank takes no value"},

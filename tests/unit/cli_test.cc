@@ -63,6 +63,7 @@ TEST(CliDefaults, MatchTorchrun) {
   EXPECT_EQ(c.start_method, "spawn");
   EXPECT_EQ(c.role, "default");
   EXPECT_DOUBLE_EQ(c.shutdown_timeout, 30.0);
+  EXPECT_DOUBLE_EQ(c.late_exit_notice, 60.0);  // ctrun's own: torchrun says nothing
   EXPECT_THAT(c.signals_to_handle, ElementsAre(SIGTERM, SIGINT, SIGHUP, SIGQUIT));
   EXPECT_THAT(c.forward_only_signals, ElementsAre(SIGUSR1, SIGUSR2));
   EXPECT_FALSE(c.virtual_local_rank);
@@ -176,6 +177,7 @@ std::vector<FlagCase> FlagSpellingCases() {
     EXPECT_THAT(c.forward_only_signals, ElementsAre(SIGUSR2));  // USR1 now ends the job
   }));
   add(Spellings("--shutdown-timeout", "7", [](const LaunchConfig& c) { EXPECT_DOUBLE_EQ(c.shutdown_timeout, 7); }));
+  add(Spellings("--late-exit-notice", "0", [](const LaunchConfig& c) { EXPECT_DOUBLE_EQ(c.late_exit_notice, 0); }));
   add(Spellings("--forward-signals", "SIGWINCH",
                 [](const LaunchConfig& c) { EXPECT_THAT(c.forward_only_signals, ElementsAre(SIGWINCH)); }));
   add(Spellings("--log-prefix", "[r${rank}] ", [](const LaunchConfig& c) { EXPECT_EQ(c.log_prefix, "[r${rank}] "); }));
@@ -388,10 +390,12 @@ TEST(CliEnv, NprocGpuFromEnv) {
 }
 
 TEST(CliEnv, ExtensionFlagsHaveNoPetFallback) {
-  LaunchConfig c = Ok({"./t"}, {{"PET_FORWARD_SIGNALS", "SIGWINCH"}, {"PET_LOG_PREFIX", "x"}, {"PET_NUMA_BINDING", "node"}});
+  LaunchConfig c = Ok({"./t"}, {{"PET_FORWARD_SIGNALS", "SIGWINCH"}, {"PET_LOG_PREFIX", "x"}, {"PET_NUMA_BINDING", "node"},
+                                {"PET_LATE_EXIT_NOTICE", "5"}});
   EXPECT_THAT(c.forward_only_signals, ElementsAre(SIGUSR1, SIGUSR2));
   EXPECT_EQ(c.log_prefix, "");
   EXPECT_EQ(c.numa_binding, "");  // torchrun has no env action on --numa-binding either
+  EXPECT_DOUBLE_EQ(c.late_exit_notice, 60.0);
 }
 
 // Boolean PET_ variables: 1 sets, 0 leaves unset; the flag always sets.
