@@ -886,7 +886,7 @@ void Agent::ArmLateExitNotice(TimePoint deadline, Duration after) {
 
 void Agent::OnLateExitNotice(Duration after) {
   if (state_ != AgentState::kRunning) return;
-  std::vector<int> finished;
+  std::vector<int> finished, running_ranks;
   std::vector<const Worker*> running;
   for (const auto& w : workers_) {
     if (!w.exited) running.push_back(&w);
@@ -894,6 +894,11 @@ void Agent::OnLateExitNotice(Duration after) {
   }
   if (running.empty()) return;
   std::sort(finished.begin(), finished.end());
+  for (const Worker* w : running) running_ranks.push_back(w->rank.global_rank);
+  events_->Emit(events::kLateExit, {{"attempt", attempt_},
+                                    {"after_s", ToSeconds(after)},
+                                    {"finished_ranks", finished},
+                                    {"running_ranks", running_ranks}});
   constexpr size_t kNamed = 8;  // a line, not a page, when many ranks are left
   std::string still;
   for (size_t i = 0; i < running.size() && i < kNamed; ++i) still += (i ? ", " : "") + Label(*running[i]);

@@ -44,6 +44,7 @@ inline constexpr std::string_view kHeartbeatMiss = "heartbeat_miss";
 inline constexpr std::string_view kStackCapture = "stack_capture";
 inline constexpr std::string_view kHangBlame = "hang_blame";
 inline constexpr std::string_view kBackoff = "backoff";
+inline constexpr std::string_view kLateExit = "late_exit";
 }  // namespace events
 
 class EventSink {

@@ -303,7 +303,8 @@ namespace {
 // 0.6 s after the first exit and stops nothing until --max-run-time does.
 TEST(HealthE2E, ARankStillRunningAfterItsPeersExitedZeroIsNamed) {
   TempDir d;
-  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--late-exit-notice=0.3", "--max-run-time=4"},
+  auto r = RunCommand(Ctrun({"--standalone", "--nproc_per_node=3", "--late-exit-notice=0.3", "--max-run-time=4",
+                             "--events-file", d / "events.jsonl"},
                             {"--only-rank", "1", "--hang", "--pid-file", d / "pids"}),
                       {}, 30s);
   EXPECT_EQ(r.exit_code, 124) << r.err;  // the deadline's, not the notice's doing
@@ -316,6 +317,10 @@ TEST(HealthE2E, ARankStillRunningAfterItsPeersExitedZeroIsNamed) {
   EXPECT_TRUE(Contains(r.err, "reached --max-run-time (4 s); ranks still running: 1")) << r.err;
   const std::vector<pid_t> pids = ReadPids(d / "pids");
   EXPECT_NE(std::find(pids.begin(), pids.end(), std::stoi(m[1])), pids.end()) << "the notice names rank 1's pid";
+  const std::string events = ReadFileOr(d / "events.jsonl");
+  EXPECT_TRUE(std::regex_search(events, std::regex(R"("event":"late_exit".*"after_s":0\.3,"attempt":0,)"
+                                                   R"("finished_ranks":\[0,2\],"running_ranks":\[1\])")))
+      << events;
 }
 
 TEST(HealthE2E, LateExitNoticeZeroSaysNothing) {

@@ -10,9 +10,19 @@
 namespace ctrun {
 namespace {
 
+class RecordingEvents : public EventSink {
+ public:
+  void Emit(std::string_view event, const nlohmann::json& fields) override {
+    if (event == events::kLateExit) late_exits.push_back(fields);
+  }
+  std::vector<nlohmann::json> late_exits;
+};
+
 class AgentLateExitTest : public testing::AgentFixture {
  protected:
   AgentLateExitTest() { config.late_exit_notice = 60; }
+  void Attach(Agent& a) override { a.SetEventSink(&events); }
+  RecordingEvents events;
   size_t Notices() const {
     return static_cast<size_t>(std::count_if(hooks.logs.begin(), hooks.logs.end(), [](const std::string& l) {
       return l.find("still running:") != std::string::npos;
@@ -43,6 +53,11 @@ TEST_F(AgentLateExitTest, NamesTheRanksStillRunningAtTTwiceTFourTAndStopsNothing
   timers.Advance(Seconds(1));
   EXPECT_EQ(Notices(), 3u);
   EXPECT_TRUE(hooks.Logged("the first 240 s ago"));
+  ASSERT_EQ(events.late_exits.size(), 3u);
+  EXPECT_EQ(events.late_exits[0],
+            nlohmann::json({{"attempt", 0}, {"after_s", 60.0}, {"finished_ranks", {0, 2}}, {"running_ranks", {1, 3}}}));
+  EXPECT_EQ(events.late_exits[2]["after_s"], 240.0);
+  EXPECT_EQ(events.late_exits[2]["running_ranks"], nlohmann::json({1}));
   EXPECT_EQ(agent->state(), AgentState::kRunning);
   EXPECT_EQ(spawner.CountSignals(SIGTERM), 0);
   EXPECT_EQ(spawner.CountSignals(SIGKILL), 0);
@@ -79,6 +94,7 @@ TEST_F(AgentLateExitTest, ZeroTurnsItOff) {
   Exit(Pid(0), ExitStatus::Exited(0));
   timers.Advance(Seconds(100000));
   EXPECT_EQ(Notices(), 0u);
+  EXPECT_TRUE(events.late_exits.empty());
   EXPECT_EQ(agent->state(), AgentState::kRunning);
 }
 
