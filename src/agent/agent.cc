@@ -207,6 +207,9 @@ bool Agent::DebuggedRankInJob() const {
 
 void Agent::StartAttempt() {
   const int n = config_.nproc_per_node;
+  // A late-exit notice armed in the exit barrier belonged to the round that ended.
+  if (late_exit_timer_) timers_.CancelTimer(*late_exit_timer_);
+  late_exit_timer_.reset();
   AttemptInfo info;
   info.restart_count = restart_count_;
   // attempt_<n> log dirs: single node counts restarts; multi-node names the rendezvous round, the
@@ -885,6 +888,10 @@ void Agent::ArmLateExitNotice(TimePoint deadline, Duration after) {
 }
 
 void Agent::OnLateExitNotice(Duration after) {
+  if (state_ == AgentState::kRendezvous && rdzv_) {
+    NoticeUnfinishedNodes(after);
+    return;
+  }
   if (state_ != AgentState::kRunning) return;
   std::vector<int> finished, running_ranks;
   std::vector<const Worker*> running;
@@ -909,6 +916,21 @@ void Agent::OnLateExitNotice(Duration after) {
   hooks_.Log(1, (finished.size() == 1 ? "rank " + ranks + " exited 0 " + when + " ago"
                                       : "ranks " + ranks + " exited 0, the first " + when + " ago") +
                     "; still running: " + still);
+  ArmLateExitNotice(late_exit_deadline_ + after, after * 2);
+}
+
+void Agent::NoticeUnfinishedNodes(Duration after) {
+  const std::vector<rdzv::Rendezvous::NodeName> nodes = rdzv_->UnfinishedNodes();
+  if (nodes.empty()) return;  // out of the exit barrier (a new round, the job's end)
+  std::string names;
+  std::vector<int> node_ranks;
+  for (const auto& n : nodes) {
+    names += (names.empty() ? "" : ", ") + ("node " + std::to_string(n.node_rank) + " (" + n.host + ")");
+    node_ranks.push_back(n.node_rank);
+  }
+  events_->Emit(events::kLateExit, {{"attempt", attempt_}, {"after_s", ToSeconds(after)}, {"running_nodes", node_ranks}});
+  hooks_.Log(1, "every worker on this node exited 0 " + FormatSeconds(ToSeconds(after)) +
+                    " ago; still running: the workers of " + names);
   ArmLateExitNotice(late_exit_deadline_ + after, after * 2);
 }
 
@@ -1017,6 +1039,10 @@ void Agent::FinishMultiNodeAttempt() {
     state_ = AgentState::kRendezvous;
     hooks_.Log(0, "all workers on this node succeeded; waiting for the other nodes");
     rdzv_->ReportSucceeded();
+    if (state_ == AgentState::kRendezvous && config_.late_exit_notice > 0) {  // the job did not end at once
+      const Duration after = Seconds(config_.late_exit_notice);
+      ArmLateExitNotice(timers_.Now() + after, after);
+    }
     return;
   }
   JoinNextRound();

@@ -50,7 +50,9 @@
 // on (time the job was running: a suspension moves the deadline, as below). Peers that finished
 // can no longer take part in a collective, so a rank still running then is most often stuck in its
 // end (a process group's teardown, a thread that never ends) and would otherwise hold the job
-// without a word. It only tells: the job goes on.
+// without a word. It only tells: the job goes on. Multi-node, a node whose workers all succeeded
+// waits in the exit barrier: T after that, and at 2T, 4T..., it names the nodes whose workers are
+// still running (Rendezvous::UnfinishedNodes).
 //
 // Job control (Ctrl-Z): SuspendWorkers sends SIGTSTP to every worker group with members;
 // ResumeWorkers sends SIGCONT and moves the grace / final-wait / back-off deadlines by the time the
@@ -299,6 +301,7 @@ class Agent final : public rdzv::RendezvousListener {
   // --late-exit-notice (see the top of this file): `after` is the running time since the first exit 0.
   void ArmLateExitNotice(TimePoint deadline, Duration after);
   void OnLateExitNotice(Duration after);
+  void NoticeUnfinishedNodes(Duration after);  // the same in the exit barrier, for other nodes
   void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
   void OnStacksSaved(pid_t pid, const health::StackSummary& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);

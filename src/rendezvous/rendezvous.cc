@@ -406,6 +406,18 @@ std::string Rendezvous::MissingRanks() const {
   return out;
 }
 
+std::vector<Rendezvous::NodeName> Rendezvous::UnfinishedNodes() const {
+  std::vector<NodeName> out;
+  if (mode_ != Mode::kSucceeded || !head_ || head_->phase != Phase::kRun) return out;
+  const std::vector<std::string>& done = head_->done;
+  for (size_t i = 0; i < head_->members.size(); ++i) {
+    const NodeDesc& n = head_->members[i];  // kRun: in node-rank order
+    if (n.id != self_id_ && std::find(done.begin(), done.end(), n.id) == done.end())
+      out.push_back({static_cast<int>(i), n.host});
+  }
+  return out;
+}
+
 std::string Rendezvous::Members() const {
   std::string out;
   for (const auto& n : head_->members) {

@@ -92,6 +92,13 @@ class Rendezvous {
   void ReportFailure(Cause cause);
   void ReportSucceeded();
   void Leave();
+  // In the exit barrier: every worker of this node succeeded, and the job has not ended. The
+  // nodes of the round that have not (node rank, host), in node-rank order; empty otherwise.
+  struct NodeName {
+    int node_rank = -1;
+    std::string host;
+  };
+  std::vector<NodeName> UnfinishedNodes() const;
   // No transition is waiting to be written (for a bounded drain before exit), or none can be: the
   // log was never read (an unreachable store has no round to leave).
   bool idle() const { return !appending_ && (intents_.empty() || !head_); }

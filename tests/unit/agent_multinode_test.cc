@@ -345,6 +345,42 @@ TEST_F(MultiNodeAgentTest, SuccessIsAgreedOnlyWhenEveryNodeSucceeded) {
   EXPECT_TRUE(a.hooks.gpu_waits.empty()) << "no wait for the GPUs after a success";
 }
 
+// --late-exit-notice in the exit barrier: the nodes whose workers outlive this node's are named.
+TEST_F(MultiNodeAgentTest, TheExitBarrierNamesTheNodesStillRunningAfterTheLateExitNotice) {
+  Node& a = Add(1, 3, 3, 1);
+  Node& b = Add(1, 3, 3, 1);
+  Node& c = Add(1, 3, 3, 1);
+  for (Node* n : {&a, &b, &c}) n->config.late_exit_notice = 60;  // the default, said
+  for (Node* n : {&a, &b, &c}) n->agent->Start();
+  Settle();
+  a.Exit(0, ExitStatus::Exited(0));
+  Settle();
+  timers_.Advance(Seconds(10));
+  b.Exit(0, ExitStatus::Exited(0));
+  Settle();
+  timers_.Advance(Seconds(50));
+  EXPECT_TRUE(a.hooks.Logged("1 every worker on this node exited 0 60 s ago; still running: the workers of node 2 (host-c)"));
+  EXPECT_FALSE(b.hooks.Logged("still running"));
+  timers_.Advance(Seconds(10));
+  EXPECT_TRUE(b.hooks.Logged("1 every worker on this node exited 0 60 s ago; still running: the workers of node 2 (host-c)"));
+  EXPECT_FALSE(c.hooks.Logged("still running")) << "c's own worker is the one running: nothing of c's finished";
+  timers_.Advance(Seconds(60));
+  EXPECT_TRUE(a.hooks.Logged("exited 0 120 s ago; still running: the workers of node 2 (host-c)"));
+  // c's worker fails: a restart for every node; the notices belonged to the round that ended.
+  c.Exit(0, ExitStatus::Exited(1));
+  for (Node* n : {&a, &b, &c}) n->NextAttempt();  // no worker of attempt 0 is left anywhere
+  Settle();
+  ASSERT_EQ(a.agent->state(), AgentState::kRunning);
+  ASSERT_EQ(c.agent->state(), AgentState::kRunning);
+  const size_t said = a.hooks.logs.size();
+  timers_.Advance(Seconds(600));
+  for (size_t i = said; i < a.hooks.logs.size(); ++i) EXPECT_EQ(a.hooks.logs[i].find("still running"), std::string::npos) << a.hooks.logs[i];
+  for (Node* n : {&a, &b, &c}) n->Exit(0, ExitStatus::Exited(0));
+  Settle();
+  EXPECT_TRUE(a.agent->done());
+  EXPECT_EQ(a.agent->exit_code(), 0);
+}
+
 TEST_F(MultiNodeAgentTest, SignalledAgentLeavesAndTheOthersGoOnWithoutCounting) {
   Node& a = Add(1, 1, 3, 0);
   Node& b = Add(1, 1, 3, 0);

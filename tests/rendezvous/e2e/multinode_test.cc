@@ -550,6 +550,32 @@ TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
 
 // --max-run-time on two agents: node 0's deadline (1.5 s) fires first and closes the job with 124
 // for both; node 1's own (60 s) never has to. Both summaries say max_run_time.
+// --late-exit-notice in the exit barrier: node 0's worker exits 0 at once, node 1's never ends;
+// node 0 names node 1 at 0.5 s and 1 s, until node 1's deadline ends the job.
+TEST(MultiNode, ANodeInTheExitBarrierNamesTheNodesStillRunning) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  for (int node : {1, 0}) {
+    const std::string n = std::to_string(node);
+    agents.Start("n" + n,
+                 {"--nnodes=2", "--nproc_per_node=1", "--node_rank=" + n, "--master_addr=127.0.0.1",
+                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2",
+                  "--late-exit-notice=0.5", node == 1 ? "--max-run-time=5" : "--max-run-time=60"},
+                 {"--only-rank", "1", "--hang", "--pid-file", dir / "pids"});
+  }
+  EXPECT_EQ(agents.Wait("n0", seconds(30)), 124) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1", seconds(30)), 124) << agents.Err("n1");
+  const std::string err0 = agents.Err("n0");
+  for (const char* after : {"0.5 s", "1 s"})
+    EXPECT_NE(err0.find(std::string("every worker on this node exited 0 ") + after +
+                        " ago; still running: the workers of node 1 ("),
+              std::string::npos)
+        << err0;
+  EXPECT_EQ(agents.Err("n1").find("exited 0"), std::string::npos) << "node 1 had nothing finish";
+  ExpectAllGone(dir / "pids");
+}
+
 TEST(MultiNode, TheFirstMaxRunTimeEndsEveryNodeWith124) {
   TempDir dir;
   Agents agents(dir);
