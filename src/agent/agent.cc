@@ -899,7 +899,7 @@ void Agent::OnLateExitNotice(Duration after) {
     if (!w.exited) running.push_back(&w);
     else if (w.status.success()) finished.push_back(w.rank.global_rank);
   }
-  if (running.empty()) return;
+  if (running.empty() || finished.empty()) return;  // armed by an exit 0 of this attempt: never empty
   std::sort(finished.begin(), finished.end());
   for (const Worker* w : running) running_ranks.push_back(w->rank.global_rank);
   events_->Emit(events::kLateExit, {{"attempt", attempt_},
