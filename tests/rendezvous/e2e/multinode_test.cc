@@ -65,14 +65,21 @@ std::vector<std::string> C10d(int port, const std::string& nnodes, int nproc, st
   return f;
 }
 
+// Flags of node `node` of a static job on loopback: node 0 hosts the rendezvous store at `port`.
+std::vector<std::string> Static(int port, int nnodes, int nproc, int node, std::vector<std::string> extra = {}) {
+  std::vector<std::string> f{"--nnodes=" + std::to_string(nnodes), "--nproc_per_node=" + std::to_string(nproc),
+                             "--node_rank=" + std::to_string(node), "--master_addr=127.0.0.1",
+                             "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
 TEST(MultiNode, StaticTwoNodesOfTwoWorkers) {
   TempDir dir;
   Agents agents(dir);
   const int port = FreePort();
   for (int node : {1, 0}) {
-    agents.Start("n" + std::to_string(node),
-                 {"--nnodes=2", "--nproc_per_node=2", "--node_rank=" + std::to_string(node), "--master_addr=127.0.0.1",
-                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2"},
+    agents.Start("n" + std::to_string(node), Static(port, 2, 2, node),
                  {"--env-file", dir / "env", "--pid-file", dir / "pids"});
   }
   EXPECT_EQ(agents.Wait("n0"), 0) << agents.Err("n0");
@@ -98,9 +105,7 @@ TEST(MultiNode, StaticFourNodesOfTwoWorkersFollowTheDeclaredNodeRanks) {
   Agents agents(dir);
   const int port = FreePort();
   for (int node : {3, 1, 0, 2}) {  // arrival order does not matter: node ranks are declared
-    agents.Start("n" + std::to_string(node),
-                 {"--nnodes=4", "--nproc_per_node=2", "--node_rank=" + std::to_string(node), "--master_addr=127.0.0.1",
-                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2"},
+    agents.Start("n" + std::to_string(node), Static(port, 4, 2, node),
                  {"--env-file", dir / "env", "--pid-file", dir / "pids"});
   }
   for (int node = 0; node < 4; ++node)
@@ -548,22 +553,16 @@ TEST(MultiNode, TheOthersEndCleanlyWhenTheRendezvousHostDies) {
   ExpectAllGone(dir / "pids");
 }
 
-// --max-run-time on two agents: node 0's deadline (1.5 s) fires first and closes the job with 124
-// for both; node 1's own (60 s) never has to. Both summaries say max_run_time.
 // --late-exit-notice in the exit barrier: node 0's worker exits 0 at once, node 1's never ends;
 // node 0 names node 1 at 0.5 s and 1 s, until node 1's deadline ends the job.
 TEST(MultiNode, ANodeInTheExitBarrierNamesTheNodesStillRunning) {
   TempDir dir;
   Agents agents(dir);
   const int port = FreePort();
-  for (int node : {1, 0}) {
-    const std::string n = std::to_string(node);
-    agents.Start("n" + n,
-                 {"--nnodes=2", "--nproc_per_node=1", "--node_rank=" + n, "--master_addr=127.0.0.1",
-                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2",
-                  "--late-exit-notice=0.5", node == 1 ? "--max-run-time=5" : "--max-run-time=60"},
+  for (int node : {1, 0})
+    agents.Start("n" + std::to_string(node),
+                 Static(port, 2, 1, node, {"--late-exit-notice=0.5", node == 1 ? "--max-run-time=5" : "--max-run-time=60"}),
                  {"--only-rank", "1", "--hang", "--pid-file", dir / "pids"});
-  }
   EXPECT_EQ(agents.Wait("n0", seconds(30)), 124) << agents.Err("n0");
   EXPECT_EQ(agents.Wait("n1", seconds(30)), 124) << agents.Err("n1");
   const std::string err0 = agents.Err("n0");
@@ -576,6 +575,8 @@ TEST(MultiNode, ANodeInTheExitBarrierNamesTheNodesStillRunning) {
   ExpectAllGone(dir / "pids");
 }
 
+// --max-run-time on two agents: node 0's deadline (1.5 s) fires first and closes the job with 124
+// for both; node 1's own (60 s) never has to. Both summaries say max_run_time.
 TEST(MultiNode, TheFirstMaxRunTimeEndsEveryNodeWith124) {
   TempDir dir;
   Agents agents(dir);
@@ -583,10 +584,9 @@ TEST(MultiNode, TheFirstMaxRunTimeEndsEveryNodeWith124) {
   for (int node : {1, 0}) {
     const std::string n = std::to_string(node);
     agents.Start("n" + n,
-                 {"--nnodes=2", "--nproc_per_node=2", "--node_rank=" + n, "--master_addr=127.0.0.1",
-                  "--master_port=" + std::to_string(port), kFastConf + ",keep_alive_interval=0.2",
-                  node == 0 ? "--max-run-time=1.5" : "--max-run-time=60", "--summary-file", dir / ("s" + n + ".json"),
-                  "--events-file", dir / ("e" + n + ".jsonl")},
+                 Static(port, 2, 2, node,
+                        {node == 0 ? "--max-run-time=1.5" : "--max-run-time=60", "--summary-file",
+                         dir / ("s" + n + ".json"), "--events-file", dir / ("e" + n + ".jsonl")}),
                  {"--hang", "--pid-file", dir / "pids"});
   }
   const auto start = std::chrono::steady_clock::now();
