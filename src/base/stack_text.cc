@@ -7,8 +7,6 @@
 namespace ctrun {
 namespace {
 
-bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
 bool IsFrame(std::string_view line) {
   return line.size() > 1 && line[0] == '#' && std::isdigit(static_cast<unsigned char>(line[1]));
 }
@@ -32,7 +30,7 @@ pid_t NumberAfter(std::string_view s, std::string_view marker, char close, size_
 StackThread ReadHeader(std::string_view line) {
   StackThread t;
   t.header = line;
-  if (StartsWith(line, "TID ")) {
+  if (line.starts_with("TID ")) {
     t.tid = NumberAfter(line, "TID ", ':');
     return t;
   }
@@ -68,7 +66,7 @@ std::vector<StackThread> ReadStackThreads(std::string_view text) {
     const size_t nl = text.find('\n', pos);
     const std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    if (StartsWith(line, "Thread ") || StartsWith(line, "TID ")) {
+    if (line.starts_with("Thread ") || line.starts_with("TID ")) {
       threads.push_back(ReadHeader(line));
     } else if (IsFrame(line)) {
       if (threads.empty()) threads.emplace_back();
@@ -81,10 +79,10 @@ std::vector<StackThread> ReadStackThreads(std::string_view text) {
 std::string FrameFunction(std::string_view line) {
   std::string_view rest = line.substr(std::min(line.size(), line.find(' ')));
   rest.remove_prefix(std::min(rest.size(), rest.find_first_not_of(' ')));
-  if (StartsWith(rest, "0x")) {
+  if (rest.starts_with("0x")) {
     const size_t sp = rest.find(' ');
     rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-    if (StartsWith(rest, "in ")) rest.remove_prefix(3);
+    if (rest.starts_with("in ")) rest.remove_prefix(3);
   }
   std::string_view lib;
   if (const size_t from = rest.rfind(" from "); from != std::string_view::npos) {
