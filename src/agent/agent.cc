@@ -9,7 +9,7 @@
 #include "report/summary_file.h"
 
 #include "health/hang_watcher.h"
-#include "placement/topology.h"  // FormatCpuList: "0-2,4", for rank lists too
+#include "placement/topology.h"  // FormatCpuList: "0, 2-4", for rank lists too
 #include "report/run_summary.h"
 
 namespace ctrun {
@@ -428,10 +428,7 @@ void Agent::OnChildExit(pid_t pid, ExitStatus status) {
         BeginStopping(StopReason::kSuccess, SIGTERM);
         return;
       }
-      if (!late_exit_timer_ && config_.late_exit_notice > 0) {
-        const Duration after = Seconds(config_.late_exit_notice);
-        ArmLateExitNotice(timers_.Now() + after, after);
-      }
+      if (!late_exit_timer_) StartLateExitClock();
     } else if (state_ == AgentState::kStopping && stop_reason_ != StopReason::kStartError &&
                (!status.success() || !w->hang.empty())) {  // a hung rank is a failure however it ends
       // During teardown a worker that died of the signal ctrun sent (or a shell's 128+signal
@@ -878,60 +875,63 @@ void Agent::CancelTimers() {
   late_exit_timer_.reset();
 }
 
+void Agent::StartLateExitClock() {
+  if (config_.late_exit_notice <= 0) return;
+  const Duration after = Seconds(config_.late_exit_notice);
+  ArmLateExitNotice(timers_.Now() + after, after);
+}
+
 void Agent::ArmLateExitNotice(TimePoint deadline, Duration after) {
   late_exit_deadline_ = deadline;
   late_exit_after_ = after;
   late_exit_timer_ = timers_.AddTimer(deadline, [this] {
     late_exit_timer_.reset();
-    OnLateExitNotice(late_exit_after_);
+    const bool said = state_ == AgentState::kRendezvous && rdzv_ ? NoticeUnfinishedNodes() : NoticeLateRanks();
+    if (said) ArmLateExitNotice(late_exit_deadline_ + late_exit_after_, late_exit_after_ * 2);
   });
 }
 
-void Agent::OnLateExitNotice(Duration after) {
-  if (state_ == AgentState::kRendezvous && rdzv_) {
-    NoticeUnfinishedNodes(after);
-    return;
-  }
-  if (state_ != AgentState::kRunning) return;
+bool Agent::NoticeLateRanks() {
+  if (state_ != AgentState::kRunning) return false;
   std::vector<int> finished, running_ranks;
   std::vector<const Worker*> running;
   for (const auto& w : workers_) {
     if (!w.exited) running.push_back(&w);
     else if (w.status.success()) finished.push_back(w.rank.global_rank);
   }
-  if (running.empty() || finished.empty()) return;  // armed by an exit 0 of this attempt: never empty
+  if (running.empty() || finished.empty()) return false;  // armed by an exit 0 of this attempt: never empty
   std::sort(finished.begin(), finished.end());
   for (const Worker* w : running) running_ranks.push_back(w->rank.global_rank);
   events_->Emit(events::kLateExit, {{"attempt", attempt_},
-                                    {"after_s", ToSeconds(after)},
+                                    {"after_s", ToSeconds(late_exit_after_)},
                                     {"finished_ranks", finished},
                                     {"running_ranks", running_ranks}});
   constexpr size_t kNamed = 8;  // a line, not a page, when many ranks are left
   std::string still;
   for (size_t i = 0; i < running.size() && i < kNamed; ++i) still += (i ? ", " : "") + Label(*running[i]);
   if (running.size() > kNamed) still += " and " + std::to_string(running.size() - kNamed) + " more";
-  std::string ranks;  // "0, 2-5", as ctrun's other rank lists are spaced
-  for (char ch : FormatCpuList(finished)) ranks += ch == ',' ? std::string(", ") : std::string(1, ch);
-  const std::string when = FormatSeconds(ToSeconds(after));
+  const std::string ranks = FormatCpuList(finished, ", ");  // "0, 2-5"
+  const std::string when = FormatSeconds(ToSeconds(late_exit_after_));
   hooks_.Log(1, (finished.size() == 1 ? "rank " + ranks + " exited 0 " + when + " ago"
                                       : "ranks " + ranks + " exited 0, the first " + when + " ago") +
                     "; still running: " + still);
-  ArmLateExitNotice(late_exit_deadline_ + after, after * 2);
+  return true;
 }
 
-void Agent::NoticeUnfinishedNodes(Duration after) {
+bool Agent::NoticeUnfinishedNodes() {
   const std::vector<rdzv::Rendezvous::NodeName> nodes = rdzv_->UnfinishedNodes();
-  if (nodes.empty()) return;  // out of the exit barrier (a new round, the job's end)
+  if (nodes.empty()) return false;  // out of the exit barrier (a new round, the job's end)
   std::string names;
   std::vector<int> node_ranks;
   for (const auto& n : nodes) {
     names += (names.empty() ? "" : ", ") + ("node " + std::to_string(n.node_rank) + " (" + n.host + ")");
     node_ranks.push_back(n.node_rank);
   }
-  events_->Emit(events::kLateExit, {{"attempt", attempt_}, {"after_s", ToSeconds(after)}, {"running_nodes", node_ranks}});
-  hooks_.Log(1, "every worker on this node exited 0 " + FormatSeconds(ToSeconds(after)) +
+  events_->Emit(events::kLateExit,
+                {{"attempt", attempt_}, {"after_s", ToSeconds(late_exit_after_)}, {"running_nodes", node_ranks}});
+  hooks_.Log(1, "every worker on this node exited 0 " + FormatSeconds(ToSeconds(late_exit_after_)) +
                     " ago; still running: the workers of " + names);
-  ArmLateExitNotice(late_exit_deadline_ + after, after * 2);
+  return true;
 }
 
 void Agent::FinishAttempt() {
@@ -1039,10 +1039,7 @@ void Agent::FinishMultiNodeAttempt() {
     state_ = AgentState::kRendezvous;
     hooks_.Log(0, "all workers on this node succeeded; waiting for the other nodes");
     rdzv_->ReportSucceeded();
-    if (state_ == AgentState::kRendezvous && config_.late_exit_notice > 0) {  // the job did not end at once
-      const Duration after = Seconds(config_.late_exit_notice);
-      ArmLateExitNotice(timers_.Now() + after, after);
-    }
+    if (state_ == AgentState::kRendezvous) StartLateExitClock();  // the job did not end at once
     return;
   }
   JoinNextRound();

@@ -298,10 +298,13 @@ class Agent final : public rdzv::RendezvousListener {
   void ArmGrace(TimePoint deadline);
   void ArmBackoff(TimePoint deadline);
   void ArmFinalWait(TimePoint deadline);
-  // --late-exit-notice (see the top of this file): `after` is the running time since the first exit 0.
+  // --late-exit-notice (see the top of this file). StartLateExitClock arms the first notice, T from
+  // now; `after` is the running time the notice at `deadline` reports. A notice that said something
+  // arms the next one at twice that time.
+  void StartLateExitClock();
   void ArmLateExitNotice(TimePoint deadline, Duration after);
-  void OnLateExitNotice(Duration after);
-  void NoticeUnfinishedNodes(Duration after);  // the same in the exit barrier, for other nodes
+  bool NoticeLateRanks();        // this attempt's ranks still running after an exit 0
+  bool NoticeUnfinishedNodes();  // in the exit barrier: the other nodes still running
   void OnRankHung(int local_rank, const std::string& why, const std::vector<int>& also_silent);
   void OnStacksSaved(pid_t pid, const health::StackSummary& summary);
   void StopForFailure(const Worker& w, const std::string& what, int exit_code);

@@ -5,12 +5,12 @@
 
 namespace ctrun {
 
-std::string FormatCpuList(const CpuList& cpus) {
+std::string FormatCpuList(const CpuList& cpus, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < cpus.size();) {
     size_t j = i;
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ',';
+    if (!out.empty()) out += sep;
     out += std::to_string(cpus[i]);
     if (j > i) out += "-" + std::to_string(cpus[j]);
     i = j + 1;

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ctrun {
@@ -26,8 +27,8 @@ struct Topology {
   std::map<std::string, CpuList> pci_locality;
 };
 
-// "0-3,8,10-11".
-std::string FormatCpuList(const CpuList& cpus);
+// Sorted numbers as ranges, "0-3,8,10-11"; `sep` between items (", " for rank lists in messages).
+std::string FormatCpuList(const CpuList& cpus, std::string_view sep = ",");
 CpuList Intersect(const CpuList& a, const CpuList& b);
 CpuList Union(const CpuList& a, const CpuList& b);
 
