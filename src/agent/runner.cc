@@ -711,9 +711,8 @@ RunOutcome RunJob(const LaunchConfig& config, const RunContext& context) {
   if (health) agent.AttachHealth(health.get());
   rdzv::Backend backend;
   if (config.rdzv.multi_node) {
-    auto b = rdzv::MakeBackend(config, loop, context.hostname);
-    if (!b.ok()) return SetUpFailed(OutcomeKind::kRendezvousError, b.message());
-    backend = std::move(b.value());
+    if (Status st = rdzv::MakeBackend(config, loop, context.hostname, &backend); !st.ok())
+      return SetUpFailed(OutcomeKind::kRendezvousError, st.message());
     hooks.set_node_addr(backend.node_addr);
     agent.AttachRendezvous(backend.rendezvous.get());
   }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "base/unique_fd.h"
 #include "sys/port_owner.h"
@@ -96,42 +97,80 @@ RendezvousOptions MakeOptions(const LaunchConfig& c) {
   return o;
 }
 
-// static: node rank 0 hosts the store at the endpoint. c10d: the agent whose address matches the
-// endpoint (or is_host=1) tries; when several agents on one machine match, the first to bind
-// hosts and the others connect as clients.
-StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig& c, EventLoop& loop,
-                                                            const std::string& hostname) {
-  const RdzvSettings& r = c.rdzv;
-  const HostPort& ep = r.endpoints.front();
+// Whether this agent hosts the rendezvous store, and whether it must (else, when the port is
+// taken, it connects as a client). static: node rank 0 must. c10d: the agent whose address
+// matches the endpoint (or is_host=1) tries; when several agents on one machine match, the first
+// to bind hosts and the others connect as clients.
+struct HostRole {
   bool host = false;
   bool must = false;
-  if (r.backend == "static") {
-    host = must = c.node_rank == 0;
-  } else if (r.backend == "c10d") {
-    host = r.is_host ? *r.is_host : IsThisMachine(ep.host, hostname);
-    must = r.is_host.value_or(false);
-  }
-  if (!host) return std::unique_ptr<store::StoreServer>();
+};
+
+HostRole StoreHostRole(const LaunchConfig& c, const std::string& hostname) {
+  const RdzvSettings& r = c.rdzv;
+  if (r.backend == "static") return {c.node_rank == 0, c.node_rank == 0};
+  if (r.backend == "c10d") return {r.is_host ? *r.is_host : IsThisMachine(r.endpoints.front().host, hostname),
+                                   r.is_host.value_or(false)};
+  return {};
+}
+
+store::ServerOptions HostOptions(const LaunchConfig& c) {
+  const RdzvSettings& r = c.rdzv;
+  const HostPort& ep = r.endpoints.front();
   store::ServerOptions opts;
   opts.bind_host = ep.host.find(':') != std::string::npos ? "::" : "0.0.0.0";
   opts.port = ep.port;
   opts.token = RendezvousToken(c);
   opts.peer_timeout = Seconds(r.read_timeout);  // connections of dead or cut-off agents are closed
-  auto server = store::StoreServer::Start(loop, opts);
-  if (server.ok()) return std::move(server.value());
-  if (!must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
-  const std::string port_flag = r.backend == "static" ? "--master_port" : "--rdzv_endpoint port";
-  // A port in use names its holder (and whether it is a still-running run of this job).
-  if (std::optional<PortHolder> holder = FindPortHolder(ep.port))
-    return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
-                         DescribePortHolder(holder, c.run_id,
-                                            std::filesystem::path(c.entrypoint).filename().string(), port_flag,
-                                            /*single_node=*/false));
-  return Status::Error("cannot host the rendezvous store on port " + std::to_string(ep.port) + ": " +
-                       server.message() + " (pick another " + port_flag + ")");
+  return opts;
 }
 
-StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoop& loop) {
+std::string PortFlag(const LaunchConfig& c) {
+  return c.rdzv.backend == "static" ? "--master_port" : "--rdzv_endpoint port";
+}
+
+// The reason the store cannot be hosted on the endpoint's port, for one line: its holder when
+// /proc shows one, else the bind error.
+std::string CannotHost(const LaunchConfig& c, const std::string& bind_error) {
+  const int port = c.rdzv.endpoints.front().port;
+  const std::string head = "cannot host the rendezvous store on port " + std::to_string(port) + ": ";
+  if (std::optional<PortHolder> holder = FindPortHolder(port))
+    return head + DescribePortHolder(holder, c.run_id, std::filesystem::path(c.entrypoint).filename().string(),
+                                     PortFlag(c), /*single_node=*/false);
+  return head + bind_error + " (pick another " + PortFlag(c) + ")";
+}
+
+StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig& c, EventLoop& loop, HostRole role) {
+  if (!role.host) return std::unique_ptr<store::StoreServer>();
+  auto server = store::StoreServer::Start(loop, HostOptions(c));
+  if (server.ok()) return std::move(server.value());
+  if (!role.must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
+  return Status::Error(CannotHost(c, server.message()));
+}
+
+// A c10d host candidate that found the port taken is a client, on the guess that another agent
+// here hosts. Its connects being refused prove the guess wrong: nothing listens there (the holder
+// is a connection's local port, or a server on one address only). Before each retry it tries to
+// host again, so the job starts as soon as the port is free instead of timing out. *slot is the
+// Backend's hosted_store, which outlives the log that calls this.
+std::function<void()> HostWhenFree(const LaunchConfig& c, EventLoop& loop, std::unique_ptr<store::StoreServer>* slot) {
+  return [&loop, slot, c, said = false]() mutable {
+    if (*slot) return;
+    auto server = store::StoreServer::Start(loop, HostOptions(c));
+    if (server.ok()) {
+      spdlog::info("rendezvous: hosting the store on port {} now that the port is free", server.value()->port());
+      *slot = std::move(server.value());
+    } else if (!said) {
+      said = true;
+      spdlog::warn("rendezvous: {}; nothing answers there either, so ctrun hosts it as soon as it is free",
+                   CannotHost(c, server.message()));
+    }
+  };
+}
+
+// before_retry: see StoreLogOptions (the store backends only).
+StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoop& loop,
+                                                 std::function<void()> before_retry) {
   const RdzvSettings& r = c.rdzv;
   if (r.backend == "etcd") {
     EtcdLogOptions o;
@@ -159,6 +198,7 @@ StatusOr<std::unique_ptr<RendezvousLog>> MakeLog(const LaunchConfig& c, EventLoo
   o.connect_timeout = Seconds(r.join_timeout);
   o.op_timeout = Seconds(r.read_timeout);
   o.on_unreachable = SayUnreachable;
+  o.before_retry = std::move(before_retry);
   auto log = StoreLog::Create(loop, o);
   if (!log.ok()) return log.status();
   return std::unique_ptr<RendezvousLog>(std::move(log.value()));
@@ -171,22 +211,22 @@ std::string RendezvousToken(const LaunchConfig& config) {
   return "ctrun-run:" + config.run_id;
 }
 
-StatusOr<Backend> MakeBackend(const LaunchConfig& c, EventLoop& loop, const std::string& hostname) {
-  Backend b;
-  auto hosted = MaybeHostStore(c, loop, hostname);
+Status MakeBackend(const LaunchConfig& c, EventLoop& loop, const std::string& hostname, Backend* b) {
+  const HostRole role = StoreHostRole(c, hostname);
+  auto hosted = MaybeHostStore(c, loop, role);
   if (!hosted.ok()) return hosted.status();
-  b.hosted_store = std::move(hosted.value());
+  b->hosted_store = std::move(hosted.value());
   const HostPort& ep = c.rdzv.endpoints.front();
-  b.node_addr = c.local_addr;
-  if (b.node_addr.empty()) b.node_addr = RouteSource(ep);
-  if (b.node_addr.empty()) b.node_addr = hostname;
-  auto log = MakeLog(c, loop);
+  b->node_addr = c.local_addr;
+  if (b->node_addr.empty()) b->node_addr = RouteSource(ep);
+  if (b->node_addr.empty()) b->node_addr = hostname;
+  auto log = MakeLog(c, loop, role.host && !b->hosted_store ? HostWhenFree(c, loop, &b->hosted_store) : nullptr);
   if (!log.ok()) return Status::Error("cannot reach the rendezvous at " + ep.ToString() + ": " + log.message());
   const std::string nonce = RandomHex(4);
   const std::string id =
       hostname.substr(0, hostname.find('.')) + "/" + std::to_string(::getpid()) + "/" + (nonce.empty() ? "0" : nonce);
-  b.rendezvous = std::make_unique<Rendezvous>(std::move(log.value()), loop, MakeOptions(c), id);
-  return b;
+  b->rendezvous = std::make_unique<Rendezvous>(std::move(log.value()), loop, MakeOptions(c), id);
+  return Status::Ok();
 }
 
 }  // namespace ctrun::rdzv

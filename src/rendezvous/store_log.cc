@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<StoreLog>> StoreLog::Create(EventLoop& loop, const Stor
   c.token = opts.token;
   c.connect_timeout = opts.connect_timeout;
   c.op_timeout = opts.op_timeout;
+  c.before_retry = opts.before_retry;
   auto waiter = store::AsyncStoreClient::Create(loop, c);
   if (!waiter.ok()) return waiter.status();
   c.on_unreachable = opts.on_unreachable;  // one of the two connections is enough to say it

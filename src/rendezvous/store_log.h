@@ -71,6 +71,7 @@ struct StoreLogOptions {
   Duration connect_timeout = Seconds(60);  // retry refused connects this long (host may be late)
   Duration op_timeout = Seconds(30);       // per request; also tunes TCP keepalive
   std::function<void(const std::string&)> on_unreachable;  // see store::AsyncClientOptions
+  std::function<void()> before_retry;                      // see store::AsyncClientOptions
 };
 
 class StoreLog final : public RendezvousLog {

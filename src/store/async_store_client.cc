@@ -335,6 +335,10 @@ void AsyncStoreClient::RetryLater() {
   backoff_timer_ = loop_.AddTimerAfter(sleep, [this, g = Guard()] {
     if (g.expired()) return;
     backoff_timer_ = 0;
+    if (!ever_connected_ && opts_.before_retry) {
+      opts_.before_retry();
+      if (g.expired()) return;  // the hook destroyed the client
+    }
     TryConnect();
     Progress();
     Deliver();

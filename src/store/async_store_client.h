@@ -59,6 +59,10 @@ struct AsyncClientOptions {
   // unreachable, a name that does not resolve yet), with one line for the user; the retries go on
   // silently until connect_timeout. Not after the client was once connected.
   std::function<void(const std::string&)> on_unreachable;
+  // Called before each retry of a connect that never reached the server, on the loop thread, so
+  // the owner can bring up the server it waits for (a rendezvous host that lost a race for its
+  // port to a socket that does not listen). Not after the client was once connected.
+  std::function<void()> before_retry;
 };
 
 class AsyncStoreClient {

@@ -485,6 +485,30 @@ TEST_F(AsyncClientTest, UnreachableIsSaidOnlyBeforeTheFirstConnection) {
   EXPECT_EQ(said, 0);
 }
 
+// The hook before each retry may bring up the server the client waits for (a rendezvous host
+// that found its port taken): the next attempt reaches it. Not called once connected.
+TEST_F(AsyncClientTest, TheRetryHookCanStartTheServerTheClientWaitsFor) {
+  const int port = FreePort();  // nobody listens there yet
+  AsyncClientOptions o;
+  o.port = port;
+  o.connect_timeout = 10s;
+  int calls = 0;
+  o.before_retry = [&] {
+    if (++calls == 2) StartServer(port);
+  };
+  auto c = Client(o);
+  std::optional<Status> first, second;
+  c->Ping(IntoStatus(&first));
+  ASSERT_TRUE(RunUntil([&] { return first.has_value(); }));
+  EXPECT_TRUE(first->ok()) << first->message();
+  EXPECT_EQ(calls, 2);
+  server_.reset();
+  c->Ping(IntoStatus(&second));
+  ASSERT_TRUE(RunUntil([&] { return second.has_value(); }));
+  EXPECT_FALSE(second->ok());
+  EXPECT_EQ(calls, 2) << "a lost connection is its owner's to report, not a server to bring up";
+}
+
 TEST(TunePeerSocket, KeepaliveDetectsACutLinkWithinTheOpTimeout) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   TunePeerSocket(fd.get(), 30s);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/unique_fd.h"
 #include "helpers/ctrun_command.h"
 #include "helpers/free_port.h"
 #include "helpers/test_util.h"
@@ -401,6 +403,62 @@ TEST(MultiNode, AnUnreachableRendezvousStoreIsSaidOnceAtTheStart) {
             1)
       << err;
   EXPECT_NE(err.find("rendezvous timed out after 2 s"), std::string::npos) << err;
+}
+
+// A loopback TCP connection whose local end is `port`: it holds the port without listening on it,
+// as an outgoing connection's ephemeral local port does. Empty when it could not be made.
+struct PortHeldByAConnection {
+  UniqueFd accepted, client, listener;  // closed in this order: the TIME_WAIT is the listener side's
+  explicit operator bool() const { return accepted.valid(); }
+};
+
+PortHeldByAConnection HoldPortWithAConnection(int port) {
+  PortHeldByAConnection h;
+  h.listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  h.client.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  auto* sa = reinterpret_cast<sockaddr*>(&addr);
+  if (!h.listener || !h.client || ::bind(h.listener.get(), sa, sizeof addr) != 0 ||
+      ::listen(h.listener.get(), 1) != 0 || ::getsockname(h.listener.get(), sa, &len) != 0)
+    return h;
+  sockaddr_in local = addr;
+  local.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(h.client.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(h.client.get(), sa, sizeof addr) != 0)
+    return h;
+  h.accepted.reset(::accept4(h.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  return h;
+}
+
+// Agents on the endpoint's machine that find its port held by something that does not listen
+// (another program's connection) cannot host, and nothing answers. Each says so, naming the
+// holder, and hosts as soon as the port is free: the job starts instead of timing out.
+TEST(MultiNode, AnEndpointPortHeldByAConnectionIsHostedOnceItIsFree) {
+  TempDir dir;
+  Agents agents(dir);
+  const int port = FreePort();
+  PortHeldByAConnection hold = HoldPortWithAConnection(port);
+  ASSERT_TRUE(hold) << "cannot hold port " << port << ": " << std::strerror(errno);
+  for (const char* n : {"n0", "n1"})
+    agents.Start(n, C10d(port, "2", 1), {"--env-file", dir / "env", "--pid-file", dir / "pids"});
+  const std::string cannot = "cannot host the rendezvous store on port " + std::to_string(port) +
+                             ": the port is held by pid " + std::to_string(::getpid());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(agents.Err("n0") + agents.Err("n1"), cannot) == 2; }, seconds(30)))
+      << agents.Err("n0") << agents.Err("n1");
+  hold = {};  // the connection ends: the port is free
+  EXPECT_EQ(agents.Wait("n0"), 0) << agents.Err("n0");
+  EXPECT_EQ(agents.Wait("n1"), 0) << agents.Err("n1");
+  const std::string both = agents.Err("n0") + agents.Err("n1");
+  EXPECT_EQ(CountOf(both, "rendezvous: hosting the store on port " + std::to_string(port) + " now that the port is free"),
+            1)
+      << both;
+  EXPECT_NE(both.find("nothing answers there either, so ctrun hosts it as soon as it is free"), std::string::npos)
+      << both;
+  EXPECT_EQ(ReadEnvFile(dir / "env.1")["WORLD_SIZE"], "2");
+  ExpectAllGone(dir / "pids");
 }
 
 // The same for etcd: said once when the first request cannot reach it, then the timeout.
