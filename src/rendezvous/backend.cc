@@ -152,16 +152,17 @@ StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig&
 // here hosts. Its connects being refused prove the guess wrong: nothing listens there (the holder
 // is a connection's local port, or a server on one address only). Before each retry it tries to
 // host again, so the job starts as soon as the port is free instead of timing out. *slot is the
-// Backend's hosted_store, which outlives the log that calls this.
+// Backend's hosted_store, which outlives the log that calls this. The log's two connections
+// each hold a copy: the warning's flag is shared.
 std::function<void()> HostWhenFree(const LaunchConfig& c, EventLoop& loop, std::unique_ptr<store::StoreServer>* slot) {
-  return [&loop, slot, c, said = false]() mutable {
+  return [&loop, slot, c, said = std::make_shared<bool>(false)] {
     if (*slot) return;
     auto server = store::StoreServer::Start(loop, HostOptions(c));
     if (server.ok()) {
       spdlog::info("rendezvous: hosting the store on port {} now that the port is free", server.value()->port());
       *slot = std::move(server.value());
-    } else if (!said) {
-      said = true;
+    } else if (!*said) {
+      *said = true;
       spdlog::warn("rendezvous: {}; nothing answers there either, so ctrun hosts it as soon as it is free",
                    CannotHost(c, server.message()));
     }
