@@ -1,8 +1,6 @@
 #include "agent/runner.h"
 
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +34,7 @@
 #include "sys/cgroup.h"
 #include "sys/event_loop.h"
 #include "sys/fqdn.h"
+#include "sys/free_port.h"
 #include "sys/high_fd.h"
 #include "sys/posix_util.h"
 #include "sys/signals.h"
@@ -44,20 +43,6 @@
 
 namespace ctrun {
 namespace {
-
-// A free TCP port on addr, found by binding port 0. Racy by nature (torchrun does the same when
-// workers host the store); the agent store avoids the race by keeping its socket bound.
-int FindFreePort() {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
-  socklen_t len = sizeof a;
-  ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
 
 // The summary's view of the agent's failure records (error files not loaded yet).
 WorkerFailure ToWorkerFailure(const FailureRecord& f) {
