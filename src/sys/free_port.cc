@@ -15,7 +15,8 @@ namespace {
 constexpr int kFirst = 10000;  // below: well-known services' ports are dense
 constexpr int kAvoidFirst = 29000, kAvoidEnd = 30000;  // torchrun's defaults and their neighbours
 
-// A loopback TCP socket bound to `port` (0: the kernel's choice); *bound gets the port, 0 on failure.
+}  // namespace
+
 UniqueFd BindLoopback(int port, int* bound) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
@@ -29,8 +30,6 @@ UniqueFd BindLoopback(int port, int* bound) {
   *bound = fd ? ntohs(addr.sin_port) : 0;
   return fd;
 }
-
-}  // namespace
 
 int EphemeralPortsStart(const std::string& path) {
   std::ifstream in(path);

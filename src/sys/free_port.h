@@ -10,12 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
+
 namespace ctrun {
 
 // `n` distinct ports, all free at once a moment ago (bound together, then released); 0 for each
 // that could not be found.
 std::vector<int> FindFreePorts(int n);
 inline int FindFreePort() { return FindFreePorts(1)[0]; }
+
+// A TCP socket bound to loopback `port` (0: the kernel's choice), not listening; *bound gets the
+// port, 0 when the bind failed (the fd is then empty).
+UniqueFd BindLoopback(int port, int* bound);
 
 // The low end of the ephemeral range in an ip_local_port_range file (32768 when unreadable).
 int EphemeralPortsStart(const std::string& path = "/proc/sys/net/ipv4/ip_local_port_range");

@@ -59,25 +59,17 @@ std::string FakePython(const TempDir& d) {
   return path;
 }
 
-// A socket listening on a loopback port (closed by the destructor).
+// A socket listening on a loopback port (closed by the destructor); port() is 0 when it could not.
 class Listener {
  public:
-  Listener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 4) == 0 &&
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-      port_ = ntohs(a.sin_port);
+  Listener() : fd_(BindLoopback(0, &port_)) {
+    if (fd_ && ::listen(fd_.get(), 4) != 0) port_ = 0;
   }
-  ~Listener() { ::close(fd_); }
   int port() const { return port_; }
 
  private:
-  int fd_ = -1;
   int port_ = 0;
+  UniqueFd fd_;
 };
 
 bool HasIpv6Loopback() {

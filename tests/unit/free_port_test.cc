@@ -4,27 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <fstream>
 #include <set>
 
-#include "base/unique_fd.h"
 #include "helpers/test_util.h"
 
 namespace ctrun {
 namespace {
-
-bool CanBindLoopback(int port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  return fd && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-}
 
 TEST(FreePort, PortsAreDistinctFreeBelowTheEphemeralRangeAndAwayFromTorchrunsDefaults) {
   const int ephemeral = EphemeralPortsStart();
@@ -37,7 +23,9 @@ TEST(FreePort, PortsAreDistinctFreeBelowTheEphemeralRangeAndAwayFromTorchrunsDef
       EXPECT_LT(p, ephemeral) << "a port an outgoing connection could take";
     }
     EXPECT_FALSE(p >= 29000 && p < 30000) << p;
-    EXPECT_TRUE(CanBindLoopback(p)) << p;
+    int bound = 0;
+    EXPECT_TRUE(BindLoopback(p, &bound)) << p;
+    EXPECT_EQ(bound, p);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/unique_fd.h"
+#include "sys/free_port.h"
 #include "helpers/ctrun_command.h"
 #include "helpers/free_port.h"
 #include "helpers/test_util.h"
@@ -414,21 +415,15 @@ struct PortHeldByAConnection {
 
 PortHeldByAConnection HoldPortWithAConnection(int port) {
   PortHeldByAConnection h;
-  h.listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  h.client.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  auto* sa = reinterpret_cast<sockaddr*>(&addr);
-  if (!h.listener || !h.client || ::bind(h.listener.get(), sa, sizeof addr) != 0 ||
-      ::listen(h.listener.get(), 1) != 0 || ::getsockname(h.listener.get(), sa, &len) != 0)
-    return h;
-  sockaddr_in local = addr;
-  local.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(h.client.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
-      ::connect(h.client.get(), sa, sizeof addr) != 0)
-    return h;
+  int listen_port = 0, bound = 0;
+  h.listener = BindLoopback(0, &listen_port);
+  h.client = BindLoopback(port, &bound);
+  if (!h.listener || !h.client || ::listen(h.listener.get(), 1) != 0) return h;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(static_cast<uint16_t>(listen_port));
+  if (::connect(h.client.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) return h;
   h.accepted.reset(::accept4(h.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   return h;
 }
