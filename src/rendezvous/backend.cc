@@ -144,7 +144,7 @@ StatusOr<std::unique_ptr<store::StoreServer>> MaybeHostStore(const LaunchConfig&
   if (!role.host) return std::unique_ptr<store::StoreServer>();
   auto server = store::StoreServer::Start(loop, HostOptions(c));
   if (server.ok()) return std::move(server.value());
-  if (!role.must) return std::unique_ptr<store::StoreServer>();  // another agent here hosts it
+  if (!role.must) return std::unique_ptr<store::StoreServer>();  // a client: see HostWhenFree
   return Status::Error(CannotHost(c, server.message()));
 }
 
